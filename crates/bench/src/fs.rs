@@ -1,0 +1,1 @@
+//! File-system bench (to be written).

@@ -1,0 +1,19 @@
+//! # accio-bench
+//!
+//! Measurements of a node's data paths. Every bench produces [`model::Figure`]s — a value
+//! with its unit, its samples summarized as median/min/max, the parameters and method, and
+//! the ceiling it should be compared with — collected in one [`model::Report`], which is the
+//! truth that tables (and later Markdown/HTML) are rendered from.
+//!
+//! - [`mem`]: memcpy bandwidth, the ceiling of every in-memory path.
+//! - [`transport`]: latency, streaming and RMA bandwidth, connection and registration cost
+//!   of each endpoint backend, measured between two processes.
+//! - [`fs`]: file-system write / write+sync / cold read / re-read (Colfax methodology).
+
+pub mod fs;
+pub mod mem;
+pub mod model;
+pub mod size;
+pub mod stats;
+pub mod table;
+pub mod transport;

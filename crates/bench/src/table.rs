@@ -1,0 +1,88 @@
+//! Plain-text tables with aligned columns (numbers right-aligned).
+
+/// Renders `rows` under `headers`. Cells that parse as numbers (optionally with a trailing
+/// `x` or `%`) are right-aligned, the rest left-aligned.
+pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let cols = headers.len();
+    let mut width: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for row in rows {
+        for (i, cell) in row.iter().enumerate().take(cols) {
+            width[i] = width[i].max(cell.chars().count());
+        }
+    }
+    let numeric = |s: &str| {
+        let t = s.trim_end_matches(['x', '%']);
+        !t.is_empty()
+            && t.split(['–', '-', ' ', '(', ')'])
+                .filter(|p| !p.is_empty())
+                .all(|p| p.parse::<f64>().is_ok())
+    };
+    let mut out = String::new();
+    let mut line = |cells: &mut dyn Iterator<Item = &str>| {
+        let mut l = String::new();
+        for (i, c) in cells.enumerate().take(cols) {
+            let pad = width[i] - c.chars().count();
+            if i > 0 {
+                l.push_str("  ");
+            }
+            if numeric(c) {
+                l.push_str(&" ".repeat(pad));
+                l.push_str(c);
+            } else {
+                l.push_str(c);
+                l.push_str(&" ".repeat(pad));
+            }
+        }
+        out.push_str(l.trim_end());
+        out.push('\n');
+    };
+    line(&mut headers.iter().copied());
+    let rule: Vec<String> = width.iter().map(|w| "-".repeat(*w)).collect();
+    line(&mut rule.iter().map(String::as_str));
+    for row in rows {
+        line(&mut row.iter().map(String::as_str));
+    }
+    out
+}
+
+/// Formats a value with about three significant digits (`0.123`, `12.3`, `1234`).
+pub fn fmt3(v: f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || a == 0.0 {
+        format!("{v:.0}")
+    } else if a >= 10.0 {
+        format!("{v:.1}")
+    } else if a >= 1.0 {
+        format!("{v:.2}")
+    } else {
+        format!("{v:.3}")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn aligns_text_left_and_numbers_right() {
+        let t = render(
+            &["backend", "size", "GB/s"],
+            &[
+                vec!["shm".into(), "2M".into(), "12.5".into()],
+                vec!["tcp".into(), "8".into(), "0.031".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "backend  size   GB/s\n-------  ----  -----\nshm      2M     12.5\ntcp      8     0.031\n"
+        );
+    }
+
+    #[test]
+    fn three_significant_digits() {
+        assert_eq!(fmt3(1234.5), "1234");
+        assert_eq!(fmt3(12.345), "12.3");
+        assert_eq!(fmt3(1.2345), "1.23");
+        assert_eq!(fmt3(0.012345), "0.012");
+    }
+}

@@ -1,0 +1,1 @@
+//! Transport bench (to be written).

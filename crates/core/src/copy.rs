@@ -1,0 +1,92 @@
+//! The one copy routine every accio data path uses.
+//!
+//! Why not plain `memcpy`: on the CPUs accio is measured on (see `MACHINE_NOTES.md`, trait 1)
+//! a copy whose destination lies a few bytes *after* the source within a 4 KiB page
+//! (`(dst - src) mod 4096` in `1..64`) runs 4-30x slower, because every load falsely waits
+//! for the store just issued to an address with the same low 12 bits ("4K aliasing"). glibc
+//! copies forward (`rep movsb` or vector loops) for 2 KiB..~1 MiB and hits it. Copying such
+//! ranges backward makes each load address lie *below* every pending store, so no load
+//! aliases and the copy runs at full speed. All other cases go to `memcpy`.
+
+/// Copies below this size are too short for aliasing to matter.
+const ALIAS_MIN: usize = 2048;
+/// `(dst - src) mod 4096` below this distance triggers the backward copy.
+const ALIAS_WINDOW: usize = 64;
+
+/// Copies `n` bytes from `src` to `dst` (non-overlapping), avoiding the 4K-aliasing penalty.
+///
+/// # Safety
+/// `src` must be valid for `n` reads, `dst` for `n` writes, and the ranges must not overlap.
+#[inline]
+pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
+    let skew = (dst as usize).wrapping_sub(src as usize) % 4096;
+    if n >= ALIAS_MIN && skew != 0 && skew < ALIAS_WINDOW {
+        // SAFETY: forwarded caller contract.
+        unsafe { copy_backward(dst, src, n) }
+    } else {
+        // SAFETY: forwarded caller contract.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+    }
+}
+
+/// Safe wrapper of [`copy_bytes`] for two slices of equal length.
+///
+/// # Panics
+/// If the lengths differ.
+pub fn copy_slice(dst: &mut [u8], src: &[u8]) {
+    assert_eq!(dst.len(), src.len(), "copy_slice: lengths differ");
+    // SAFETY: distinct Rust slices of equal length cannot overlap.
+    unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), src.len()) }
+}
+
+#[cfg(target_arch = "x86_64")]
+unsafe fn copy_backward(dst: *mut u8, src: *const u8, n: usize) {
+    use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_storeu_si128};
+    let mut i = n;
+    while i >= 64 {
+        i -= 64;
+        // SAFETY: i + 64 <= n, so every 16-byte access is inside both ranges; SSE2 is part
+        // of the x86_64 baseline; unaligned loads/stores are used.
+        unsafe {
+            let s = src.add(i) as *const __m128i;
+            let d = dst.add(i) as *mut __m128i;
+            let a = _mm_loadu_si128(s);
+            let b = _mm_loadu_si128(s.add(1));
+            let c = _mm_loadu_si128(s.add(2));
+            let e = _mm_loadu_si128(s.add(3));
+            _mm_storeu_si128(d.add(3), e);
+            _mm_storeu_si128(d.add(2), c);
+            _mm_storeu_si128(d.add(1), b);
+            _mm_storeu_si128(d, a);
+        }
+    }
+    // SAFETY: the first `i` (< 64) bytes remain; the ranges do not overlap.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, i) }
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+unsafe fn copy_backward(dst: *mut u8, src: *const u8, n: usize) {
+    // SAFETY: forwarded caller contract.
+    unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn copies_every_size_and_skew_exactly() {
+        let src: Vec<u8> = (0..20_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut dst = vec![0u8; 20_100];
+        for &n in &[0usize, 1, 63, 64, 65, 2047, 2048, 2049, 4096, 5000, 19_999] {
+            for skew in [0usize, 1, 8, 31, 63, 64, 100] {
+                dst.fill(0xEE);
+                // SAFETY: both ranges are in bounds and belong to different vectors.
+                unsafe { copy_bytes(dst.as_mut_ptr().add(skew), src.as_ptr(), n) };
+                assert_eq!(&dst[skew..skew + n], &src[..n], "n={n} skew={skew}");
+                assert!(dst[..skew].iter().all(|&b| b == 0xEE), "wrote before dst");
+                assert!(dst[skew + n..].iter().all(|&b| b == 0xEE), "wrote past dst");
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! The endpoint contract: one seam for every backend.
+//!
+//! The model is Intel SCIF's (`scif_connect`/`scif_accept`, `scif_send`/`scif_recv`,
+//! `scif_register`, `scif_writeto`/`scif_readfrom`, `scif_vwriteto`/`scif_vreadfrom`,
+//! `scif_fence_mark`/`scif_fence_wait`/`scif_fence_signal`, `scif_mmap`), made safe: every
+//! remote access is checked against the peer's registered windows, and errors are typed.
+//!
+//! # Semantics every backend follows
+//!
+//! **Connection.** A [`Listener`] accepts any number of endpoints; each [`Endpoint`] is one
+//! end of a bidirectional connection to exactly one peer.
+//!
+//! **Messages.** [`Endpoint::send`] / [`Endpoint::recv`] move byte messages (0 bytes to
+//! several GiB) reliably, in order, with boundaries kept. Sends from several threads on one
+//! endpoint are serialized whole (messages never interleave); the same holds for receives.
+//! Non-blocking variants return [`Progress::WouldBlock`] instead of waiting; a would-block
+//! send enqueued nothing. `try_send` accepts messages up to [`Capabilities::max_try_send`].
+//!
+//! **Registered address space.** [`Endpoint::register`] maps fresh, zeroed, page-aligned
+//! memory and exposes it to the peer as a window at an offset chosen by the endpoint
+//! (page aligned, never reused, with an unmapped guard page after each window). The window's
+//! [`Access`] says what the *peer* may do. Offset 0 is never valid.
+//!
+//! **RMA.** `write_to(local_off, len, remote_off)` copies `len` bytes from the local
+//! registered space to the peer's; `read_from` copies the other way; the `v` variants use
+//! an unregistered local slice instead of local windows. A range must lie inside one window
+//! on each side; it is checked on the initiating side before any byte moves:
+//! [`crate::Error::OutOfWindow`] or [`crate::Error::AccessDenied`] names the window and the
+//! offset. (The peer re-checks what arrives from the network: a lying initiator cannot reach
+//! past a window either.) Local rights: `write_to` reads the local window, `read_from`
+//! writes it; local windows need no peer rights for that.
+//!
+//! **Completion.** `read_from`/`vread_from` return when the data is in local memory. With
+//! [`RmaFlags::SYNC`] a write returns only when the data is in the peer's window; without it
+//! a write may return once the source was consumed, and its completion is awaited with a
+//! fence.
+//!
+//! **Fences.** [`Endpoint::fence_mark`] returns a [`Mark`] naming every RMA whose call
+//! returned before it (on any thread); [`Endpoint::fence_wait`] blocks until those have
+//! completed at the peer. [`Endpoint::fence_signal`] writes 8-byte values into a local
+//! and/or a remote window word only after every earlier RMA completed, so a peer that sees
+//! the value (with [`crate::MemView::load_u64`] / `wait_u64`) also sees the data.
+//!
+//! **Direct mapping.** [`Endpoint::map_remote`] gives load/store access to a peer window on
+//! backends that can (`shm`); others return [`crate::Error::Unsupported`].
+//!
+//! **Failure.** If the peer dies or closes, blocked calls fail with
+//! [`crate::Error::PeerGone`] within one second and later calls fail the same way. Windows
+//! stay mapped for as long as a handle holds them, so no memory error follows a peer's death.
+
+use std::fmt;
+use std::time::Duration;
+
+use crate::addr::Addr;
+use crate::error::Result;
+use crate::memory::{RemoteMap, Window};
+use crate::types::{Access, Capabilities, Mark, Progress, RmaFlags};
+
+/// One end of a connection. See the [module docs](self) for the semantics.
+pub trait Endpoint: Send + Sync + fmt::Debug {
+    /// The backend's name (`"shm"`, `"tcp"`).
+    fn backend(&self) -> &'static str;
+
+    /// This endpoint's own address.
+    fn local_addr(&self) -> &Addr;
+
+    /// The peer's address.
+    fn peer_addr(&self) -> &Addr;
+
+    /// What this backend offers beyond the common contract.
+    fn capabilities(&self) -> Capabilities;
+
+    // ---- messages -------------------------------------------------------------------
+
+    /// Sends one message, waiting for room as long as needed.
+    fn send(&self, msg: &[u8]) -> Result<()>;
+
+    /// Sends one message if it can be enqueued whole without waiting.
+    fn try_send(&self, msg: &[u8]) -> Result<Progress<()>>;
+
+    /// Receives the next message into `buf` (cleared first; its capacity is reused) and
+    /// returns its length. Waits at most `timeout` (`None`: forever) and then fails with
+    /// [`crate::Error::Timeout`], having consumed nothing.
+    fn recv_timeout(&self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<usize>;
+
+    /// Receives the next message if one is already there.
+    fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>>;
+
+    /// Receives the next message, waiting as long as needed.
+    fn recv(&self, buf: &mut Vec<u8>) -> Result<usize> {
+        self.recv_timeout(buf, None)
+    }
+
+    // ---- registration -------------------------------------------------------------------
+
+    /// Registers `len` bytes of fresh zeroed memory as a window the peer may access with
+    /// `access`.
+    fn register(&self, len: usize, access: Access) -> Result<Window>;
+
+    /// Withdraws the window starting at `offset`. Later peer RMA to it fails; memory stays
+    /// valid for handles that still hold it.
+    fn unregister(&self, offset: u64) -> Result<()>;
+
+    // ---- one-sided RMA --------------------------------------------------------------------
+
+    /// Copies `len` bytes at local offset `local_off` to remote offset `remote_off`.
+    fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()>;
+
+    /// Copies `len` bytes at remote offset `remote_off` to local offset `local_off`.
+    fn read_from(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags)
+        -> Result<()>;
+
+    /// Copies `src` (any local memory) to remote offset `remote_off`.
+    fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()>;
+
+    /// Copies `dst.len()` bytes at remote offset `remote_off` into `dst`.
+    fn vread_from(&self, dst: &mut [u8], remote_off: u64, flags: RmaFlags) -> Result<()>;
+
+    // ---- ordering -------------------------------------------------------------------------
+
+    /// Marks all RMAs issued so far.
+    fn fence_mark(&self) -> Result<Mark>;
+
+    /// Waits until every RMA named by `mark` has completed.
+    fn fence_wait(&self, mark: Mark) -> Result<()>;
+
+    /// After every earlier RMA completed, stores `local = (offset, value)` into a local window
+    /// and `remote = (offset, value)` into a peer window (each optional). Offsets must be
+    /// 8-byte aligned; the remote window needs [`Access::WRITE`]. Returns once the stores
+    /// are queued; `fence_mark`/`fence_wait` after it waits for them too.
+    fn fence_signal(&self, local: Option<(u64, u64)>, remote: Option<(u64, u64)>) -> Result<()>;
+
+    // ---- direct mapping ---------------------------------------------------------------------
+
+    /// Maps `len` bytes of the peer window at `remote_off` for direct load/store. The
+    /// window's rights apply to what the caller may do, but are not enforced by hardware.
+    fn map_remote(&self, remote_off: u64, len: usize) -> Result<RemoteMap>;
+}
+
+/// A bound address that accepts connections.
+pub trait Listener: Send + Sync + fmt::Debug {
+    /// The bound address (with the real port when port 0 was asked for).
+    fn local_addr(&self) -> &Addr;
+
+    /// Waits for the next connection, at most `timeout` (`None`: forever).
+    fn accept(&self, timeout: Option<Duration>) -> Result<Box<dyn Endpoint>>;
+}

@@ -1,0 +1,30 @@
+//! # accio-core
+//!
+//! The contract every accio transport backend implements, and the pieces they share:
+//!
+//! - [`Addr`]: `shm://NAME` and `tcp://HOST:PORT` addresses; the scheme picks the backend.
+//! - [`Endpoint`] and [`Listener`]: SCIF-style connections with messages, registered
+//!   windows, one-sided RMA, fences and direct mapping. The trait docs are the specification.
+//! - [`Window`], [`RemoteMap`], [`MemView`], [`Region`]: registered memory and safe access to it.
+//! - [`WindowTable`] and [`OffsetAllocator`]: the registered-address-space bookkeeping, with
+//!   the bounds and rights checks that turn a bad RMA into a precise error.
+//! - [`Error`] / [`ErrorKind`]: one typed error for all backends.
+//! - [`copy_bytes`]: the copy routine of every data path (it sidesteps 4 KiB aliasing).
+//!
+//! Applications normally use the `accio` facade crate, which picks a backend by address.
+
+mod addr;
+mod copy;
+mod endpoint;
+mod error;
+mod memory;
+mod registry;
+mod types;
+
+pub use addr::Addr;
+pub use copy::{copy_bytes, copy_slice};
+pub use endpoint::{Endpoint, Listener};
+pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
+pub use memory::{MemView, Region, RemoteMap, Window, PAGE};
+pub use registry::{OffsetAllocator, WindowTable, FIRST_OFFSET};
+pub use types::{Access, Capabilities, Mark, Progress, RmaFlags};

@@ -1,0 +1,336 @@
+//! Registered memory: the mapped [`Region`] behind a window, byte views of it, and the
+//! [`Window`] / [`RemoteMap`] handles the endpoint API hands out.
+//!
+//! Window memory is shared with a peer (another thread, another process, or a remote
+//! progress engine) that may read or write it at any time. The safe accessors here copy
+//! bytes in and out and use atomics for 8-byte signal words; handing out plain slices is
+//! `unsafe` because Rust's aliasing rules cannot see the peer.
+
+use std::fs::File;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use memmap2::{MmapMut, MmapOptions};
+
+use crate::copy::copy_bytes;
+use crate::error::{Error, Result, WindowDesc};
+use crate::types::Access;
+
+/// Page size assumed for window alignment. Windows start on page boundaries so that copies
+/// between windows do not suffer 4 KiB aliasing (see `MACHINE_NOTES.md`).
+pub const PAGE: usize = 4096;
+
+/// A page-aligned mapping that backs one window. Private anonymous memory for backends whose
+/// peer is reached through a progress engine, a shared file mapping (memfd) for `shm`.
+pub struct Region {
+    // Keeps the mapping alive; never borrowed mutably after construction.
+    _map: MmapMut,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: `Region` is a plain mapping; all access goes through raw pointers whose
+// concurrent use is the documented contract of window memory (see module docs).
+unsafe impl Send for Region {}
+// SAFETY: as above; `Region` itself has no interior state besides the mapping.
+unsafe impl Sync for Region {}
+
+impl std::fmt::Debug for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Region({:p}, {} bytes)", self.ptr, self.len)
+    }
+}
+
+impl Region {
+    /// Maps `len` bytes of zeroed private memory, pre-faulted so that the first transfer does
+    /// not pay for page faults.
+    pub fn anonymous(len: usize) -> Result<Region> {
+        let map = MmapOptions::new()
+            .len(len.max(1))
+            .populate()
+            .map_anon()
+            .map_err(|e| Error::io("mmap", format!("{len} bytes of anonymous memory"), e))?;
+        Ok(Region::from_map(map, len))
+    }
+
+    /// Maps `len` bytes of `file` shared (`MAP_SHARED`), pre-faulted when `populate` is set.
+    pub fn shared(file: &File, len: usize, populate: bool, what: &str) -> Result<Region> {
+        let mut opts = MmapOptions::new();
+        opts.len(len.max(1));
+        if populate {
+            opts.populate();
+        }
+        // SAFETY: the file is a memfd (or similar) owned by accio; nobody truncates it while
+        // mapped, which is the requirement memmap2 states for file mappings.
+        let map =
+            unsafe { opts.map_mut(file) }.map_err(|e| Error::io("mmap", what.to_string(), e))?;
+        Ok(Region::from_map(map, len))
+    }
+
+    fn from_map(mut map: MmapMut, len: usize) -> Region {
+        let ptr = map.as_mut_ptr();
+        Region {
+            _map: map,
+            ptr,
+            len,
+        }
+    }
+
+    /// Start of the mapping.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for a zero-length region.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+}
+
+/// A byte range of a [`Region`], kept alive by an `Arc`.
+#[derive(Clone, Debug)]
+pub struct MemView {
+    region: Arc<Region>,
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the view only holds a pointer into an `Arc<Region>` it keeps alive.
+unsafe impl Send for MemView {}
+// SAFETY: shared access to window memory is the documented contract (see module docs).
+unsafe impl Sync for MemView {}
+
+impl MemView {
+    /// A view of the whole region.
+    pub fn whole(region: Arc<Region>) -> MemView {
+        let (ptr, len) = (region.as_ptr(), region.len());
+        MemView { region, ptr, len }
+    }
+
+    /// A view of `len` bytes at `start` of the region; `None` if out of range.
+    pub fn sub(region: Arc<Region>, start: usize, len: usize) -> Option<MemView> {
+        let end = start.checked_add(len)?;
+        if end > region.len() {
+            return None;
+        }
+        // SAFETY: start + len <= region.len(), so the pointer stays inside the mapping.
+        let ptr = unsafe { region.as_ptr().add(start) };
+        Some(MemView { region, ptr, len })
+    }
+
+    /// The region this view belongs to.
+    pub fn region(&self) -> &Arc<Region> {
+        &self.region
+    }
+
+    /// First byte of the view.
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// True for an empty view.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, op: &'static str, at: usize, n: usize) -> Result<()> {
+        match at.checked_add(n) {
+            Some(end) if end <= self.len => Ok(()),
+            _ => Err(Error::invalid(
+                op,
+                format!("{at:#x} + {n} is outside the {}-byte view", self.len),
+            )),
+        }
+    }
+
+    /// Copies `src` into the view at byte `at`.
+    pub fn write_at(&self, at: usize, src: &[u8]) -> Result<()> {
+        self.check("write_at", at, src.len())?;
+        // SAFETY: bounds checked above; `src` is a distinct Rust slice, so the ranges do not
+        // overlap unless the caller obtained `src` from this very view through an unsafe
+        // accessor, which those accessors forbid.
+        unsafe { copy_bytes(self.ptr.add(at), src.as_ptr(), src.len()) };
+        Ok(())
+    }
+
+    /// Copies bytes at `at` out of the view into `dst`.
+    pub fn read_at(&self, at: usize, dst: &mut [u8]) -> Result<()> {
+        self.check("read_at", at, dst.len())?;
+        // SAFETY: bounds checked above; `dst` is an exclusive Rust slice outside the view.
+        unsafe { copy_bytes(dst.as_mut_ptr(), self.ptr.add(at), dst.len()) };
+        Ok(())
+    }
+
+    /// Sets every byte of the view to `byte`.
+    pub fn fill(&self, byte: u8) {
+        // SAFETY: the whole view is mapped memory of `len` bytes.
+        unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
+    }
+
+    fn atomic_u64(&self, op: &'static str, at: usize) -> Result<&AtomicU64> {
+        self.check(op, at, 8)?;
+        if (self.ptr as usize + at) % 8 != 0 {
+            return Err(Error::invalid(
+                op,
+                format!("offset {at:#x} is not 8-byte aligned"),
+            ));
+        }
+        // SAFETY: in bounds and 8-byte aligned; the mapping lives as long as `self`, and
+        // mixed atomic/non-atomic access by a peer is the documented contract of windows.
+        Ok(unsafe { AtomicU64::from_ptr(self.ptr.add(at) as *mut u64) })
+    }
+
+    /// Loads the 8-byte word at `at` with acquire ordering (reads a `fence_signal` value).
+    pub fn load_u64(&self, at: usize) -> Result<u64> {
+        Ok(self.atomic_u64("load_u64", at)?.load(Ordering::Acquire))
+    }
+
+    /// Stores the 8-byte word at `at` with release ordering.
+    pub fn store_u64(&self, at: usize, value: u64) -> Result<()> {
+        self.atomic_u64("store_u64", at)?
+            .store(value, Ordering::Release);
+        Ok(())
+    }
+
+    /// Waits until the word at `at` equals `value` (e.g. a peer's `fence_signal`): spins
+    /// briefly, then sleeps in growing steps up to 1 ms. `None` waits forever.
+    pub fn wait_u64(&self, at: usize, value: u64, timeout: Option<Duration>) -> Result<()> {
+        let word = self.atomic_u64("wait_u64", at)?;
+        let start = Instant::now();
+        let mut round = 0u32;
+        while word.load(Ordering::Acquire) != value {
+            round += 1;
+            if round < 2000 {
+                std::hint::spin_loop();
+                continue;
+            }
+            if let Some(t) = timeout {
+                if start.elapsed() >= t {
+                    return Err(Error::Timeout {
+                        op: "wait_u64",
+                        resource: format!("window word {at:#x} (waiting for {value})"),
+                        after: t,
+                    });
+                }
+            }
+            let step = (round - 2000).min(1000);
+            std::thread::sleep(Duration::from_micros(u64::from(step)));
+        }
+        Ok(())
+    }
+
+    /// The view as a slice.
+    ///
+    /// # Safety
+    /// No one — no other thread and no peer — may write the bytes while the slice lives.
+    pub unsafe fn as_slice(&self) -> &[u8] {
+        // SAFETY: the caller guarantees the absence of concurrent writers.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
+    }
+
+    /// The view as a mutable slice.
+    ///
+    /// # Safety
+    /// No one — no other thread and no peer — may read or write the bytes while the slice
+    /// lives, and no other slice of the same bytes may exist.
+    #[allow(clippy::mut_from_ref)]
+    pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
+        // SAFETY: the caller guarantees exclusive access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
+    }
+}
+
+/// A registered window of the local endpoint: memory the peer can reach with RMA.
+///
+/// Dereferences to [`MemView`] for local access. Cloning is cheap and shares the memory; the
+/// memory stays mapped while any clone (or an in-flight transfer) holds it, even after
+/// `unregister`.
+#[derive(Clone, Debug)]
+pub struct Window {
+    view: MemView,
+    offset: u64,
+    access: Access,
+}
+
+impl Window {
+    /// Wraps a view as the window at `offset` with the peer's `access` rights.
+    pub fn new(view: MemView, offset: u64, access: Access) -> Window {
+        Window {
+            view,
+            offset,
+            access,
+        }
+    }
+
+    /// Offset of the window in its endpoint's registered address space.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Rights the peer has on the window.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Offset, length and rights, as printed in errors.
+    pub fn desc(&self) -> WindowDesc {
+        WindowDesc {
+            offset: self.offset,
+            len: self.view.len() as u64,
+            access: self.access,
+        }
+    }
+
+    /// The memory view.
+    pub fn view(&self) -> &MemView {
+        &self.view
+    }
+}
+
+impl std::ops::Deref for Window {
+    type Target = MemView;
+    fn deref(&self) -> &MemView {
+        &self.view
+    }
+}
+
+/// Direct load/store access to (part of) a peer's window, from
+/// [`crate::Endpoint::map_remote`]. Keeps the mapping alive while it exists.
+#[derive(Clone, Debug)]
+pub struct RemoteMap {
+    view: MemView,
+    remote_offset: u64,
+}
+
+impl RemoteMap {
+    /// Wraps a view of peer memory mapped at `remote_offset`.
+    pub fn new(view: MemView, remote_offset: u64) -> RemoteMap {
+        RemoteMap {
+            view,
+            remote_offset,
+        }
+    }
+
+    /// The peer offset the mapping starts at.
+    pub fn remote_offset(&self) -> u64 {
+        self.remote_offset
+    }
+}
+
+impl std::ops::Deref for RemoteMap {
+    type Target = MemView;
+    fn deref(&self) -> &MemView {
+        &self.view
+    }
+}

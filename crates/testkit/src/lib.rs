@@ -1,0 +1,1 @@
+//! Conformance suite (to be written).
