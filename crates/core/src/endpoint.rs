@@ -11,7 +11,7 @@
 //! end of a bidirectional connection to exactly one peer.
 //!
 //! **Messages.** [`Endpoint::send`] / [`Endpoint::recv`] move byte messages (0 bytes to
-//! several GiB) reliably, in order, with boundaries kept. Sends from several threads on one
+//! the backend's limit, at least 1 GiB) reliably, in order, with boundaries kept. Sends from several threads on one
 //! endpoint are serialized whole (messages never interleave); the same holds for receives.
 //! Non-blocking variants return [`Progress::WouldBlock`] instead of waiting; a would-block
 //! send enqueued nothing. `try_send` accepts messages up to [`Capabilities::max_try_send`].
