@@ -1,0 +1,428 @@
+//! A single-producer single-consumer message ring in shared memory.
+//!
+//! Layout: a 4 KiB control page (`head` and `tail` byte counters and two futex words, each
+//! on its own cache line) followed by `cap` bytes of data (`cap` a power of two). Messages
+//! are split into records of at most `max_chunk` payload bytes; each record starts on a
+//! 64-byte boundary with a 16-byte header:
+//!
+//! ```text
+//! u32 chunk_len | u32 flags (FIRST, MORE, PAD) | u64 total message length (on FIRST)
+//! ```
+//!
+//! Payloads of up to 48 bytes sit in the header's cache line (an 8-byte message moves as
+//! one line); longer payloads start on the next line, so they are 64-byte aligned.
+//! A record never wraps: when it does not fit before the end, a PAD record fills the gap.
+//!
+//! Publication is the usual release/acquire pair on `head` (producer) and `tail`
+//! (consumer). Each side caches the other's counter and re-reads it only when it runs
+//! out, so a steady stream touches each shared line once per record.
+//!
+//! The consumer checks every header it reads (lengths, flags, bounds) before copying, so a
+//! corrupted ring — a buggy or malicious peer — is a protocol error, not a wild copy.
+
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+
+use accio_core::copy_bytes;
+
+/// Bytes of the control page in front of the data.
+pub const CTL_BYTES: usize = 4096;
+const HEAD: usize = 0;
+const TAIL: usize = 64;
+const CONSUMER_WAIT: usize = 128;
+const PRODUCER_WAIT: usize = 192;
+
+const HDR: usize = 16;
+const INLINE_MAX: usize = 48;
+const LINE: usize = 64;
+
+const FIRST: u32 = 1;
+const MORE: u32 = 2;
+const PAD: u32 = 4;
+
+/// Size of the record that carries `len` payload bytes.
+pub fn record_bytes(len: usize) -> usize {
+    let off = if len <= INLINE_MAX { HDR } else { LINE };
+    (off + len).div_ceil(LINE) * LINE
+}
+
+fn payload_offset(len: usize) -> usize {
+    if len <= INLINE_MAX {
+        HDR
+    } else {
+        LINE
+    }
+}
+
+/// Raw view of one ring inside a mapping. Copyable; the mapping's owner keeps it alive.
+#[derive(Clone, Copy, Debug)]
+pub struct RingMem {
+    base: *mut u8,
+    cap: usize,
+}
+
+// SAFETY: the ring is shared memory designed for concurrent use by one producer and one
+// consumer; all shared words are accessed atomically and data regions are handed over by
+// release/acquire on the counters.
+unsafe impl Send for RingMem {}
+// SAFETY: see above.
+unsafe impl Sync for RingMem {}
+
+impl RingMem {
+    /// Total bytes a ring with `cap` data bytes occupies.
+    pub fn footprint(cap: usize) -> usize {
+        CTL_BYTES + cap
+    }
+
+    /// A ring at `base` (page aligned, `footprint(cap)` bytes, zeroed or previously used
+    /// as the same ring).
+    ///
+    /// # Safety
+    /// `base` must point at `footprint(cap)` bytes that stay mapped while the ring or any
+    /// copy of it is used; `cap` must be a power of two.
+    pub unsafe fn new(base: *mut u8, cap: usize) -> RingMem {
+        debug_assert!(cap.is_power_of_two());
+        RingMem { base, cap }
+    }
+
+    fn word64(&self, at: usize) -> &AtomicU64 {
+        // SAFETY: `at` is one of the 64-byte aligned control slots inside the control page.
+        unsafe { AtomicU64::from_ptr(self.base.add(at) as *mut u64) }
+    }
+
+    fn word32(&self, at: usize) -> &AtomicU32 {
+        // SAFETY: as for `word64`.
+        unsafe { AtomicU32::from_ptr(self.base.add(at) as *mut u32) }
+    }
+
+    fn data(&self, pos: u64) -> *mut u8 {
+        // SAFETY: the masked position is inside the data area.
+        unsafe { self.base.add(CTL_BYTES + (pos as usize & (self.cap - 1))) }
+    }
+
+    /// The futex word the consumer sleeps on (waiting for data).
+    pub fn consumer_wait(&self) -> &AtomicU32 {
+        self.word32(CONSUMER_WAIT)
+    }
+
+    /// The futex word the producer sleeps on (waiting for room).
+    pub fn producer_wait(&self) -> &AtomicU32 {
+        self.word32(PRODUCER_WAIT)
+    }
+}
+
+/// Wakes the sleeper on `word` if it announced itself. Pairs with [`announce_sleep`].
+fn wake(word: &AtomicU32) {
+    fence(Ordering::SeqCst);
+    if word.load(Ordering::Relaxed) != 0 {
+        word.store(0, Ordering::Relaxed);
+        crate::sys::futex_wake(word);
+    }
+}
+
+/// Announces that the caller is about to sleep on `word`; the caller must re-check its
+/// condition afterwards and only then sleep (the Dekker pattern with [`wake`]).
+pub fn announce_sleep(word: &AtomicU32) {
+    word.store(1, Ordering::Relaxed);
+    fence(Ordering::SeqCst);
+}
+
+/// The producing end (one per ring, used under the endpoint's send lock).
+#[derive(Debug)]
+pub struct Producer {
+    ring: RingMem,
+    head: u64,
+    tail: u64,
+    max_chunk: usize,
+}
+
+impl Producer {
+    /// The producing end of `ring`, records carrying at most `max_chunk` bytes.
+    pub fn new(ring: RingMem, max_chunk: usize) -> Producer {
+        let head = ring.word64(HEAD).load(Ordering::Relaxed);
+        let tail = ring.word64(TAIL).load(Ordering::Acquire);
+        Producer {
+            ring,
+            head,
+            tail,
+            max_chunk,
+        }
+    }
+
+    /// Largest payload of one record.
+    pub fn max_chunk(&self) -> usize {
+        self.max_chunk
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &RingMem {
+        &self.ring
+    }
+
+    fn need(&self, rec: usize) -> usize {
+        let off = self.head as usize & (self.ring.cap - 1);
+        let contiguous = self.ring.cap - off;
+        if rec > contiguous {
+            contiguous + rec
+        } else {
+            rec
+        }
+    }
+
+    fn free(&mut self, refresh: bool) -> usize {
+        if refresh {
+            self.tail = self.ring.word64(TAIL).load(Ordering::Acquire);
+        }
+        self.ring.cap - (self.head - self.tail) as usize
+    }
+
+    /// True if a record with `len` payload bytes fits now.
+    pub fn fits(&mut self, len: usize) -> bool {
+        let need = self.need(record_bytes(len));
+        need <= self.free(false) || need <= self.free(true)
+    }
+
+    /// Writes one record if it fits (see [`Producer::fits`]) and publishes it. `first` and
+    /// `more` mark message boundaries; `total` is the message length (read on `first`).
+    /// Returns false (writing nothing) if there is no room.
+    pub fn try_push(&mut self, chunk: &[u8], first: bool, more: bool, total: u64) -> bool {
+        debug_assert!(chunk.len() <= self.max_chunk);
+        let rec = record_bytes(chunk.len());
+        if !self.fits(chunk.len()) {
+            return false;
+        }
+        let off = self.head as usize & (self.ring.cap - 1);
+        if rec > self.ring.cap - off {
+            // SAFETY: `off` is 64-byte aligned and at least one line remains before the
+            // end of the data area, which the consumer has released (checked by `fits`).
+            unsafe { write_header(self.ring.data(self.head), 0, PAD, 0) };
+            self.head += (self.ring.cap - off) as u64;
+        }
+        let flags = if first { FIRST } else { 0 } | if more { MORE } else { 0 };
+        let at = self.ring.data(self.head);
+        // SAFETY: the record's `rec` bytes at `at` are free (checked above) and do not wrap;
+        // `chunk` is caller memory, distinct from the ring.
+        unsafe {
+            write_header(at, chunk.len() as u32, flags, total);
+            copy_bytes(
+                at.add(payload_offset(chunk.len())),
+                chunk.as_ptr(),
+                chunk.len(),
+            );
+        }
+        self.head += rec as u64;
+        self.ring.word64(HEAD).store(self.head, Ordering::Release);
+        wake(self.ring.consumer_wait());
+        true
+    }
+}
+
+/// # Safety
+/// `at` must be 16 writable bytes inside a free part of the ring.
+unsafe fn write_header(at: *mut u8, len: u32, flags: u32, total: u64) {
+    // SAFETY: forwarded; `at` is 64-byte aligned so the u32/u64 writes are aligned.
+    unsafe {
+        (at as *mut u32).write(len);
+        (at.add(4) as *mut u32).write(flags);
+        (at.add(8) as *mut u64).write(total);
+    }
+}
+
+/// A record read from the ring, valid until [`Consumer::pop`].
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    /// Payload length.
+    pub len: usize,
+    /// First record of a message.
+    pub first: bool,
+    /// More records of the same message follow.
+    pub more: bool,
+    /// Message length (meaningful when `first`).
+    pub total: u64,
+    payload: *const u8,
+    bytes: usize,
+}
+
+/// What is wrong with a record header the consumer read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CorruptRecord(pub String);
+
+/// The consuming end (one per ring, used under the endpoint's receive lock).
+#[derive(Debug)]
+pub struct Consumer {
+    ring: RingMem,
+    tail: u64,
+    head: u64,
+    max_chunk: usize,
+}
+
+impl Consumer {
+    /// The consuming end of `ring`.
+    pub fn new(ring: RingMem, max_chunk: usize) -> Consumer {
+        let tail = ring.word64(TAIL).load(Ordering::Relaxed);
+        Consumer {
+            ring,
+            tail,
+            head: tail,
+            max_chunk,
+        }
+    }
+
+    /// The ring.
+    pub fn ring(&self) -> &RingMem {
+        &self.ring
+    }
+
+    /// True if a record is available (re-reading the producer's counter when needed).
+    pub fn ready(&mut self) -> bool {
+        if self.head == self.tail {
+            self.head = self.ring.word64(HEAD).load(Ordering::Acquire);
+        }
+        self.head != self.tail
+    }
+
+    /// The next record, if any, after checking its header.
+    pub fn peek(&mut self) -> Result<Option<Record>, CorruptRecord> {
+        loop {
+            if !self.ready() {
+                return Ok(None);
+            }
+            let avail = self.head.wrapping_sub(self.tail);
+            let off = self.tail as usize & (self.ring.cap - 1);
+            let contiguous = self.ring.cap - off;
+            if avail > self.ring.cap as u64 || self.tail % LINE as u64 != 0 {
+                return Err(CorruptRecord(format!(
+                    "ring counters out of range (head {}, tail {})",
+                    self.head, self.tail
+                )));
+            }
+            let at = self.ring.data(self.tail);
+            // SAFETY: the producer published at least one line at `tail` (avail > 0 and
+            // records are whole lines); `at` is 64-byte aligned.
+            let (len, flags, total) = unsafe {
+                (
+                    (at as *const u32).read() as usize,
+                    (at.add(4) as *const u32).read(),
+                    (at.add(8) as *const u64).read(),
+                )
+            };
+            if flags == PAD {
+                self.tail += contiguous as u64;
+                continue;
+            }
+            if flags & !(FIRST | MORE) != 0 {
+                return Err(CorruptRecord(format!(
+                    "record flags {flags:#x} are unknown"
+                )));
+            }
+            if len > self.max_chunk {
+                return Err(CorruptRecord(format!(
+                    "record of {len} bytes exceeds the {}-byte chunk limit",
+                    self.max_chunk
+                )));
+            }
+            let bytes = record_bytes(len);
+            if bytes > contiguous || bytes as u64 > avail {
+                return Err(CorruptRecord(format!(
+                    "record of {len} bytes at {off:#x} runs past the published data"
+                )));
+            }
+            // SAFETY: the payload lies inside the record, checked above.
+            let payload = unsafe { at.add(payload_offset(len)) };
+            return Ok(Some(Record {
+                len,
+                first: flags & FIRST != 0,
+                more: flags & MORE != 0,
+                total,
+                payload,
+                bytes,
+            }));
+        }
+    }
+
+    /// Copies the record's payload to `dst`.
+    ///
+    /// # Safety
+    /// `dst` must be valid for `rec.len` writes, and `rec` must be the record returned by
+    /// the last `peek` (not yet popped).
+    pub unsafe fn copy_out(&self, rec: &Record, dst: *mut u8) {
+        // SAFETY: forwarded; the payload is published and not reused until `pop`.
+        unsafe { copy_bytes(dst, rec.payload, rec.len) }
+    }
+
+    /// Releases the record to the producer.
+    pub fn pop(&mut self, rec: &Record) {
+        self.tail += rec.bytes as u64;
+        self.ring.word64(TAIL).store(self.tail, Ordering::Release);
+        wake(self.ring.producer_wait());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    struct Mem(Vec<u64>);
+
+    fn ring(cap: usize) -> (Mem, RingMem) {
+        let mut m = Mem(vec![0u64; RingMem::footprint(cap) / 8]);
+        // SAFETY: the vector has footprint(cap) bytes and outlives the ring in each test.
+        let r = unsafe { RingMem::new(m.0.as_mut_ptr() as *mut u8, cap) };
+        (m, r)
+    }
+
+    #[test]
+    fn record_sizes_keep_lines_whole() {
+        assert_eq!(record_bytes(0), 64);
+        assert_eq!(record_bytes(48), 64);
+        assert_eq!(record_bytes(49), 128);
+        assert_eq!(record_bytes(64), 128);
+        assert_eq!(record_bytes(65), 192);
+    }
+
+    #[test]
+    fn records_round_trip_across_wraps_in_order() {
+        let (_m, r) = ring(4096);
+        let mut p = Producer::new(r, 1024);
+        let mut c = Consumer::new(r, 1024);
+        let mut next_in = 0u32;
+        let mut next_out = 0u32;
+        for round in 0..2000usize {
+            let len = (round * 37) % 1025;
+            let msg: Vec<u8> = (0..len).map(|i| (i as u32 ^ next_in) as u8).collect();
+            while !p.try_push(&msg, true, false, len as u64) {
+                let rec = c.peek().unwrap().expect("ring full means data is there");
+                let mut out = vec![0u8; rec.len];
+                // SAFETY: `out` has rec.len bytes.
+                unsafe { c.copy_out(&rec, out.as_mut_ptr()) };
+                assert!(rec.first && !rec.more);
+                assert_eq!(rec.total as usize, rec.len);
+                assert!(out
+                    .iter()
+                    .enumerate()
+                    .all(|(i, &b)| b == (i as u32 ^ next_out) as u8));
+                c.pop(&rec);
+                next_out += 1;
+            }
+            next_in += 1;
+        }
+        while let Some(rec) = c.peek().unwrap() {
+            c.pop(&rec);
+            next_out += 1;
+        }
+        assert_eq!(next_in, next_out);
+    }
+
+    #[test]
+    fn corrupt_header_is_reported_not_copied() {
+        let (m, r) = ring(4096);
+        let mut p = Producer::new(r, 1024);
+        assert!(p.try_push(b"hello", true, false, 5));
+        // Overwrite the length with something past the chunk limit.
+        let base = m.0.as_ptr() as *mut u8;
+        // SAFETY: the first record header lies at CTL_BYTES in the test buffer.
+        unsafe { (base.add(CTL_BYTES) as *mut u32).write(1 << 30) };
+        let mut c = Consumer::new(r, 1024);
+        let e = c.peek().unwrap_err();
+        assert!(e.0.contains("exceeds the 1024-byte chunk limit"), "{e:?}");
+    }
+}

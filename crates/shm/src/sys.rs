@@ -1,0 +1,239 @@
+//! The few Linux calls the shm backend needs that std does not wrap: memfd with seals,
+//! futex wait/wake on shared memory, file descriptors over a Unix socket (`SCM_RIGHTS`),
+//! the peer's credentials and a hang-up probe. All raw FFI of the crate lives here.
+
+use std::fs::File;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::AtomicU32;
+use std::time::Duration;
+
+/// Creates a sealed-size memfd of `len` bytes named `name` (visible only in
+/// `/proc/*/maps` and `/proc/*/fd`, never in a file-system namespace).
+pub fn memfd(name: &str, len: usize) -> io::Result<File> {
+    let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
+    // SAFETY: `cname` is a valid NUL-terminated string; flags are valid memfd flags.
+    let fd =
+        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len as u64)?;
+    // The size can never change again: a peer cannot shrink the object under our mapping
+    // (which would turn our next access into SIGBUS).
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on an fd we own with a valid command and argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(file)
+}
+
+/// True if the memfd carries the shrink seal (so mapping `len` bytes of it is safe forever).
+pub fn is_size_sealed(file: &File) -> bool {
+    // SAFETY: fcntl(F_GET_SEALS) on a valid fd has no memory effects.
+    let seals = unsafe { libc::fcntl(file.as_raw_fd(), libc::F_GET_SEALS) };
+    seals >= 0 && seals & libc::F_SEAL_SHRINK != 0
+}
+
+/// Sleeps while `*word == expected`, at most `timeout`. Spurious returns are allowed.
+pub fn futex_wait(word: &AtomicU32, expected: u32, timeout: Duration) {
+    let ts = libc::timespec {
+        tv_sec: timeout.as_secs() as libc::time_t,
+        tv_nsec: timeout.subsec_nanos() as libc::c_long,
+    };
+    // SAFETY: `word` is a valid, aligned u32 for the duration of the call; the shared (not
+    // PRIVATE) futex op is required because the word lives in memory shared between
+    // processes. Errors (EAGAIN, ETIMEDOUT, EINTR) all mean "re-check the condition".
+    unsafe {
+        libc::syscall(
+            libc::SYS_futex,
+            word.as_ptr(),
+            libc::FUTEX_WAIT,
+            expected,
+            &ts as *const libc::timespec,
+        );
+    }
+}
+
+/// Wakes every thread (of any process) sleeping on `word`.
+pub fn futex_wake(word: &AtomicU32) {
+    // SAFETY: `word` is a valid aligned u32; FUTEX_WAKE only reads its address.
+    unsafe {
+        libc::syscall(libc::SYS_futex, word.as_ptr(), libc::FUTEX_WAKE, i32::MAX);
+    }
+}
+
+/// Sends `data` and, if given, one file descriptor over a Unix stream socket.
+pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
+    let mut sent = 0usize;
+    while sent < data.len() {
+        let rest = &data[sent..];
+        let mut iov = libc::iovec {
+            iov_base: rest.as_ptr() as *mut libc::c_void,
+            iov_len: rest.len(),
+        };
+        // u64 storage keeps the control buffer aligned for cmsghdr.
+        let mut cbuf = [0u64; 8];
+        // SAFETY: an all-zero msghdr is a valid "no name, no control" header.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        // The descriptor goes with the first byte only.
+        if let (Some(fd), 0) = (fd, sent) {
+            // SAFETY: CMSG_SPACE is a pure size computation.
+            let space = unsafe { libc::CMSG_SPACE(std::mem::size_of::<RawFd>() as u32) } as usize;
+            assert!(space <= std::mem::size_of_val(&cbuf));
+            msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+            msg.msg_controllen = space;
+            // SAFETY: msg_control points at `space` writable, aligned bytes, so
+            // CMSG_FIRSTHDR is non-null and the header and its data fit inside `cbuf`.
+            unsafe {
+                let c = libc::CMSG_FIRSTHDR(&msg);
+                (*c).cmsg_level = libc::SOL_SOCKET;
+                (*c).cmsg_type = libc::SCM_RIGHTS;
+                (*c).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<RawFd>() as u32) as usize;
+                std::ptr::write_unaligned(libc::CMSG_DATA(c) as *mut RawFd, fd);
+            }
+        }
+        // SAFETY: `msg` points at live buffers set up above; MSG_NOSIGNAL avoids SIGPIPE.
+        let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        sent += n as usize;
+    }
+    Ok(())
+}
+
+/// Receives exactly `buf.len()` bytes and the descriptors that came with them.
+/// `nonblocking`: return `Ok(false)` if no byte is available right now.
+pub fn recv_with_fds(
+    sock: RawFd,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    nonblocking: bool,
+) -> io::Result<bool> {
+    let mut got = 0usize;
+    while got < buf.len() {
+        let mut iov = libc::iovec {
+            iov_base: buf[got..].as_mut_ptr() as *mut libc::c_void,
+            iov_len: buf.len() - got,
+        };
+        let mut cbuf = [0u64; 32];
+        // SAFETY: an all-zero msghdr is valid; we fill iov and control below.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = cbuf.as_mut_ptr() as *mut libc::c_void;
+        msg.msg_controllen = std::mem::size_of_val(&cbuf);
+        let flags = libc::MSG_CMSG_CLOEXEC
+            | if nonblocking && got == 0 {
+                libc::MSG_DONTWAIT
+            } else {
+                0
+            };
+        // SAFETY: `msg` describes live, writable buffers.
+        let n = unsafe { libc::recvmsg(sock, &mut msg, flags) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.kind() {
+                io::ErrorKind::Interrupted => continue,
+                io::ErrorKind::WouldBlock if got == 0 && nonblocking => return Ok(false),
+                _ => return Err(e),
+            }
+        }
+        if n == 0 {
+            return Err(io::Error::new(
+                io::ErrorKind::UnexpectedEof,
+                "peer closed the control socket",
+            ));
+        }
+        got += n as usize;
+        // SAFETY: the kernel filled `msg_controllen` bytes of `cbuf` with cmsg records;
+        // the CMSG_* macros walk them within that length.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                    let data = libc::CMSG_DATA(c);
+                    let count =
+                        ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / std::mem::size_of::<RawFd>();
+                    for i in 0..count {
+                        let fd = std::ptr::read_unaligned((data as *const RawFd).add(i));
+                        fds.push(OwnedFd::from_raw_fd(fd));
+                    }
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+    }
+    Ok(true)
+}
+
+/// The user id of the process at the other end of a Unix socket.
+pub fn peer_uid(sock: RawFd) -> io::Result<u32> {
+    // SAFETY: an all-zero ucred is valid; getsockopt writes at most `len` bytes into it.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: valid fd, option and out-pointers of the right size.
+    let r = unsafe {
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            &mut cred as *mut libc::ucred as *mut libc::c_void,
+            &mut len,
+        )
+    };
+    if r < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+/// This process's effective user id.
+pub fn euid() -> u32 {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() }
+}
+
+/// True if the peer of socket `sock` has closed it or died (hang-up pending).
+pub fn hung_up(sock: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd: sock,
+        events: libc::POLLRDHUP,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd, zero timeout.
+    let n = unsafe { libc::poll(&mut p, 1, 0) };
+    n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
+}
+
+/// Waits until `sock` is readable (or hung up), at most `timeout`. Returns false on timeout.
+pub fn wait_readable(sock: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
+    let ms = timeout.map_or(-1, |t| t.as_millis().min(i32::MAX as u128) as i32);
+    let mut p = libc::pollfd {
+        fd: sock,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    loop {
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut p, 1, ms) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        return Ok(n > 0);
+    }
+}
