@@ -839,6 +839,17 @@ impl Endpoint for ShmEndpoint {
     fn fence_signal(&self, local: Option<(u64, u64)>, remote: Option<(u64, u64)>) -> Result<()> {
         self.check_not_gone()?;
         // Check both targets before storing either, so a bad argument stores nothing.
+        // Windows start on page boundaries, so offset alignment is address alignment.
+        for (side, target) in [("local", local), ("remote", remote)] {
+            if let Some((off, _)) = target {
+                if off % 8 != 0 {
+                    return Err(Error::invalid(
+                        "fence_signal",
+                        format!("{side} signal offset {off:#x} is not 8-byte aligned"),
+                    ));
+                }
+            }
+        }
         let local_view = match local {
             Some((off, _)) => {
                 let w = self.local_find(off, 8)?;
