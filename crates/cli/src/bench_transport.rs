@@ -1,33 +1,223 @@
-//! `accio bench transport` (to be written).
+//! `accio bench transport`: latency, streaming and RMA bandwidth, connection and
+//! registration cost of each backend, between this process and a peer process (this same
+//! executable, started with the hidden `__transport-peer` subcommand).
+
+use std::ffi::OsString;
+
+use anyhow::Context as _;
+
+use accio_bench::model::Recorder;
+use accio_bench::transport::{self, Options, PeerCommand, PeerConfig};
 
 use crate::common::CommonArgs;
+
+/// The hidden subcommand that runs the peer (declared in `main.rs`).
+const PEER_SUBCOMMAND: &str = "__transport-peer";
 
 /// Arguments of `accio bench transport`.
 #[derive(clap::Args, Debug)]
 pub struct TransportArgs {
     #[command(flatten)]
     common: CommonArgs,
+    /// Samples per figure: latency batches, streaming and RMA passes, memcpy batches
+    /// [default: 11 latency batches and 5 passes; with --quick 5 and 3].
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    repetitions: Option<u32>,
+    /// Do not pin the bench and its peer process to different CPUs.
+    #[arg(long)]
+    no_pin: bool,
 }
 
 impl TransportArgs {
     /// The quick variant run by plain `accio bench`.
     pub fn default_suite(common: &CommonArgs) -> TransportArgs {
         TransportArgs {
-            common: common.clone(),
+            common: CommonArgs {
+                quick: true,
+                ..common.clone()
+            },
+            repetitions: None,
+            no_pin: false,
+        }
+    }
+
+    /// The library options these arguments stand for, starting peers with `peer`.
+    fn options(&self, peer: PeerCommand) -> Options {
+        let mut o = Options::new(peer);
+        if let Some(b) = &self.common.backend {
+            o.backends = b.clone();
+        }
+        o.sizes = self.common.sizes.as_ref().map(|s| s.0.clone());
+        o.quick = self.common.quick;
+        o.repetitions = self.repetitions.map(|r| r as usize);
+        o.pin = !self.no_pin;
+        o
+    }
+}
+
+/// Arguments of the hidden peer process (written by [`PeerConfig::to_args`]).
+#[derive(clap::Args, Debug)]
+pub struct PeerArgs {
+    /// The bench's listening address to connect to.
+    #[arg(long)]
+    addr: String,
+    /// CPU to pin the peer to.
+    #[arg(long)]
+    cpu: Option<usize>,
+    /// The bench's pid; the peer refuses to run under another parent.
+    #[arg(long)]
+    parent: Option<u32>,
+}
+
+impl From<PeerArgs> for PeerConfig {
+    fn from(a: PeerArgs) -> PeerConfig {
+        PeerConfig {
+            addr: a.addr,
+            cpu: a.cpu,
+            parent: a.parent,
         }
     }
 }
 
-/// Arguments of the hidden peer process.
-#[derive(clap::Args, Debug)]
-pub struct PeerArgs {}
-
-/// Runs the transport bench.
-pub fn run(_args: TransportArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio bench transport is not written yet")
+/// Runs the transport bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
+pub fn run(args: TransportArgs) -> anyhow::Result<()> {
+    let program = std::env::current_exe()
+        .context("finding the accio executable to start the transport peer process")?;
+    let opts = args.options(PeerCommand {
+        program,
+        args: vec![OsString::from(PEER_SUBCOMMAND)],
+    });
+    let json = args.common.json.as_deref();
+    let mut rec = Recorder::new(json).with_context(|| match json {
+        Some(p) => format!("creating the results file {}", p.display()),
+        None => "creating the results".into(),
+    })?;
+    let result = transport::run(&opts, &mut rec, &mut |e| eprintln!("transport: {e}"));
+    // Tables of whatever was measured, also when the run failed part-way.
+    let tables = transport::render_tables(rec.report());
+    if !tables.is_empty() {
+        print!("\n{tables}");
+    }
+    let warnings = rec.report().warnings.len();
+    if warnings > 0 {
+        eprintln!("transport: {warnings} warning(s), listed above and in the report");
+    }
+    if let Some(p) = json {
+        eprintln!("transport: results written to {}", p.display());
+    }
+    result.context("accio bench transport")
 }
 
 /// Runs the peer side of the transport bench.
-pub fn run_peer(_args: PeerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not written yet")
+pub fn run_peer(args: PeerArgs) -> anyhow::Result<()> {
+    let cfg = PeerConfig::from(args);
+    transport::peer_main(&cfg)
+        .with_context(|| format!("transport peer process connected to {}", cfg.addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::{CommandFactory, Parser};
+
+    fn transport_args(argv: &[&str]) -> Result<TransportArgs, clap::Error> {
+        let cli = crate::Cli::try_parse_from(argv)?;
+        match cli.command {
+            crate::Command::Bench(crate::BenchArgs {
+                which: Some(crate::BenchCommand::Transport(a)),
+                ..
+            }) => Ok(a),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
+
+    fn peer() -> PeerCommand {
+        PeerCommand {
+            program: "accio".into(),
+            args: vec![PEER_SUBCOMMAND.into()],
+        }
+    }
+
+    #[test]
+    fn command_line_is_consistent() {
+        crate::Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn shared_flags_reach_the_options() {
+        let a = transport_args(&[
+            "accio",
+            "bench",
+            "transport",
+            "--backend",
+            "tcp,shm",
+            "--sizes",
+            "8,4K,2M",
+            "--quick",
+            "--json",
+            "out.json",
+            "--repetitions",
+            "4",
+        ])
+        .unwrap();
+        assert_eq!(
+            a.common.json.as_deref(),
+            Some(std::path::Path::new("out.json"))
+        );
+        let o = a.options(peer());
+        assert_eq!(o.backends, vec!["tcp", "shm"]);
+        assert_eq!(o.sizes, Some(vec![8, 4096, 2 << 20]));
+        assert!(o.quick && o.pin);
+        assert_eq!(o.repetitions, Some(4));
+        let d = transport_args(&["accio", "bench", "transport", "--no-pin"])
+            .unwrap()
+            .options(peer());
+        assert_eq!(d.backends, vec!["shm", "tcp"]);
+        assert!(d.sizes.is_none() && !d.quick && !d.pin);
+    }
+
+    #[test]
+    fn bad_backends_and_sizes_are_clear_errors() {
+        let e = transport_args(&["accio", "bench", "transport", "--backend", "shm,ib"])
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown backend \"ib\" (known: shm, tcp)"),
+            "{e}"
+        );
+        let e = transport_args(&["accio", "bench", "transport", "--sizes", "8,4Q"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("size \"4Q\" has unknown suffix \"Q\""), "{e}");
+        let e = transport_args(&["accio", "bench", "transport", "--repetitions", "0"])
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("--repetitions"), "{e}");
+    }
+
+    #[test]
+    fn default_suite_is_quick() {
+        let common = CommonArgs {
+            backend: Some(vec!["tcp".into()]),
+            ..CommonArgs::default()
+        };
+        let o = TransportArgs::default_suite(&common).options(peer());
+        assert!(o.quick && o.pin && o.repetitions.is_none());
+        assert_eq!(o.backends, vec!["tcp"]);
+    }
+
+    #[test]
+    fn peer_arguments_round_trip_through_the_hidden_subcommand() {
+        let cfg = PeerConfig {
+            addr: "tcp://127.0.0.1:4242".into(),
+            cpu: Some(1),
+            parent: Some(99),
+        };
+        let mut argv = vec!["accio".to_string(), PEER_SUBCOMMAND.to_string()];
+        argv.extend(cfg.to_args());
+        match crate::Cli::try_parse_from(&argv).unwrap().command {
+            crate::Command::TransportPeer(a) => assert_eq!(PeerConfig::from(a), cfg),
+            other => panic!("parsed as {other:?}"),
+        }
+    }
 }

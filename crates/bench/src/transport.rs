@@ -1,1 +1,0 @@
-//! Transport bench (to be written).

@@ -1,0 +1,393 @@
+//! Text rendering of transport figures: one table per backend, the connection and
+//! registration lines, and the one-line form used for progress.
+//!
+//! Everything here reads a [`Report`] (or one [`Figure`]), never the measurements
+//! themselves, so a table can be rebuilt from any saved JSON document.
+
+use crate::model::{Figure, Report, Unit};
+use crate::size::format_size;
+use crate::table::{fmt3, render};
+
+use super::{metric, BENCH};
+
+/// Registration and connection times quoted by seed 004 (R. Monnard, "Concurrent I/O from
+/// Xeon Phi accelerator cards", 2015) for Intel SCIF over PCIe, in microseconds: a
+/// reference point printed beside ours, not a ceiling.
+pub const SEED_004_REGISTER_US: &[(u64, f64)] =
+    &[(64 << 10, 2000.0), (512 << 10, 2880.0), (2 << 20, 4880.0)];
+/// Seed 004's connection times: SCIF 0.75 ms, sockets (ROOT `TSocket`) 2.23 ms.
+pub const SEED_004_CONNECT_US: (f64, f64) = (750.0, 2230.0);
+
+/// Like [`fmt3`], but values below 0.01 keep two significant digits instead of reading as
+/// `0.000` (an 8-byte stream over TCP moves about 0.001 GB/s).
+pub fn fmt_small(v: f64) -> String {
+    let a = v.abs();
+    if a >= 0.01 || a == 0.0 || !a.is_finite() {
+        return fmt3(v);
+    }
+    let decimals = (-a.log10()).ceil() as usize + 1;
+    format!("{v:.decimals$}")
+}
+
+/// `median (min–max)` with about three significant digits.
+pub fn med_range(f: &Figure) -> String {
+    let s = &f.summary;
+    format!(
+        "{} ({}–{})",
+        fmt_small(s.median),
+        fmt_small(s.min),
+        fmt_small(s.max)
+    )
+}
+
+fn size_of(f: &Figure) -> Option<u64> {
+    f.params.get("size").and_then(|v| v.as_u64())
+}
+
+/// One line for progress output: `shm stream_bw 2M: 9.81 GB/s (9.5–10.2), 0.82x memcpy 2M, 1 thread`.
+pub fn describe(f: &Figure) -> String {
+    let mut who = Vec::new();
+    let backend = f.param_str("backend");
+    if !backend.is_empty() {
+        who.push(backend);
+    }
+    who.push(f.metric.clone());
+    if let Some(s) = size_of(f) {
+        who.push(format_size(s));
+    }
+    let mut line = format!("{}: {} {}", who.join(" "), med_range(f), f.unit);
+    if let Some(c) = &f.ceiling {
+        if let Some(r) = c.ratio {
+            line.push_str(&format!(", {}x {}", fmt_small(r), c.name));
+        }
+    }
+    line
+}
+
+/// Measurement hazards a figure shows, as advice for the reader: a bandwidth above its
+/// memcpy ceiling, or (for the per-size figures) samples spread wider than half the median.
+/// Connection and registration samples are not judged by spread: every registration is cold
+/// by design, so a slow first touch now and then is part of what they measure.
+pub fn hazards(f: &Figure) -> Vec<String> {
+    let mut w = Vec::new();
+    let what = describe(f);
+    if let Some(c) = &f.ceiling {
+        if matches!(f.unit, Unit::GBps) && c.ratio.is_some_and(|r| r > 1.1) {
+            w.push(format!(
+                "{what}: above its ceiling ({}); the ceiling's core was probably busy \
+                 when it was measured — rerun on a quiet machine",
+                c.name
+            ));
+        }
+    }
+    let steady = [
+        metric::LATENCY,
+        metric::STREAM_BW,
+        metric::RMA_WRITE_BW,
+        metric::MEMCPY,
+    ]
+    .contains(&f.metric.as_str());
+    let spread = f.summary.spread();
+    if steady && f.summary.n >= 3 && spread > 0.5 {
+        w.push(format!(
+            "{what}: noisy, (max-min)/median = {}; rerun when the machine is quiet or with \
+             more --repetitions",
+            fmt3(spread)
+        ));
+    }
+    w
+}
+
+fn find<'a>(r: &'a Report, m: &'a str, backend: Option<&str>, size: u64) -> Option<&'a Figure> {
+    r.select(BENCH, m).find(|f| {
+        size_of(f) == Some(size)
+            && match backend {
+                Some(b) => f.param_str("backend") == b,
+                None => true,
+            }
+    })
+}
+
+fn cell(f: Option<&Figure>) -> String {
+    f.map_or_else(|| "-".to_string(), med_range)
+}
+
+fn ratio_cell(f: Option<&Figure>) -> String {
+    f.and_then(|f| f.ceiling.as_ref())
+        .and_then(|c| c.ratio)
+        .map_or_else(|| "-".to_string(), |r| format!("{}x", fmt_small(r)))
+}
+
+/// Backends with transport figures, in the order they were measured.
+fn backends(r: &Report) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for f in r.figures.iter().filter(|f| f.bench == BENCH) {
+        let b = f.param_str("backend");
+        if !b.is_empty() && !v.contains(&b) {
+            v.push(b);
+        }
+    }
+    v
+}
+
+/// Renders every transport figure of `report`: per backend a table by message size, the
+/// connection time, and a registration table beside seed 004's SCIF figures.
+pub fn render_tables(report: &Report) -> String {
+    let mut out = String::new();
+    for b in backends(report) {
+        let b = b.as_str();
+        let mut sizes: Vec<u64> = Vec::new();
+        for m in [metric::LATENCY, metric::STREAM_BW, metric::RMA_WRITE_BW] {
+            for f in report.select(BENCH, m) {
+                if let Some(s) = size_of(f).filter(|_| f.param_str("backend") == b) {
+                    if !sizes.contains(&s) {
+                        sizes.push(s);
+                    }
+                }
+            }
+        }
+        sizes.sort_unstable();
+        if !sizes.is_empty() {
+            let rows: Vec<Vec<String>> = sizes
+                .iter()
+                .map(|&s| {
+                    let stream = find(report, metric::STREAM_BW, Some(b), s);
+                    let rma = find(report, metric::RMA_WRITE_BW, Some(b), s);
+                    vec![
+                        format_size(s),
+                        cell(find(report, metric::LATENCY, Some(b), s)),
+                        cell(stream),
+                        ratio_cell(stream),
+                        cell(rma),
+                        ratio_cell(rma),
+                        cell(
+                            find(report, metric::MEMCPY, Some(b), s)
+                                .or_else(|| find(report, metric::MEMCPY, None, s)),
+                        ),
+                    ]
+                })
+                .collect();
+            out.push_str(&format!(
+                "{b}: median (min–max); latency is one-way (half the round trip)\n"
+            ));
+            out.push_str(&render(
+                &[
+                    "size",
+                    "latency us",
+                    "stream GB/s",
+                    "xmemcpy",
+                    "RMA write GB/s",
+                    "xmemcpy",
+                    "memcpy GB/s",
+                ],
+                &rows,
+            ));
+        }
+        if let Some(c) = report
+            .select(BENCH, metric::CONNECT)
+            .find(|f| f.param_str("backend") == b)
+        {
+            out.push_str(&format!(
+                "{b} connect: {} us  (seed 004: SCIF {} us, sockets {} us)\n",
+                med_range(c),
+                fmt3(SEED_004_CONNECT_US.0),
+                fmt3(SEED_004_CONNECT_US.1)
+            ));
+        }
+        let reg: Vec<&Figure> = report
+            .select(BENCH, metric::REGISTER)
+            .filter(|f| f.param_str("backend") == b)
+            .collect();
+        if !reg.is_empty() {
+            let rows: Vec<Vec<String>> = reg
+                .iter()
+                .map(|f| {
+                    let s = size_of(f).unwrap_or(0);
+                    let seed = SEED_004_REGISTER_US
+                        .iter()
+                        .find(|(z, _)| *z == s)
+                        .map_or_else(|| "-".to_string(), |(_, us)| fmt3(*us));
+                    vec![
+                        format_size(s),
+                        med_range(f),
+                        cell(find(report, metric::UNREGISTER, Some(b), s)),
+                        seed,
+                    ]
+                })
+                .collect();
+            out.push_str(&render(
+                &[
+                    "window",
+                    "register us",
+                    "unregister us",
+                    "SCIF register us (seed 004)",
+                ],
+                &rows,
+            ));
+        }
+        out.push('\n');
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::CeilingSource;
+
+    fn fig(metric: &str, unit: Unit, backend: Option<&str>, size: u64, s: &[f64]) -> Figure {
+        let f = Figure::new(BENCH, metric, unit, s.to_vec())
+            .unwrap()
+            .param("size", size);
+        match backend {
+            Some(b) => f.param("backend", b),
+            None => f,
+        }
+    }
+
+    fn report() -> Report {
+        let mut r = Report::new();
+        r.figures = vec![
+            fig(
+                metric::MEMCPY,
+                Unit::GBps,
+                None,
+                2 << 20,
+                &[10.0, 12.0, 11.0],
+            ),
+            fig(
+                metric::LATENCY,
+                Unit::Micros,
+                Some("shm"),
+                2 << 20,
+                &[150.0, 160.0, 170.0],
+            ),
+            fig(
+                metric::STREAM_BW,
+                Unit::GBps,
+                Some("shm"),
+                2 << 20,
+                &[8.0, 9.0, 10.0],
+            )
+            .ceiling("memcpy 2M, 1 thread", 11.0, CeilingSource::Measured),
+            fig(
+                metric::LATENCY,
+                Unit::Micros,
+                Some("shm"),
+                8,
+                &[0.5, 0.4, 0.6],
+            ),
+            fig(
+                metric::CONNECT,
+                Unit::Micros,
+                Some("shm"),
+                0,
+                &[50.0, 60.0, 70.0],
+            ),
+            fig(
+                metric::REGISTER,
+                Unit::Micros,
+                Some("shm"),
+                64 << 10,
+                &[20.0, 30.0, 25.0],
+            ),
+            fig(
+                metric::UNREGISTER,
+                Unit::Micros,
+                Some("shm"),
+                64 << 10,
+                &[5.0],
+            ),
+            fig(
+                metric::LATENCY,
+                Unit::Micros,
+                Some("tcp"),
+                8,
+                &[20.0, 30.0, 25.0],
+            ),
+        ];
+        r
+    }
+
+    #[test]
+    fn tables_are_built_per_backend_from_figures() {
+        let t = render_tables(&report());
+        // Column widths depend on every row; compare the structure, not the padding.
+        let first: Vec<&str> = t.lines().take(2).collect();
+        assert_eq!(
+            first[0],
+            "shm: median (min–max); latency is one-way (half the round trip)"
+        );
+        assert!(first[1].starts_with("size  latency us"));
+        let row_2m = t.lines().find(|l| l.starts_with("2M")).unwrap();
+        let cells: Vec<&str> = row_2m
+            .split("  ")
+            .filter(|c| !c.trim().is_empty())
+            .collect();
+        assert_eq!(
+            cells.iter().map(|c| c.trim()).collect::<Vec<_>>(),
+            [
+                "2M",
+                "160 (150–170)",
+                "9.00 (8.00–10.0)",
+                "0.818x",
+                "-",
+                "-",
+                "11.0 (10.0–12.0)"
+            ]
+        );
+        assert!(t.contains("shm connect: 60.0 (50.0–70.0) us  (seed 004: SCIF 750 us"));
+        let reg = t.lines().find(|l| l.starts_with("64K")).unwrap();
+        assert!(reg.contains("25.0 (20.0–30.0)") && reg.contains("5.00 (5.00–5.00)"));
+        assert!(reg.trim_end().ends_with("2000"));
+        // tcp comes second and has its own table.
+        let tcp = t.find("tcp: median").unwrap();
+        assert!(tcp > t.find("shm: median").unwrap());
+        assert!(t[tcp..].contains("25.0 (20.0–30.0)"));
+    }
+
+    #[test]
+    fn small_values_keep_two_significant_digits() {
+        assert_eq!(fmt_small(0.00052), "0.00052");
+        assert_eq!(fmt_small(0.0012), "0.0012");
+        assert_eq!(fmt_small(0.012), "0.012");
+        assert_eq!(fmt_small(0.0), "0");
+        assert_eq!(fmt_small(12.34), "12.3");
+    }
+
+    #[test]
+    fn describe_and_hazards() {
+        let f = fig(
+            metric::STREAM_BW,
+            Unit::GBps,
+            Some("tcp"),
+            4096,
+            &[1.0, 2.0, 4.0],
+        )
+        .ceiling("memcpy 4K, 1 thread", 1.5, CeilingSource::Measured);
+        assert_eq!(
+            describe(&f),
+            "tcp stream_bw 4K: 2.00 (1.00–4.00) GB/s, 1.33x memcpy 4K, 1 thread"
+        );
+        let h = hazards(&f);
+        assert_eq!(h.len(), 2);
+        assert!(h[0].contains("above its ceiling") && h[1].contains("noisy"));
+        let calm = fig(
+            metric::LATENCY,
+            Unit::Micros,
+            Some("tcp"),
+            8,
+            &[1.0, 1.1, 1.2],
+        )
+        .ceiling("one memcpy of 8, 1 thread", 0.01, CeilingSource::Measured);
+        assert!(hazards(&calm).is_empty());
+        let cold = fig(
+            metric::REGISTER,
+            Unit::Micros,
+            Some("tcp"),
+            4096,
+            &[1.0, 1.0, 9.0],
+        );
+        assert!(hazards(&cold).is_empty());
+    }
+}
