@@ -126,11 +126,13 @@ impl Figure {
     /// Attaches a ceiling and computes the ratio (see [`Ceiling::ratio`]).
     pub fn ceiling(mut self, name: impl Into<String>, value: f64, source: CeilingSource) -> Figure {
         let higher_is_better = matches!(self.unit, Unit::GBps | Unit::MopsPerSec);
-        let ratio = match (higher_is_better, value, self.summary.median) {
-            (_, v, _) if v == 0.0 => None,
-            (true, v, m) => Some(m / v),
-            (false, _, m) if m == 0.0 => None,
-            (false, v, m) => Some(v / m),
+        let median = self.summary.median;
+        let ratio = if value == 0.0 || (!higher_is_better && median == 0.0) {
+            None
+        } else if higher_is_better {
+            Some(median / value)
+        } else {
+            Some(value / median)
         };
         self.ceiling = Some(Ceiling {
             name: name.into(),

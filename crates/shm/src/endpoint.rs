@@ -143,7 +143,7 @@ impl ShmListener {
                 "link segment is not size-sealed or too small",
             ));
         }
-        let region = Arc::new(Region::shared(&file, len, true, "shm link segment")?);
+        let region = Arc::new(Region::shared(&file, len, false, "shm link segment")?);
         // SAFETY: the region maps `len` bytes and lives in the endpoint as long as the link.
         let link =
             unsafe { Link::open(region.as_ptr(), len) }.map_err(|r| Error::protocol(&what, r))?;
@@ -255,7 +255,7 @@ impl ShmEndpoint {
         let len = geo.segment_bytes();
         let file = sys::memfd(&format!("accio-link-{name}"), len)
             .map_err(|e| Error::io("memfd_create", &*what, e))?;
-        let region = Arc::new(Region::shared(&file, len, true, "shm link segment")?);
+        let region = Arc::new(Region::shared(&file, len, false, "shm link segment")?);
         // SAFETY: the fresh memfd mapping is zeroed, `len` bytes, kept in the endpoint.
         let link = unsafe { Link::init(region.as_ptr(), geo) };
         let mut hello = [0u8; 16];
