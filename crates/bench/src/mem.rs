@@ -3,10 +3,22 @@
 //! Figures are bytes *copied* per second; the memory traffic is twice that (read + write).
 //! Buffers are page-aligned and touched before timing (fresh memory is slow to fault in on
 //! VMs, see `MACHINE_NOTES.md`), so the figures are steady-state copy speed.
+//!
+//! [`memcpy_gbps`] is one thread; [`memcpy_threads_gbps`] runs N threads, each copying
+//! between its own source and destination, released together by a barrier, and reports
+//! total bytes / (last finish − first start). [`MemBench`] sweeps thread counts and buffer
+//! sizes from in-cache (64 KiB) to DRAM (256 MiB) for `accio bench mem`; `bench fs` calls
+//! [`memcpy_threads_gbps`] for the ceilings of memory-backed file systems.
 
+use std::io;
+use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use accio::{copy_bytes, Region};
+
+use crate::model::{Figure, Recorder, Report, Unit};
+use crate::size::format_size;
+use crate::table::{fmt3, render};
 
 /// Single-thread copy bandwidth of `size`-byte copies in GB/s (10^9 B/s): `samples` batches,
 /// each running for about `batch` of wall time. Uses the same copy routine as accio's data
@@ -45,4 +57,323 @@ pub fn memcpy_gbps(size: usize, samples: usize, batch: Duration) -> Vec<f64> {
             (size * iters) as f64 / t.elapsed().as_secs_f64() / 1e9
         })
         .collect()
+}
+
+/// 1, 2, 4, ... doubling below the number of online CPUs, then that number itself.
+pub fn default_threads() -> Vec<usize> {
+    let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let mut v: Vec<usize> = std::iter::successors(Some(1usize), |t| Some(t * 2))
+        .take_while(|&t| t < n)
+        .collect();
+    v.push(n);
+    v
+}
+
+/// One thread's source and destination, page-aligned, written once so that every page is
+/// faulted in before any timing.
+struct Pair {
+    src: Region,
+    dst: Region,
+    size: usize,
+}
+
+impl Pair {
+    fn new(size: usize) -> io::Result<Pair> {
+        let map = |what: &str| {
+            Region::anonymous(size)
+                .map_err(|e| io::Error::other(format!("mapping a {size}-byte memcpy {what}: {e}")))
+        };
+        let p = Pair {
+            src: map("source")?,
+            dst: map("destination")?,
+            size,
+        };
+        // SAFETY: writing a fresh private mapping of `size` bytes that nothing else uses.
+        unsafe { std::ptr::write_bytes(p.src.as_ptr(), 0x5a, size) };
+        p.copy();
+        Ok(p)
+    }
+
+    fn copy(&self) {
+        // SAFETY: both regions are `size` bytes and distinct mappings owned by this pair.
+        unsafe { copy_bytes(self.dst.as_ptr(), self.src.as_ptr(), self.size) };
+        std::hint::black_box(&self.dst);
+    }
+}
+
+/// Copies per batch so that one thread spends about `batch` copying `pair`.
+fn calibrate(pair: &Pair, batch: Duration) -> usize {
+    let mut iters = 1usize;
+    loop {
+        let t = Instant::now();
+        for _ in 0..iters {
+            pair.copy();
+        }
+        let e = t.elapsed();
+        if e >= batch / 4 || iters >= 1 << 24 {
+            let scale = batch.as_secs_f64() / e.as_secs_f64().max(1e-9);
+            return ((iters as f64 * scale) as usize).clamp(1, 1 << 26);
+        }
+        iters *= 2;
+    }
+}
+
+/// Aggregate copy bandwidth of `threads` threads in GB/s (10^9 bytes copied per second),
+/// `samples` times. Each thread copies `size` bytes between its own page-aligned,
+/// pre-faulted buffers the same number of times (calibrated so one thread takes about
+/// `batch`); all start at a barrier, and a sample is total bytes / (last finish − first
+/// start), never the sum of per-thread rates. With one thread this measures what
+/// [`memcpy_gbps`] measures.
+pub fn memcpy_threads_gbps(
+    size: usize,
+    threads: usize,
+    samples: usize,
+    batch: Duration,
+) -> io::Result<Vec<f64>> {
+    let (size, threads, samples) = (size.max(1), threads.max(1), samples.max(1));
+    let pairs = (0..threads)
+        .map(|_| Pair::new(size))
+        .collect::<io::Result<Vec<_>>>()?;
+    let iters = calibrate(&pairs[0], batch);
+    let barrier = Barrier::new(threads);
+    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = pairs
+            .iter()
+            .map(|p| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    (0..samples)
+                        .map(|_| {
+                            barrier.wait();
+                            let t0 = Instant::now();
+                            for _ in 0..iters {
+                                p.copy();
+                            }
+                            (t0, Instant::now())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("memcpy thread panicked"))
+            .collect()
+    });
+    let bytes = (threads * iters * size) as f64;
+    Ok((0..samples)
+        .map(|k| {
+            let start = spans.iter().map(|v| v[k].0).min().expect("threads >= 1");
+            let end = spans.iter().map(|v| v[k].1).max().expect("threads >= 1");
+            bytes / end.duration_since(start).as_secs_f64().max(1e-9) / 1e9
+        })
+        .collect())
+}
+
+/// Default buffer sizes of `accio bench mem`: 64 KiB (in L2) to 256 MiB (DRAM), x4 steps.
+pub const DEFAULT_SIZES: [u64; 7] = [
+    64 << 10,
+    256 << 10,
+    1 << 20,
+    4 << 20,
+    16 << 20,
+    64 << 20,
+    256 << 20,
+];
+/// Sizes of the quick variant.
+pub const QUICK_SIZES: [u64; 4] = [64 << 10, 1 << 20, 16 << 20, 256 << 20];
+
+/// `accio bench mem`: memcpy bandwidth by thread count and buffer size (a builder).
+#[derive(Clone, Debug)]
+pub struct MemBench {
+    threads: Vec<usize>,
+    sizes: Vec<u64>,
+    samples: usize,
+    batch: Duration,
+}
+
+impl Default for MemBench {
+    fn default() -> Self {
+        MemBench::new()
+    }
+}
+
+impl MemBench {
+    /// Defaults: [`default_threads`], [`DEFAULT_SIZES`], 5 samples of 50 ms.
+    pub fn new() -> MemBench {
+        MemBench {
+            threads: default_threads(),
+            sizes: DEFAULT_SIZES.to_vec(),
+            samples: 5,
+            batch: Duration::from_millis(50),
+        }
+    }
+
+    /// The quick variant: [`QUICK_SIZES`], 3 samples of 20 ms.
+    pub fn quick() -> MemBench {
+        MemBench {
+            sizes: QUICK_SIZES.to_vec(),
+            samples: 3,
+            batch: Duration::from_millis(20),
+            ..MemBench::new()
+        }
+    }
+
+    /// Thread counts (default [`default_threads`]).
+    pub fn threads(mut self, threads: &[usize]) -> MemBench {
+        let mut t: Vec<usize> = threads.iter().copied().filter(|&t| t > 0).collect();
+        t.sort_unstable();
+        t.dedup();
+        self.threads = t;
+        self
+    }
+
+    /// Bytes per copy (default [`DEFAULT_SIZES`]).
+    pub fn sizes(mut self, sizes: &[u64]) -> MemBench {
+        self.sizes = sizes.to_vec();
+        self
+    }
+
+    /// Samples per figure (default 5).
+    pub fn samples(mut self, n: usize) -> MemBench {
+        self.samples = n.max(1);
+        self
+    }
+
+    /// Approximate length of one sample (default 50 ms).
+    pub fn batch(mut self, d: Duration) -> MemBench {
+        self.batch = d;
+        self
+    }
+
+    /// Measures every size and thread count, pushing one `mem`/`memcpy` figure each.
+    /// Combinations whose buffers (2 x size x threads) would take more than half of
+    /// `MemAvailable` are skipped with a warning.
+    pub fn run(&self, rec: &mut Recorder, log: &mut dyn FnMut(&str)) -> io::Result<()> {
+        let avail = crate::fs::probe::mem_available();
+        for &size in &self.sizes {
+            for &n in &self.threads {
+                let need = 2 * size * n as u64;
+                if avail.is_some_and(|a| need > a / 2) {
+                    let w = format!(
+                        "mem: skipped {} x {n} threads: {} of buffers is more than half of \
+                         the available memory",
+                        format_size(size),
+                        crate::fs::probe::human_bytes(need)
+                    );
+                    log(&format!("warning: {w}"));
+                    rec.warn(w)?;
+                    continue;
+                }
+                let samples = memcpy_threads_gbps(size as usize, n, self.samples, self.batch)?;
+                let Some(fig) = Figure::new("mem", "memcpy", Unit::GBps, samples) else {
+                    continue;
+                };
+                let fig = fig.param("size", size).param("threads", n).method(
+                    "accio::copy_bytes between page-aligned pre-faulted buffers, one pair per \
+                     thread, barrier start; bytes copied per second (memory traffic is twice that)",
+                );
+                log(&format!(
+                    "mem: {} x {n} thread(s): {} GB/s",
+                    format_size(size),
+                    fmt3(fig.summary.median)
+                ));
+                if fig.summary.spread() > 0.25 {
+                    let w = format!(
+                        "mem {} x {n}: noisy, min-max spread {:.0}% of the median",
+                        format_size(size),
+                        fig.summary.spread() * 100.0
+                    );
+                    log(&format!("warning: {w}"));
+                    rec.warn(w)?;
+                }
+                rec.push(fig)?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The `mem` figures as a table: one row per size, one column per thread count, each cell
+/// `median (min–max)` in GB/s of bytes copied.
+pub fn mem_table(report: &Report) -> String {
+    let figs: Vec<&Figure> = report.select("mem", "memcpy").collect();
+    let num = |f: &Figure, k: &str| f.params.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
+    let mut sizes: Vec<u64> = figs.iter().map(|f| num(f, "size")).collect();
+    let mut threads: Vec<u64> = figs.iter().map(|f| num(f, "threads")).collect();
+    sizes.sort_unstable();
+    sizes.dedup();
+    threads.sort_unstable();
+    threads.dedup();
+    let headers: Vec<String> = std::iter::once("size".to_string())
+        .chain(
+            threads
+                .iter()
+                .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" })),
+        )
+        .collect();
+    let rows: Vec<Vec<String>> = sizes
+        .iter()
+        .map(|&s| {
+            std::iter::once(format_size(s))
+                .chain(threads.iter().map(|&t| {
+                    figs.iter()
+                        .rev()
+                        .find(|f| num(f, "size") == s && num(f, "threads") == t)
+                        .map_or("-".into(), |f| crate::fs::median_range(&f.summary))
+                }))
+                .collect()
+        })
+        .collect();
+    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+    let mut out = render(&h, &rows);
+    out.push_str(
+        "memcpy GB/s = 10^9 bytes copied per second, median (min–max); memory traffic is twice \
+         that (read + write)\n",
+    );
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_threads_double_up_to_the_cpu_count() {
+        let t = default_threads();
+        let n = std::thread::available_parallelism().map_or(1, |n| n.get());
+        assert_eq!(t[0], 1);
+        assert_eq!(*t.last().unwrap(), n);
+        assert!(t.windows(2).all(|w| w[1] > w[0] && w[1] <= 2 * w[0]));
+    }
+
+    #[test]
+    fn threaded_memcpy_gives_positive_samples() {
+        let v = memcpy_threads_gbps(64 << 10, 2, 3, Duration::from_millis(2)).unwrap();
+        assert_eq!(v.len(), 3);
+        assert!(v.iter().all(|&g| g > 0.01 && g.is_finite()), "{v:?}");
+    }
+
+    #[test]
+    fn mem_table_rows_are_sizes_and_columns_threads() {
+        let mut r = Report::new();
+        for (s, t, v) in [
+            (65536u64, 1usize, 10.0),
+            (65536, 2, 19.0),
+            (1 << 20, 1, 8.0),
+        ] {
+            r.figures.push(
+                Figure::new("mem", "memcpy", Unit::GBps, vec![v, v - 1.0, v + 1.0])
+                    .unwrap()
+                    .param("size", s)
+                    .param("threads", t),
+            );
+        }
+        let t = mem_table(&r);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(lines[0], "size  1 thread          2 threads");
+        assert_eq!(lines[2], "64K   10.0 (9.00–11.0)  19.0 (18.0–20.0)");
+        assert_eq!(lines[3], "1M    8.00 (7.00–9.00)                 -");
+        assert!(lines[4].contains("traffic is twice"));
+    }
 }

@@ -1,26 +1,166 @@
-//! `accio bench fs` and `accio bench mem` (to be written).
+//! `accio bench fs` and `accio bench mem`.
+//!
+//! Thin: parse flags, build an [`FsBench`] / [`MemBench`], print progress lines on stderr,
+//! tables on stdout, and turn unusable paths into a non-zero exit after the others were
+//! measured. The methodology lives in `accio_bench::fs` and `accio_bench::mem`.
+
+use std::path::PathBuf;
+
+use accio_bench::fs::{self, CacheDrop, Engine, FsBench, FsError, Mode};
+use accio_bench::mem::{self, MemBench};
+use accio_bench::model::Recorder;
+use accio_bench::size::parse_size;
+use anyhow::Context;
 
 use crate::common::CommonArgs;
+
+/// `--engine` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum EngineArg {
+    /// One pwrite/pread per record (fio's psync).
+    Psync,
+    /// io_uring with --iodepth records in flight per thread.
+    #[value(name = "io_uring", alias = "io-uring")]
+    IoUring,
+}
+
+/// `--drop` values.
+#[derive(clap::ValueEnum, Clone, Copy, Debug)]
+enum DropArg {
+    /// drop_caches when root, else posix_fadvise; O_DIRECT if pages stay cached.
+    Auto,
+    /// sync, then echo 3 > /proc/sys/vm/drop_caches (root).
+    DropCaches,
+    /// fsync + posix_fadvise(POSIX_FADV_DONTNEED) on each file.
+    Fadvise,
+    /// No drop: read with O_DIRECT.
+    Direct,
+}
 
 /// Arguments of `accio bench fs`.
 #[derive(clap::Args, Debug)]
 pub struct FsArgs {
+    /// Directories to measure, each on some file system. Test files go into
+    /// PATH/accio-bench-fs.PID/ and are removed afterwards, also on errors and Ctrl-C.
+    #[arg(value_name = "PATH", required = true)]
+    paths: Vec<PathBuf>,
+    /// Modes, comma-separated: write, write+sync, cold-read, re-read, and the opt-in
+    /// overwrite (same files, pages present) [default: the first four].
+    #[arg(long, value_delimiter = ',', value_parser = Mode::parse)]
+    modes: Option<Vec<Mode>>,
+    /// Thread counts, comma-separated; one file per thread [default: 1,2,4,... up to the
+    /// number of CPUs; with --quick: 1 and the number of CPUs].
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+    /// Bytes per file, i.e. per thread (K/M/G suffixes) [default: 128M; with --quick: 32M].
+    #[arg(long, value_parser = parse_size)]
+    file_size: Option<u64>,
+    /// Bytes per read/write call [default: 4M, as in Colfax's IOzone runs].
+    #[arg(long, value_parser = parse_size)]
+    record_size: Option<u64>,
+    /// Samples per figure; each figure quotes median, min and max [default: 3].
+    #[arg(long)]
+    repeats: Option<usize>,
+    /// Open every file with O_DIRECT (bypasses the page cache in every mode).
+    #[arg(long)]
+    direct: bool,
+    /// I/O engine.
+    #[arg(long, value_enum, default_value_t = EngineArg::Psync)]
+    engine: EngineArg,
+    /// Records in flight per thread with --engine io_uring.
+    #[arg(long, default_value_t = fs::DEFAULT_IODEPTH)]
+    iodepth: usize,
+    /// How to empty the page cache before cold reads (the method used is recorded).
+    #[arg(long = "drop", value_enum, default_value_t = DropArg::Auto)]
+    cache_drop: DropArg,
     #[command(flatten)]
     common: CommonArgs,
+    /// Directories this process created for the default suite, removed at the end.
+    #[arg(skip)]
+    remove_after: Vec<PathBuf>,
 }
 
 impl FsArgs {
-    /// The quick variant run by plain `accio bench` (a temporary directory and /dev/shm).
+    /// The quick variant run by plain `accio bench`: a fresh directory under the temporary
+    /// directory (removed afterwards) and /dev/shm.
     pub fn default_suite(common: &CommonArgs) -> anyhow::Result<FsArgs> {
+        let tmp = std::env::temp_dir().join(format!("accio-bench.{}", std::process::id()));
+        std::fs::create_dir_all(&tmp)
+            .with_context(|| format!("creating the temporary directory {}", tmp.display()))?;
+        let mut paths = vec![tmp.clone()];
+        let shm = PathBuf::from("/dev/shm");
+        if shm.is_dir() {
+            paths.push(shm);
+        }
         Ok(FsArgs {
-            common: common.clone(),
+            paths,
+            modes: None,
+            threads: None,
+            file_size: None,
+            record_size: None,
+            repeats: None,
+            direct: false,
+            engine: EngineArg::Psync,
+            iodepth: fs::DEFAULT_IODEPTH,
+            cache_drop: DropArg::Auto,
+            common: CommonArgs {
+                quick: true,
+                ..common.clone()
+            },
+            remove_after: vec![tmp],
         })
+    }
+
+    fn bench(&self) -> FsBench {
+        let quick = self.common.quick;
+        let threads = self.threads.clone().unwrap_or_else(|| {
+            let all = mem::default_threads();
+            if quick {
+                let mut q = vec![1, *all.last().expect("at least one")];
+                q.dedup();
+                q
+            } else {
+                all
+            }
+        });
+        FsBench::new(&self.paths)
+            .modes(self.modes.as_deref().unwrap_or(&Mode::DEFAULT))
+            .threads(&threads)
+            .file_size(self.file_size.unwrap_or(if quick {
+                32 << 20
+            } else {
+                fs::DEFAULT_FILE_SIZE
+            }))
+            .record_size(
+                self.record_size
+                    .map_or(fs::DEFAULT_RECORD_SIZE, |r| r as usize),
+            )
+            .repeats(self.repeats.unwrap_or(fs::DEFAULT_REPEATS))
+            .direct(self.direct)
+            .engine(match self.engine {
+                EngineArg::Psync => Engine::Psync,
+                EngineArg::IoUring => Engine::IoUring,
+            })
+            .iodepth(self.iodepth)
+            .cache_drop(match self.cache_drop {
+                DropArg::Auto => CacheDrop::Auto,
+                DropArg::DropCaches => CacheDrop::DropCaches,
+                DropArg::Fadvise => CacheDrop::Fadvise,
+                DropArg::Direct => CacheDrop::Direct,
+            })
     }
 }
 
 /// Arguments of `accio bench mem`.
 #[derive(clap::Args, Debug)]
 pub struct MemArgs {
+    /// Thread counts, comma-separated; each thread copies between its own buffers
+    /// [default: 1,2,4,... up to the number of CPUs].
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<usize>>,
+    /// Samples per figure [default: 5; with --quick: 3].
+    #[arg(long)]
+    samples: Option<usize>,
     #[command(flatten)]
     common: CommonArgs,
 }
@@ -29,17 +169,99 @@ impl MemArgs {
     /// The quick variant run by plain `accio bench`.
     pub fn default_suite(common: &CommonArgs) -> MemArgs {
         MemArgs {
-            common: common.clone(),
+            threads: None,
+            samples: None,
+            common: CommonArgs {
+                quick: true,
+                ..common.clone()
+            },
         }
     }
 }
 
+fn recorder(common: &CommonArgs) -> anyhow::Result<Recorder> {
+    Recorder::new(common.json.as_deref()).with_context(|| {
+        format!(
+            "opening the result file {}",
+            common.json.as_deref().unwrap_or("-".as_ref()).display()
+        )
+    })
+}
+
 /// Runs the file-system bench.
-pub fn run_fs(_args: FsArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio bench fs is not written yet")
+pub fn run_fs(args: FsArgs) -> anyhow::Result<()> {
+    fs::cancel::install_sigint_handler().context("installing the Ctrl-C handler")?;
+    if args.common.sizes.is_some() {
+        eprintln!("note: bench fs ignores --sizes; use --record-size and --file-size");
+    }
+    if args.common.backend.is_some() {
+        eprintln!("note: bench fs ignores --backend");
+    }
+    let bench = args.bench();
+    let mut rec = recorder(&args.common)?;
+    let result = bench.run(&mut rec, &mut |line| eprintln!("{line}"));
+    // Tables of whatever was measured, also after an interruption or a failed path.
+    let report = rec.report();
+    let paths = fs::fs_paths(report);
+    for p in &paths {
+        println!("{}", fs::path_table(report, p));
+    }
+    if !paths.is_empty() {
+        println!("Summary (after Colfax 2014, Table 1)");
+        println!("{}", fs::summary_table(report));
+    }
+    for dir in &args.remove_after {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            eprintln!("warning: removing {}: {e}", dir.display());
+        }
+    }
+    match result {
+        Err(FsError::Interrupted) => {
+            eprintln!("accio bench fs: interrupted; test files removed");
+            std::process::exit(130);
+        }
+        Err(e) => Err(e.into()),
+        Ok(out) if out.failures.is_empty() => Ok(()),
+        Ok(out) => {
+            for f in &out.failures {
+                eprintln!("accio bench fs: not measured: {f}");
+            }
+            anyhow::bail!(
+                "{} of {} path(s) could not be measured (see above)",
+                out.failures.len(),
+                args.paths.len()
+            )
+        }
+    }
 }
 
 /// Runs the memory bench.
-pub fn run_mem(_args: MemArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio bench mem is not written yet")
+pub fn run_mem(args: MemArgs) -> anyhow::Result<()> {
+    let mut bench = if args.common.quick {
+        MemBench::quick()
+    } else {
+        MemBench::new()
+    };
+    if let Some(t) = &args.threads {
+        anyhow::ensure!(
+            t.iter().all(|&n| n > 0),
+            "--threads: thread counts must be at least 1"
+        );
+        bench = bench.threads(t);
+    }
+    if let Some(s) = &args.common.sizes {
+        bench = bench.sizes(&s.0);
+    }
+    if let Some(n) = args.samples {
+        bench = bench.samples(n);
+    }
+    if args.common.backend.is_some() {
+        eprintln!("note: bench mem ignores --backend");
+    }
+    let mut rec = recorder(&args.common)?;
+    bench
+        .run(&mut rec, &mut |line| eprintln!("{line}"))
+        .context("measuring memcpy bandwidth")?;
+    println!("{}", mem::mem_table(rec.report()));
+    Ok(())
 }

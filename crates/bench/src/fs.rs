@@ -1,1 +1,0 @@
-//! File-system bench (to be written).
