@@ -372,8 +372,8 @@ mod tests {
         let t = mem_table(&r);
         let lines: Vec<&str> = t.lines().collect();
         assert_eq!(lines[0], "size  1 thread          2 threads");
-        assert_eq!(lines[2], "64K   10.0 (9.00–11.0)  19.0 (18.0–20.0)");
-        assert_eq!(lines[3], "1M    8.00 (7.00–9.00)                 -");
+        assert_eq!(lines[2], " 64K  10.0 (9.00–11.0)  19.0 (18.0–20.0)");
+        assert_eq!(lines[3], "  1M  8.00 (7.00–9.00)                 -");
         assert!(lines[4].contains("traffic is twice"));
     }
 }

@@ -74,7 +74,7 @@ pub struct FsArgs {
     #[arg(long = "drop", value_enum, default_value_t = DropArg::Auto)]
     cache_drop: DropArg,
     #[command(flatten)]
-    common: CommonArgs,
+    pub(crate) common: CommonArgs,
     /// Directories this process created for the default suite, removed at the end.
     #[arg(skip)]
     remove_after: Vec<PathBuf>,
@@ -162,7 +162,7 @@ pub struct MemArgs {
     #[arg(long)]
     samples: Option<usize>,
     #[command(flatten)]
-    common: CommonArgs,
+    pub(crate) common: CommonArgs,
 }
 
 impl MemArgs {
@@ -179,17 +179,8 @@ impl MemArgs {
     }
 }
 
-fn recorder(common: &CommonArgs) -> anyhow::Result<Recorder> {
-    Recorder::new(common.json.as_deref()).with_context(|| {
-        format!(
-            "opening the result file {}",
-            common.json.as_deref().unwrap_or("-".as_ref()).display()
-        )
-    })
-}
-
 /// Runs the file-system bench.
-pub fn run_fs(args: FsArgs) -> anyhow::Result<()> {
+pub fn run_fs(args: FsArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     fs::cancel::install_sigint_handler().context("installing the Ctrl-C handler")?;
     if args.common.sizes.is_some() {
         eprintln!("note: bench fs ignores --sizes; use --record-size and --file-size");
@@ -198,8 +189,7 @@ pub fn run_fs(args: FsArgs) -> anyhow::Result<()> {
         eprintln!("note: bench fs ignores --backend");
     }
     let bench = args.bench();
-    let mut rec = recorder(&args.common)?;
-    let result = bench.run(&mut rec, &mut |line| eprintln!("{line}"));
+    let result = bench.run(rec, &mut |line| eprintln!("{line}"));
     // Tables of whatever was measured, also after an interruption or a failed path.
     let report = rec.report();
     let paths = fs::fs_paths(report);
@@ -236,7 +226,7 @@ pub fn run_fs(args: FsArgs) -> anyhow::Result<()> {
 }
 
 /// Runs the memory bench.
-pub fn run_mem(args: MemArgs) -> anyhow::Result<()> {
+pub fn run_mem(args: MemArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     let mut bench = if args.common.quick {
         MemBench::quick()
     } else {
@@ -258,9 +248,8 @@ pub fn run_mem(args: MemArgs) -> anyhow::Result<()> {
     if args.common.backend.is_some() {
         eprintln!("note: bench mem ignores --backend");
     }
-    let mut rec = recorder(&args.common)?;
     bench
-        .run(&mut rec, &mut |line| eprintln!("{line}"))
+        .run(rec, &mut |line| eprintln!("{line}"))
         .context("measuring memcpy bandwidth")?;
     println!("{}", mem::mem_table(rec.report()));
     Ok(())

@@ -18,7 +18,7 @@ const PEER_SUBCOMMAND: &str = "__transport-peer";
 #[derive(clap::Args, Debug)]
 pub struct TransportArgs {
     #[command(flatten)]
-    common: CommonArgs,
+    pub(crate) common: CommonArgs,
     /// Samples per figure: latency batches, streaming and RMA passes, memcpy batches
     /// [default: 11 latency batches and 5 passes; with --quick 5 and 3].
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
@@ -80,7 +80,7 @@ impl From<PeerArgs> for PeerConfig {
 }
 
 /// Runs the transport bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
-pub fn run(args: TransportArgs) -> anyhow::Result<()> {
+pub fn run(args: TransportArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     let program = std::env::current_exe()
         .context("finding the accio executable to start the transport peer process")?;
     let opts = args.options(PeerCommand {
@@ -88,11 +88,7 @@ pub fn run(args: TransportArgs) -> anyhow::Result<()> {
         args: vec![OsString::from(PEER_SUBCOMMAND)],
     });
     let json = args.common.json.as_deref();
-    let mut rec = Recorder::new(json).with_context(|| match json {
-        Some(p) => format!("creating the results file {}", p.display()),
-        None => "creating the results".into(),
-    })?;
-    let result = transport::run(&opts, &mut rec, &mut |e| eprintln!("transport: {e}"));
+    let result = transport::run(&opts, rec, &mut |e| eprintln!("transport: {e}"));
     // Tables of whatever was measured, also when the run failed part-way.
     let tables = transport::render_tables(rec.report());
     if !tables.is_empty() {

@@ -2,22 +2,24 @@
 
 use std::path::PathBuf;
 
+use accio_bench::model::Recorder;
 use accio_bench::size::parse_sizes;
+use anyhow::Context as _;
 
 /// Flags shared by every `accio bench` subcommand.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CommonArgs {
     /// Backends to measure, comma-separated (known: shm, tcp).
-    #[arg(long, value_delimiter = ',', value_parser = parse_backend, global = true)]
+    #[arg(long, value_delimiter = ',', value_parser = parse_backend)]
     pub backend: Option<Vec<String>>,
     /// Message, record or buffer sizes, comma-separated, binary suffixes (e.g. 8,4K,2M).
-    #[arg(long, value_parser = parse_size_list, global = true)]
+    #[arg(long, value_parser = parse_size_list)]
     pub sizes: Option<SizeList>,
     /// Also write the results as JSON to FILE (rewritten as figures arrive).
-    #[arg(long, value_name = "FILE", global = true)]
+    #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
-    #[arg(long, global = true)]
+    #[arg(long)]
     pub quick: bool,
 }
 
@@ -37,5 +39,26 @@ fn parse_backend(s: &str) -> Result<String, String> {
             "unknown backend {s:?} (known: {})",
             accio::BACKENDS.join(", ")
         ))
+    }
+}
+
+/// The recorder for a run: figures kept in memory and, with `--json FILE`, rewritten to FILE
+/// as they arrive.
+pub fn recorder(common: &CommonArgs) -> anyhow::Result<Recorder> {
+    let json = common.json.as_deref();
+    Recorder::new(json).with_context(|| match json {
+        Some(p) => format!("creating the results file {}", p.display()),
+        None => "creating the results".into(),
+    })
+}
+
+impl CommonArgs {
+    /// Fills what this subcommand's flags left unset from the flags given before the
+    /// subcommand (`accio bench --quick transport` = `accio bench transport --quick`).
+    pub fn inherit(&mut self, parent: &CommonArgs) {
+        self.backend = self.backend.take().or_else(|| parent.backend.clone());
+        self.sizes = self.sizes.take().or_else(|| parent.sizes.clone());
+        self.json = self.json.take().or_else(|| parent.json.clone());
+        self.quick |= parent.quick;
     }
 }

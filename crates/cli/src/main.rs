@@ -5,6 +5,8 @@ mod bench_fs;
 mod bench_transport;
 mod common;
 
+use std::process::ExitCode;
+
 use clap::{Parser, Subcommand};
 
 /// accio: concurrent, high-throughput data movement on accelerator and HPC nodes.
@@ -28,7 +30,6 @@ enum Command {
 }
 
 #[derive(clap::Args, Debug)]
-#[command(args_conflicts_with_subcommands = true)]
 struct BenchArgs {
     #[command(subcommand)]
     which: Option<BenchCommand>,
@@ -46,13 +47,40 @@ enum BenchCommand {
     Mem(bench_fs::MemArgs),
 }
 
-fn main() -> anyhow::Result<()> {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            // One line with the whole context chain; no backtrace for a user error even
+            // when RUST_BACKTRACE is set.
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
-        Command::Bench(BenchArgs { which: Some(b), .. }) => match b {
-            BenchCommand::Transport(a) => bench_transport::run(a),
-            BenchCommand::Fs(a) => bench_fs::run_fs(a),
-            BenchCommand::Mem(a) => bench_fs::run_mem(a),
+        Command::Bench(BenchArgs {
+            which: Some(b),
+            common: parent,
+        }) => match b {
+            BenchCommand::Transport(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_transport::run(a, &mut rec)
+            }
+            BenchCommand::Fs(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_fs::run_fs(a, &mut rec)
+            }
+            BenchCommand::Mem(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_fs::run_mem(a, &mut rec)
+            }
         },
         Command::Bench(BenchArgs {
             which: None,
@@ -62,9 +90,47 @@ fn main() -> anyhow::Result<()> {
     }
 }
 
-/// `accio bench` with no subcommand: a quick pass over every bench on built-in defaults.
+/// `accio bench` with no subcommand: a quick pass over every bench on built-in defaults,
+/// all figures in one report. A bench that fails is reported and the others still run.
 fn run_default_suite(common: common::CommonArgs) -> anyhow::Result<()> {
-    bench_fs::run_mem(bench_fs::MemArgs::default_suite(&common))?;
-    bench_fs::run_fs(bench_fs::FsArgs::default_suite(&common)?)?;
-    bench_transport::run(bench_transport::TransportArgs::default_suite(&common))
+    let started = std::time::Instant::now();
+    let mut rec = common::recorder(&common)?;
+    let mut failed = Vec::new();
+    let mut step = |name: &str, r: anyhow::Result<()>| {
+        if let Err(e) = r {
+            eprintln!("error: bench {name}: {e:#}");
+            failed.push(name.to_string());
+        }
+    };
+    step(
+        "mem",
+        bench_fs::run_mem(bench_fs::MemArgs::default_suite(&common), &mut rec),
+    );
+    step(
+        "fs",
+        bench_fs::FsArgs::default_suite(&common).and_then(|a| bench_fs::run_fs(a, &mut rec)),
+    );
+    step(
+        "transport",
+        bench_transport::run(
+            bench_transport::TransportArgs::default_suite(&common),
+            &mut rec,
+        ),
+    );
+    eprintln!(
+        "accio bench: {} figures in {:.0} s{}",
+        rec.report().figures.len(),
+        started.elapsed().as_secs_f64(),
+        common
+            .json
+            .as_ref()
+            .map(|p| format!(", written to {}", p.display()))
+            .unwrap_or_default()
+    );
+    anyhow::ensure!(
+        failed.is_empty(),
+        "{} failed (see above)",
+        failed.join(", ")
+    );
+    Ok(())
 }

@@ -319,7 +319,10 @@ mod tests {
             "shm: median (min–max); latency is one-way (half the round trip)"
         );
         assert!(first[1].starts_with("size  latency us"));
-        let row_2m = t.lines().find(|l| l.starts_with("2M")).unwrap();
+        let row_2m = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("2M"))
+            .unwrap();
         let cells: Vec<&str> = row_2m
             .split("  ")
             .filter(|c| !c.trim().is_empty())
@@ -337,7 +340,10 @@ mod tests {
             ]
         );
         assert!(t.contains("shm connect: 60.0 (50.0–70.0) us  (seed 004: SCIF 750 us"));
-        let reg = t.lines().find(|l| l.starts_with("64K")).unwrap();
+        let reg = t
+            .lines()
+            .find(|l| l.trim_start().starts_with("64K"))
+            .unwrap();
         assert!(reg.contains("25.0 (20.0–30.0)") && reg.contains("5.00 (5.00–5.00)"));
         assert!(reg.trim_end().ends_with("2000"));
         // tcp comes second and has its own table.
