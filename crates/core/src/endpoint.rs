@@ -44,9 +44,23 @@
 //! **Direct mapping.** [`Endpoint::map_remote`] gives load/store access to a peer window on
 //! backends that can (`shm`); others return [`crate::Error::Unsupported`].
 //!
+//! **Visibility of windows.** A peer is guaranteed to see a newly registered window (or to
+//! be refused an unregistered one) only once it has received a message sent after
+//! `register` (`unregister`) returned: announce offsets with a message.
+//!
+//! **Failed calls change nothing.** A call that returns an error other than `PeerGone` has
+//! stored nothing: a `fence_signal` with one bad target stores neither value; a rejected
+//! RMA moves no byte.
+//!
+//! **Addresses.** The accepted end's peer address is the connecting end's local address and
+//! vice versa; the connecting end's peer address is the listener's address.
+//!
+//! **Timeouts** never fire before the requested time has passed.
+//!
 //! **Failure.** If the peer dies or closes, blocked calls fail with
-//! [`crate::Error::PeerGone`] within one second and later calls fail the same way. Windows
-//! stay mapped for as long as a handle holds them, so no memory error follows a peer's death.
+//! [`crate::Error::PeerGone`] within one second and every later message or RMA call fails
+//! the same way. Windows stay mapped for as long as a handle holds them (including a
+//! [`RemoteMap`] of the dead peer's window), so no memory error follows a peer's death.
 
 use std::fmt;
 use std::time::Duration;
