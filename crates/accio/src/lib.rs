@@ -63,10 +63,7 @@ pub fn listen(addr: &str) -> Result<Box<dyn Listener>> {
 pub fn connect(addr: &str, timeout: Duration) -> Result<Box<dyn Endpoint>> {
     match addr.parse::<Addr>()? {
         a @ Addr::Shm(_) => Ok(Box::new(accio_shm::ShmEndpoint::connect(&a, timeout)?)),
-        a @ Addr::Tcp { .. } => {
-            let _ = accio_tcp::TcpEndpoint::connect(&a, timeout)?;
-            unreachable!()
-        }
+        a @ Addr::Tcp { .. } => Ok(Box::new(accio_tcp::TcpEndpoint::connect(&a, timeout)?)),
     }
 }
 

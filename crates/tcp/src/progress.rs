@@ -1,0 +1,874 @@
+//! The state one connection shares between the caller's threads and its two progress
+//! threads, and those threads:
+//!
+//! - the **reader** blocks in `readv` on the socket and applies every frame in stream
+//!   order: messages go to the receive queue, writes and signals into local windows, read
+//!   data into the buffer of the waiting `read_from`, acks and faults to the waiters;
+//! - the **responder** sends what the reader owes the peer (acks, read data, fault
+//!   reports). The reader never writes to the socket itself: if it could block on a full
+//!   send buffer while the peer's reader did the same, both sides would stop reading and
+//!   the connection would deadlock. With the responder, a reader only ever waits for
+//!   bytes, so each side always drains the other.
+//!
+//! **Flow control.** Messages are flow-controlled by credit, RMA is not. Each side grants
+//! the other a window of message bytes ([`TcpOptions::recv_queue_bytes`], each message
+//! counting [`MSG_OVERHEAD`] more); a sender spends credit per message and waits (or
+//! `try_send` returns `WouldBlock`) when it lacks credit; `recv` returns credit with a
+//! [`Kind::Credit`] frame once a quarter of the window was consumed. So the reader never
+//! has to stop reading the socket to bound memory: RMA, signals and fences behind unread
+//! messages are always applied, as one-sided operations must be, whether or not the
+//! peer's application calls `recv`. The receiver enforces the same rule before it
+//! allocates a message, so a peer that ignores its credit is a protocol error, not a
+//! memory leak. A message larger than the window is allowed when at most a quarter of the
+//! window is in flight.
+//!
+//! Lock order: `writer` before `state`; `inbox`, `replies`, `windows` and `peer_windows`
+//! are taken alone.
+
+use std::collections::{HashMap, VecDeque};
+use std::io;
+use std::net::TcpStream;
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
+use std::time::Instant;
+
+use accio_core::{
+    Access, Addr, Error, ErrorKind, MemView, OffsetAllocator, Side, Window, WindowDesc, WindowTable,
+};
+
+use crate::frame::{FaultCode, FrameReader, Header, Kind, Limits, ReadError, FLAG_ACK, MAX_RMA};
+use crate::options::TcpOptions;
+use crate::sys::{self, FdSource};
+
+/// What each message counts towards the credit window besides its bytes.
+pub(crate) const MSG_OVERHEAD: usize = 64;
+
+/// Credit a message of `len` bytes costs.
+pub(crate) fn credit_cost(len: usize) -> u64 {
+    len as u64 + MSG_OVERHEAD as u64
+}
+
+/// The flow-control rule, the same on both sides: a message costing `cost` may go when
+/// `in_flight` (bytes sent and not yet returned) leaves room for it in `window`, or when
+/// at most a quarter of the window is in flight (so a message larger than the window
+/// still goes once the receiver has drained nearly everything; the receiver returns
+/// credit whenever a quarter of the window was consumed).
+pub(crate) fn may_send(in_flight: u64, cost: u64, window: u64) -> bool {
+    in_flight <= window / 4 || cost <= window.saturating_sub(in_flight)
+}
+
+/// Replies the reader may queue for the responder before it waits for room.
+const MAX_REPLIES: usize = 64 * 1024;
+/// Buffers returned by `recv` kept for the reader to fill again.
+pub(crate) const SPARE_BUFFERS: usize = 8;
+
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn wait<'a, T>(cv: &Condvar, g: MutexGuard<'a, T>) -> MutexGuard<'a, T> {
+    cv.wait(g).unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn read<T>(l: &RwLock<T>) -> RwLockReadGuard<'_, T> {
+    l.read().unwrap_or_else(|e| e.into_inner())
+}
+
+pub(crate) fn write<T>(l: &RwLock<T>) -> RwLockWriteGuard<'_, T> {
+    l.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Why the connection ended; the first cause found is kept.
+#[derive(Clone, Debug)]
+pub(crate) struct Gone {
+    protocol: bool,
+    cause: String,
+}
+
+impl Gone {
+    pub(crate) fn peer(cause: impl Into<String>) -> Gone {
+        Gone {
+            protocol: false,
+            cause: cause.into(),
+        }
+    }
+
+    pub(crate) fn protocol(cause: impl Into<String>) -> Gone {
+        Gone {
+            protocol: true,
+            cause: cause.into(),
+        }
+    }
+
+    fn from_read(e: ReadError) -> Gone {
+        match e {
+            ReadError::Frame(f) => Gone::protocol(f.to_string()),
+            ReadError::Io(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
+                Gone::peer("the connection was reset (the peer process died or aborted)")
+            }
+            e => Gone::peer(e.to_string()),
+        }
+    }
+
+    fn error(&self, peer: &Addr) -> Error {
+        if self.protocol {
+            Error::protocol(peer, self.cause.clone())
+        } else {
+            Error::peer_gone(peer, self.cause.clone())
+        }
+    }
+}
+
+/// A raw destination pointer handed from a `read_from` caller to the reader thread.
+#[derive(Clone, Copy)]
+pub(crate) struct SendPtr(pub *mut u8);
+
+// SAFETY: the pointer is only dereferenced by the reader thread while the owning caller
+// waits for it (see `ReadState`), which is what makes sending it across threads sound.
+unsafe impl Send for SendPtr {}
+
+/// Progress of one pending read. The caller that owns the destination returns only when
+/// the state is `Done` or `Failed`, or after removing a `Waiting` entry itself; the reader
+/// writes into the destination only while the state is `Filling`, which it sets and
+/// clears under the state lock.
+pub(crate) enum ReadState {
+    Waiting,
+    Filling,
+    Done,
+    /// The peer refused the read (`Some`) or the connection failed (`None`).
+    Failed(Option<Fault>),
+}
+
+pub(crate) struct PendingRead {
+    pub dst: SendPtr,
+    pub len: usize,
+    pub state: ReadState,
+}
+
+/// A local `fence_signal` store, done by the reader once the peer acknowledged `seq`.
+pub(crate) struct LocalSignal {
+    pub seq: u64,
+    pub word: MemView,
+    pub value: u64,
+}
+
+/// An RMA the peer refused.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Fault {
+    pub seq: u64,
+    pub code: FaultCode,
+    pub offset: u64,
+    pub len: u64,
+    pub need: Access,
+}
+
+/// Completion state, under `Shared::state`.
+#[derive(Default)]
+pub(crate) struct State {
+    /// Every RMA up to this sequence number completed at the peer.
+    pub acked: u64,
+    /// Highest sequence number a fence request was sent for.
+    pub fence_requested: u64,
+    pub reads: HashMap<u64, PendingRead>,
+    /// Local signal stores waiting for their ack, in sequence order.
+    pub signals: VecDeque<LocalSignal>,
+    /// Refused RMAs not reported yet, in sequence order.
+    pub faults: VecDeque<Fault>,
+    /// Threads waiting on `state_cv`.
+    pub waiters: usize,
+    pub reader_done: bool,
+    pub responder_done: bool,
+}
+
+/// Received messages, under `Shared::inbox`.
+#[derive(Default)]
+pub(crate) struct Inbox {
+    pub queue: VecDeque<Vec<u8>>,
+    /// Credit the peer has spent and this side has not returned yet (queued messages
+    /// and `unreturned`).
+    pub in_flight: u64,
+    /// Credit of messages `recv` consumed, not yet returned to the peer.
+    pub unreturned: u64,
+    /// Buffers `recv` gave back, for the reader to fill again.
+    pub spare: Vec<Vec<u8>>,
+    /// Threads waiting in `recv`.
+    pub receivers: usize,
+}
+
+/// What the reader owes the peer.
+enum Reply {
+    Ack(u64),
+    /// Read data, sent straight from the window (the view keeps it mapped).
+    Data {
+        id: u64,
+        view: MemView,
+    },
+    Fault(Header),
+    Credit(u64),
+}
+
+#[derive(Default)]
+struct Replies {
+    queue: VecDeque<Reply>,
+    /// Message credit to return to the peer.
+    credit: u64,
+    /// Finish the queue and exit (the endpoint is closing).
+    stop: bool,
+    responder_idle: bool,
+    reader_blocked: bool,
+}
+
+/// The local registered address space.
+#[derive(Default)]
+pub(crate) struct LocalSpace {
+    pub table: WindowTable<Window>,
+    pub alloc: OffsetAllocator,
+}
+
+/// Everything one connection's threads share.
+pub(crate) struct Shared {
+    /// Owns the socket; `fd` stays valid as long as `Shared` lives, which outlives both
+    /// progress threads.
+    _stream: TcpStream,
+    pub fd: RawFd,
+    pub local: Addr,
+    pub peer: Addr,
+    pub opts: TcpOptions,
+    /// The largest message the peer accepts (from its greeting).
+    pub peer_max_message: usize,
+    /// The message credit window this side granted the peer.
+    pub window: u64,
+    /// The message credit window the peer granted this side (from its greeting).
+    pub peer_window: u64,
+    /// Message credit left to this side: `peer_window` minus what is in flight. Only
+    /// holders of the writer lock spend it; the reader adds what the peer returns.
+    pub credit: AtomicI64,
+    /// Held while a frame is written, so frames never interleave; holds the last
+    /// sequence number assigned, so that sequence order is stream order.
+    pub writer: Mutex<u64>,
+    /// Copy of the last sequence number assigned (stored before its frame is sent).
+    pub last_seq: AtomicU64,
+    pub state: Mutex<State>,
+    pub state_cv: Condvar,
+    pub inbox: Mutex<Inbox>,
+    /// Wakes `recv` callers.
+    pub inbox_cv: Condvar,
+    replies: Mutex<Replies>,
+    replies_cv: Condvar,
+    pub windows: RwLock<LocalSpace>,
+    /// Mirror of the peer's windows, kept from its register/unregister notices.
+    pub peer_windows: RwLock<WindowTable<()>>,
+    gone: OnceLock<Gone>,
+}
+
+impl Shared {
+    pub(crate) fn new(
+        stream: TcpStream,
+        fd: RawFd,
+        (local, peer): (Addr, Addr),
+        opts: TcpOptions,
+        peer_max_message: usize,
+        peer_window: u64,
+    ) -> Shared {
+        Shared {
+            _stream: stream,
+            fd,
+            local,
+            peer,
+            window: opts.window(),
+            opts,
+            peer_max_message,
+            peer_window,
+            credit: AtomicI64::new(peer_window as i64),
+            writer: Mutex::new(0),
+            last_seq: AtomicU64::new(0),
+            state: Mutex::default(),
+            state_cv: Condvar::new(),
+            inbox: Mutex::default(),
+            inbox_cv: Condvar::new(),
+            replies: Mutex::default(),
+            replies_cv: Condvar::new(),
+            windows: RwLock::default(),
+            peer_windows: RwLock::default(),
+            gone: OnceLock::new(),
+        }
+    }
+
+    /// The error every call reports once the connection is over.
+    pub(crate) fn gone_error(&self) -> Option<Error> {
+        self.gone.get().map(|g| g.error(&self.peer))
+    }
+
+    pub(crate) fn is_gone(&self) -> bool {
+        self.gone.get().is_some()
+    }
+
+    pub(crate) fn check_open(&self) -> Result<(), Error> {
+        match self.gone_error() {
+            Some(e) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Ends the connection (first cause wins): shuts the socket down, which wakes a
+    /// blocked reader and blocked senders, and wakes every waiter.
+    pub(crate) fn set_gone(&self, g: Gone) {
+        if self.gone.set(g).is_err() {
+            return;
+        }
+        sys::shutdown(self.fd, libc::SHUT_RDWR);
+        {
+            let _g = lock(&self.inbox);
+            self.inbox_cv.notify_all();
+        }
+        {
+            let _g = lock(&self.state);
+            self.state_cv.notify_all();
+        }
+        {
+            let mut r = lock(&self.replies);
+            r.stop = true;
+            self.replies_cv.notify_all();
+        }
+    }
+
+    /// Turns a failed send into the connection's end, and returns the error to report.
+    pub(crate) fn fail_send(&self, e: io::Error, during: &str) -> Error {
+        let cause = match e.raw_os_error() {
+            Some(libc::EPIPE | libc::ECONNRESET | libc::ENOTCONN | libc::ESHUTDOWN) => {
+                format!("the connection was closed while {during}")
+            }
+            _ => format!("{during} failed: {e}"),
+        };
+        self.set_gone(Gone::peer(cause));
+        self.gone_error()
+            .unwrap_or_else(|| Error::peer_gone(&self.peer, "the connection failed"))
+    }
+
+    /// Writes one frame; the caller holds the writer lock (`_w` is the proof).
+    ///
+    /// # Safety
+    /// `payload` must be readable for `len` bytes until the call returns.
+    pub(crate) unsafe fn send_locked(
+        &self,
+        _w: &MutexGuard<'_, u64>,
+        h: &Header,
+        payload: *const u8,
+        len: usize,
+        during: &str,
+    ) -> Result<(), Error> {
+        // SAFETY: forwarded caller contract.
+        unsafe { sys::send_frame(self.fd, &h.encode(), payload, len) }
+            .map_err(|e| self.fail_send(e, during))
+    }
+
+    /// Sends a frame without payload.
+    pub(crate) fn send_header(
+        &self,
+        w: &MutexGuard<'_, u64>,
+        h: &Header,
+        during: &str,
+    ) -> Result<(), Error> {
+        // SAFETY: no payload.
+        unsafe { self.send_locked(w, h, std::ptr::null(), 0, during) }
+    }
+
+    /// Assigns the next sequence number (under the writer lock).
+    pub(crate) fn next_seq(&self, w: &mut MutexGuard<'_, u64>) -> u64 {
+        **w += 1;
+        self.last_seq.store(**w, Ordering::Release);
+        **w
+    }
+
+    /// Waits on `state_cv`, counted so that notifiers can skip the wake-up when nobody
+    /// waits.
+    pub(crate) fn wait_state<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
+        st.waiters += 1;
+        let mut st = wait(&self.state_cv, st);
+        st.waiters -= 1;
+        st
+    }
+
+    fn notify_state(&self, st: &State) {
+        if st.waiters > 0 {
+            self.state_cv.notify_all();
+        }
+    }
+
+    /// Tells the responder to send what is queued and exit.
+    pub(crate) fn stop_responder(&self) {
+        let mut q = lock(&self.replies);
+        q.stop = true;
+        self.replies_cv.notify_all();
+    }
+
+    /// Waits until `done` holds for the state, or until `deadline`.
+    pub(crate) fn wait_done(&self, done: impl Fn(&State) -> bool, deadline: Instant) {
+        let mut st = lock(&self.state);
+        while !done(&st) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            st.waiters += 1;
+            st = self
+                .state_cv
+                .wait_timeout(st, left)
+                .unwrap_or_else(|e| e.into_inner())
+                .0;
+            st.waiters -= 1;
+        }
+    }
+
+    /// True if this side may send a message costing `cost` now (see [`may_send`]).
+    pub(crate) fn has_credit(&self, cost: u64) -> bool {
+        let credit = self.credit.load(Ordering::Acquire);
+        let in_flight = (self.peer_window as i64).saturating_sub(credit).max(0) as u64;
+        may_send(in_flight, cost, self.peer_window)
+    }
+
+    /// Waits until a message costing `cost` may be sent, or the connection is over.
+    pub(crate) fn wait_credit(&self, cost: u64) {
+        let mut st = lock(&self.state);
+        while !self.has_credit(cost) && !self.is_gone() {
+            st = self.wait_state(st);
+        }
+    }
+
+    /// Hands credit `recv` freed to the responder, which returns it to the peer.
+    pub(crate) fn return_credit(&self, n: u64) {
+        let mut q = lock(&self.replies);
+        if q.stop {
+            return;
+        }
+        q.credit += n;
+        if q.responder_idle {
+            self.replies_cv.notify_all();
+        }
+    }
+
+    /// The error for a fault the peer reported, phrased from this side (via the mirror
+    /// of the peer's windows, which names the window).
+    pub(crate) fn fault_error(&self, f: Fault) -> Error {
+        let table = read(&self.peer_windows);
+        match table.find(f.offset, f.len, f.need, Side::Remote, &self.peer) {
+            Err(e) => e,
+            Ok((w, _)) => match f.code {
+                FaultCode::AccessDenied => Error::AccessDenied {
+                    side: Side::Remote,
+                    endpoint: self.peer.to_string(),
+                    window: *w,
+                    need: f.need,
+                    offset: f.offset,
+                    len: f.len,
+                },
+                FaultCode::OutOfWindow => Error::OutOfWindow {
+                    side: Side::Remote,
+                    endpoint: self.peer.to_string(),
+                    offset: f.offset,
+                    len: f.len,
+                    nearest: Some(*w),
+                },
+            },
+        }
+    }
+
+    // ---- reader side ---------------------------------------------------------------
+
+    /// The local window memory `offset + len` with right `need`, as the peer addresses
+    /// it; a refusal as the fault code to report.
+    fn find_local(&self, offset: u64, len: u64, need: Access) -> Result<MemView, FaultCode> {
+        let space = read(&self.windows);
+        match space
+            .table
+            .find(offset, len, need, Side::Local, &self.local)
+        {
+            Ok((d, w)) => {
+                sub_view(w, offset - d.offset, len as usize).ok_or(FaultCode::OutOfWindow)
+            }
+            Err(e) if e.kind() == ErrorKind::AccessDenied => Err(FaultCode::AccessDenied),
+            Err(_) => Err(FaultCode::OutOfWindow),
+        }
+    }
+
+    /// Queues a reply for the responder. Waits while the queue is full (only a peer
+    /// flooding requests it never waits for can fill it).
+    fn reply(&self, r: Reply) {
+        let mut q = lock(&self.replies);
+        while q.queue.len() >= MAX_REPLIES && !q.stop {
+            q.reader_blocked = true;
+            q = wait(&self.replies_cv, q);
+        }
+        q.reader_blocked = false;
+        if q.stop {
+            return;
+        }
+        if let (Reply::Ack(new), Some(Reply::Ack(old))) = (&r, q.queue.back_mut()) {
+            *old = (*old).max(*new);
+            return;
+        }
+        q.queue.push_back(r);
+        if q.responder_idle {
+            self.replies_cv.notify_all();
+        }
+    }
+
+    fn apply(&self, rx: &mut FrameReader<FdSource>, h: Header) -> Result<(), Gone> {
+        match h.kind {
+            Kind::Message => self.apply_message(rx, h.len as usize),
+            Kind::Write => {
+                match self.find_local(h.offset, h.len, Access::WRITE) {
+                    Ok(view) => {
+                        // SAFETY: the view keeps the window mapped for its `len` bytes
+                        // while the read writes there; the peer writing a window at any
+                        // time is the window contract, and no reference to the bytes is
+                        // created.
+                        let r =
+                            unsafe { rx.read_payload_raw(view.as_ptr(), view.len(), Kind::Write) };
+                        r.map_err(Gone::from_read)?
+                    }
+                    Err(code) => {
+                        rx.skip_payload(h.len, Kind::Write)
+                            .map_err(Gone::from_read)?;
+                        self.reply(Reply::Fault(Header::fault(
+                            h.seq,
+                            code,
+                            h.offset,
+                            h.len,
+                            Access::WRITE,
+                        )));
+                    }
+                }
+                if h.flags & FLAG_ACK != 0 {
+                    self.reply(Reply::Ack(h.seq));
+                }
+                Ok(())
+            }
+            Kind::ReadRequest => {
+                let r = match self.find_local(h.offset, h.len, Access::READ) {
+                    Ok(view) => Reply::Data { id: h.seq, view },
+                    Err(code) => {
+                        Reply::Fault(Header::fault(h.seq, code, h.offset, h.len, Access::READ))
+                    }
+                };
+                self.reply(r);
+                Ok(())
+            }
+            Kind::ReadData => self.apply_read_data(rx, &h),
+            Kind::Signal => {
+                match self.find_local(h.offset, 8, Access::WRITE) {
+                    Ok(word) => {
+                        // Cannot fail: the decoder checked the alignment and windows are
+                        // page aligned.
+                        let _ = word.store_u64(0, h.value);
+                    }
+                    Err(code) => self.reply(Reply::Fault(Header::fault(
+                        h.seq,
+                        code,
+                        h.offset,
+                        8,
+                        Access::WRITE,
+                    ))),
+                }
+                if h.flags & FLAG_ACK != 0 {
+                    self.reply(Reply::Ack(h.seq));
+                }
+                Ok(())
+            }
+            Kind::FenceRequest => {
+                self.reply(Reply::Ack(h.seq));
+                Ok(())
+            }
+            Kind::Ack => self.apply_ack(h.seq),
+            Kind::Register => {
+                let desc = WindowDesc {
+                    offset: h.offset,
+                    len: h.len,
+                    access: Access::from_bits(h.aux as u8).unwrap_or(Access::NONE),
+                };
+                write(&self.peer_windows).insert(desc, ()).map_err(|_| {
+                    Gone::protocol(format!(
+                        "the peer announced window {desc}, which overlaps one it announced before"
+                    ))
+                })
+            }
+            Kind::Unregister => match write(&self.peer_windows).remove(h.offset) {
+                Some(_) => Ok(()),
+                None => Err(Gone::protocol(format!(
+                    "the peer withdrew a window at {:#x}, which it never announced",
+                    h.offset
+                ))),
+            },
+            Kind::Fault => self.apply_fault(&h),
+            Kind::Credit => {
+                let credit = self.credit.fetch_add(h.len as i64, Ordering::AcqRel) + h.len as i64;
+                if credit > self.peer_window as i64 {
+                    return Err(Gone::protocol(format!(
+                        "the peer returned {} bytes of message credit, more than was spent",
+                        h.len
+                    )));
+                }
+                let st = lock(&self.state);
+                self.notify_state(&st);
+                Ok(())
+            }
+        }
+    }
+
+    fn apply_message(&self, rx: &mut FrameReader<FdSource>, len: usize) -> Result<(), Gone> {
+        let cost = credit_cost(len);
+        let mut buf = {
+            let mut ib = lock(&self.inbox);
+            // Checked before anything is allocated for the message.
+            if !may_send(ib.in_flight, cost, self.window) {
+                return Err(Gone::protocol(format!(
+                    "the peer sent a message of {len} bytes without credit for it \
+                     ({} of the {}-byte window in flight)",
+                    ib.in_flight, self.window
+                )));
+            }
+            ib.in_flight += cost;
+            take_spare(&mut ib.spare, len)
+        };
+        rx.read_payload_vec(&mut buf, len, Kind::Message)
+            .map_err(Gone::from_read)?;
+        let mut ib = lock(&self.inbox);
+        ib.queue.push_back(buf);
+        if ib.receivers > 0 {
+            self.inbox_cv.notify_one();
+        }
+        Ok(())
+    }
+
+    fn apply_read_data(&self, rx: &mut FrameReader<FdSource>, h: &Header) -> Result<(), Gone> {
+        let (dst, len) = {
+            let mut st = lock(&self.state);
+            match st.reads.get_mut(&h.seq) {
+                Some(p) if matches!(p.state, ReadState::Waiting) && p.len as u64 == h.len => {
+                    p.state = ReadState::Filling;
+                    (p.dst, p.len)
+                }
+                _ => {
+                    return Err(Gone::protocol(format!(
+                        "read-data frame for read {} ({} bytes) matches no pending read",
+                        h.seq, h.len
+                    )))
+                }
+            }
+        };
+        // SAFETY: the entry is `Filling`: its owner (`TcpEndpoint::read_into`) does not
+        // return, and so keeps `dst` valid for `len` bytes, until this thread sets `Done`
+        // or `Failed` below, after its last write.
+        let r = unsafe { rx.read_payload_raw(dst.0, len, Kind::ReadData) };
+        let failed = r.err().map(Gone::from_read);
+        if let Some(g) = &failed {
+            // Set before the owner wakes, so that it reports this cause.
+            self.set_gone(g.clone());
+        }
+        let mut st = lock(&self.state);
+        if let Some(p) = st.reads.get_mut(&h.seq) {
+            p.state = match failed {
+                None => ReadState::Done,
+                Some(_) => ReadState::Failed(None),
+            };
+        }
+        self.notify_state(&st);
+        drop(st);
+        match failed {
+            None => Ok(()),
+            Some(g) => Err(g),
+        }
+    }
+
+    fn apply_ack(&self, seq: u64) -> Result<(), Gone> {
+        let last = self.last_seq.load(Ordering::Acquire);
+        if seq > last {
+            return Err(Gone::protocol(format!(
+                "ack for sequence number {seq}, but only {last} were sent"
+            )));
+        }
+        let mut st = lock(&self.state);
+        st.acked = st.acked.max(seq);
+        while st.signals.front().is_some_and(|s| s.seq <= seq) {
+            if let Some(s) = st.signals.pop_front() {
+                // Cannot fail: checked for bounds and alignment by `fence_signal`.
+                let _ = s.word.store_u64(0, s.value);
+            }
+        }
+        self.notify_state(&st);
+        Ok(())
+    }
+
+    fn apply_fault(&self, h: &Header) -> Result<(), Gone> {
+        let last = self.last_seq.load(Ordering::Acquire);
+        if h.seq == 0 || h.seq > last {
+            return Err(Gone::protocol(format!(
+                "fault report for sequence number {}, but only {last} were sent",
+                h.seq
+            )));
+        }
+        let f = Fault {
+            seq: h.seq,
+            code: FaultCode::from_u32(h.aux).unwrap_or(FaultCode::OutOfWindow),
+            offset: h.offset,
+            len: h.len,
+            need: Access::from_bits(h.value as u8).unwrap_or(Access::NONE),
+        };
+        let mut st = lock(&self.state);
+        match st.reads.get_mut(&h.seq) {
+            Some(p) if matches!(p.state, ReadState::Waiting) => {
+                p.state = ReadState::Failed(Some(f));
+            }
+            Some(_) => {
+                return Err(Gone::protocol(format!(
+                    "fault report for read {}, which already completed",
+                    h.seq
+                )))
+            }
+            None => st.faults.push_back(f),
+        }
+        self.notify_state(&st);
+        Ok(())
+    }
+}
+
+/// A view of `len` bytes at `rel` within window `w`.
+pub(crate) fn sub_view(w: &Window, rel: u64, len: usize) -> Option<MemView> {
+    let base = w.as_ptr() as usize - w.region().as_ptr() as usize;
+    let start = base.checked_add(usize::try_from(rel).ok()?)?;
+    if rel.checked_add(len as u64)? > w.len() as u64 {
+        return None;
+    }
+    MemView::sub(w.region().clone(), start, len)
+}
+
+/// The smallest spare buffer that holds `len` bytes, the most recently returned among
+/// equals (its cache lines are the most likely to be warm), or an empty vector (the
+/// reader then allocates exactly `len`).
+fn take_spare(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
+    let best = spare
+        .iter()
+        .enumerate()
+        .rev()
+        .filter(|(_, v)| v.capacity() >= len)
+        .min_by_key(|(_, v)| v.capacity())
+        .map(|(i, _)| i);
+    match best {
+        Some(i) => spare.remove(i),
+        None => Vec::new(),
+    }
+}
+
+/// Ends the connection and flags the reader as done when the reader thread exits, also
+/// by a panic, so no waiter is left hanging.
+struct ReaderExit<'a> {
+    shared: &'a Shared,
+    cause: Option<Gone>,
+}
+
+impl Drop for ReaderExit<'_> {
+    fn drop(&mut self) {
+        let g = self
+            .cause
+            .take()
+            .unwrap_or_else(|| Gone::peer("the endpoint's reader thread failed"));
+        self.shared.set_gone(g);
+        let mut st = lock(&self.shared.state);
+        st.reader_done = true;
+        self.shared.state_cv.notify_all();
+    }
+}
+
+/// The reader thread: applies frames until the connection ends.
+pub(crate) fn reader_main(shared: Arc<Shared>) {
+    let mut exit = ReaderExit {
+        shared: &shared,
+        cause: None,
+    };
+    let limits = Limits {
+        max_message: shared.opts.max_message as u64,
+        max_rma: MAX_RMA,
+    };
+    let mut rx = FrameReader::new(FdSource(shared.fd), limits);
+    let cause = loop {
+        let h = match rx.next_header() {
+            Ok(Some(h)) => h,
+            Ok(None) => break Gone::peer("the peer closed the connection"),
+            Err(e) => break Gone::from_read(e),
+        };
+        if let Err(g) = shared.apply(&mut rx, h) {
+            break g;
+        }
+    };
+    exit.cause = Some(cause);
+}
+
+/// Flags the responder as done when its thread exits, also by a panic.
+struct ResponderExit<'a>(&'a Shared);
+
+impl Drop for ResponderExit<'_> {
+    fn drop(&mut self) {
+        let mut st = lock(&self.0.state);
+        st.responder_done = true;
+        self.0.state_cv.notify_all();
+    }
+}
+
+/// The responder thread: sends queued replies until the connection ends, or until the
+/// endpoint closes and the queue is empty.
+pub(crate) fn responder_main(shared: Arc<Shared>) {
+    let _exit = ResponderExit(&shared);
+    loop {
+        let job = {
+            let mut q = lock(&shared.replies);
+            loop {
+                if shared.gone.get().is_some() {
+                    break None;
+                }
+                if q.credit > 0 {
+                    break Some(Reply::Credit(std::mem::take(&mut q.credit)));
+                }
+                if let Some(j) = q.queue.pop_front() {
+                    if q.reader_blocked {
+                        shared.replies_cv.notify_all();
+                    }
+                    break Some(j);
+                }
+                if q.stop {
+                    break None;
+                }
+                q.responder_idle = true;
+                q = wait(&shared.replies_cv, q);
+                q.responder_idle = false;
+            }
+        };
+        let Some(job) = job else { break };
+        let w = lock(&shared.writer);
+        if shared.gone.get().is_some() {
+            break;
+        }
+        let r = match &job {
+            Reply::Ack(seq) => shared.send_header(&w, &Header::ack(*seq), "sending an ack"),
+            Reply::Fault(h) => shared.send_header(&w, h, "reporting a refused rma"),
+            Reply::Credit(n) => {
+                shared.send_header(&w, &Header::credit(*n), "returning message credit")
+            }
+            // SAFETY: the view keeps the window mapped for `view.len()` bytes.
+            Reply::Data { id, view } => unsafe {
+                shared.send_locked(
+                    &w,
+                    &Header::read_data(*id, view.len()),
+                    view.as_ptr(),
+                    view.len(),
+                    "sending read data",
+                )
+            },
+        };
+        if r.is_err() {
+            break;
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! The socket system calls the backend needs beyond `std::net`, in one place: gathered
+//! sends with `MSG_NOSIGNAL`, scatter reads, the send-buffer room check of `try_send`,
+//! `shutdown` and `poll`.
+
+use std::io;
+use std::os::fd::RawFd;
+use std::time::Duration;
+
+use crate::frame::{RawBuf, Source, HEADER_LEN};
+
+/// `SO_MEMINFO` (asm-generic/socket.h; the same on every Linux architecture accio runs on).
+const SO_MEMINFO: libc::c_int = 55;
+
+/// A socket read by the reader thread.
+pub(crate) struct FdSource(pub RawFd);
+
+impl Source for FdSource {
+    unsafe fn read_raw(&mut self, bufs: &[RawBuf]) -> io::Result<usize> {
+        let mut iov = [libc::iovec {
+            iov_base: std::ptr::null_mut(),
+            iov_len: 0,
+        }; 2];
+        let n = bufs.len().min(iov.len());
+        for (v, b) in iov.iter_mut().zip(bufs) {
+            v.iov_base = b.ptr.cast();
+            v.iov_len = b.len;
+        }
+        // SAFETY: each iovec describes a buffer the caller guarantees writable; `n` <= 2
+        // entries of `iov` are initialized.
+        let r = unsafe { libc::readv(self.0, iov.as_ptr(), n as libc::c_int) };
+        if r < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(r as usize)
+        }
+    }
+}
+
+/// Drops the first `n` sent bytes from `iov`, returning the index of the first iovec
+/// with bytes left.
+fn advance(iov: &mut [libc::iovec], mut n: usize, mut first: usize) -> usize {
+    while first < iov.len() && n > 0 {
+        let v = &mut iov[first];
+        if n >= v.iov_len {
+            n -= v.iov_len;
+            v.iov_len = 0;
+            first += 1;
+        } else {
+            // SAFETY: n < iov_len, so the pointer stays inside the buffer.
+            v.iov_base = unsafe { v.iov_base.cast::<u8>().add(n) }.cast();
+            v.iov_len -= n;
+            n = 0;
+        }
+    }
+    while first < iov.len() && iov[first].iov_len == 0 {
+        first += 1;
+    }
+    first
+}
+
+fn sendmsg(fd: RawFd, iov: &mut [libc::iovec], flags: libc::c_int) -> io::Result<usize> {
+    // SAFETY: an all-zero msghdr is valid (no address, no control data).
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = iov.as_mut_ptr();
+    msg.msg_iovlen = iov.len() as _;
+    loop {
+        // SAFETY: `msg` points at `iov`, whose entries describe readable buffers (the
+        // callers' contract), for the duration of the call.
+        let r = unsafe { libc::sendmsg(fd, &msg, flags | libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return Ok(r as usize);
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+fn frame_iov(header: &[u8; HEADER_LEN], payload: *const u8, len: usize) -> [libc::iovec; 2] {
+    [
+        libc::iovec {
+            iov_base: header.as_ptr() as *mut libc::c_void,
+            iov_len: HEADER_LEN,
+        },
+        libc::iovec {
+            iov_base: payload as *mut libc::c_void,
+            iov_len: len,
+        },
+    ]
+}
+
+fn send_rest(fd: RawFd, iov: &mut [libc::iovec], mut first: usize) -> io::Result<()> {
+    while first < iov.len() {
+        let n = sendmsg(fd, &mut iov[first..], 0)?;
+        first = advance(iov, n, first);
+    }
+    Ok(())
+}
+
+/// Sends a header and its payload as one gathered write, blocking until all is sent.
+///
+/// # Safety
+/// `payload` must be readable for `len` bytes until the call returns.
+pub(crate) unsafe fn send_frame(
+    fd: RawFd,
+    header: &[u8; HEADER_LEN],
+    payload: *const u8,
+    len: usize,
+) -> io::Result<()> {
+    let mut iov = frame_iov(header, payload, len);
+    let used = if len == 0 { 1 } else { 2 };
+    send_rest(fd, &mut iov[..used], 0)
+}
+
+/// Sends all of `bytes` (blocking, subject to `SO_SNDTIMEO`), with `MSG_NOSIGNAL`.
+pub(crate) fn send_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
+    let mut iov = [libc::iovec {
+        iov_base: bytes.as_ptr() as *mut libc::c_void,
+        iov_len: bytes.len(),
+    }];
+    send_rest(fd, &mut iov, 0)
+}
+
+/// Bytes the kernel holds for the send side of `fd` (`sk_wmem_queued`, overhead
+/// included) and its limit (`sk_sndbuf`), from `SO_MEMINFO`.
+fn send_room(fd: RawFd) -> Option<(usize, usize)> {
+    let mut mem = [0u32; 16];
+    let mut len = std::mem::size_of_val(&mem) as libc::socklen_t;
+    // SAFETY: `mem` is writable for `len` bytes and `len` is passed by pointer.
+    let r = unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            SO_MEMINFO,
+            mem.as_mut_ptr().cast(),
+            &mut len,
+        )
+    };
+    let need = (libc::SK_MEMINFO_WMEM_QUEUED as usize + 1) * 4;
+    if r != 0 || (len as usize) < need {
+        return None;
+    }
+    Some((
+        mem[libc::SK_MEMINFO_WMEM_QUEUED as usize] as usize,
+        mem[libc::SK_MEMINFO_SNDBUF as usize] as usize,
+    ))
+}
+
+/// Outcome of [`try_send_frame`].
+pub(crate) enum TrySend {
+    /// The whole frame was handed to the kernel.
+    Sent,
+    /// Nothing was sent.
+    WouldBlock,
+}
+
+/// Sends a frame only if the socket's send buffer has room for all of it.
+///
+/// Linux accepts data for a TCP socket while `sk_wmem_queued < sk_sndbuf`, checked each
+/// time it starts a new buffer of at most 64 KiB, and charges per-buffer overhead on top
+/// of the data. So if the queue plus the frame plus a generous overhead allowance fits
+/// under `sk_sndbuf`, a non-blocking send takes the frame whole. Otherwise nothing is
+/// sent. Should the kernel still take only part of it (global TCP memory pressure), the
+/// rest is sent blocking, since half a frame cannot be taken back.
+///
+/// # Safety
+/// `payload` must be readable for `len` bytes until the call returns.
+pub(crate) unsafe fn try_send_frame(
+    fd: RawFd,
+    header: &[u8; HEADER_LEN],
+    payload: *const u8,
+    len: usize,
+) -> io::Result<TrySend> {
+    let total = HEADER_LEN + len;
+    if let Some((queued, limit)) = send_room(fd) {
+        // Overhead: one skb head (~1 KiB) per 64 KiB buffer started, at least two.
+        let slack = 4096 + total / 16;
+        if queued + total + slack > limit {
+            return Ok(TrySend::WouldBlock);
+        }
+    }
+    let mut iov = frame_iov(header, payload, len);
+    let used = if len == 0 { 1 } else { 2 };
+    let iov = &mut iov[..used];
+    match sendmsg(fd, iov, libc::MSG_DONTWAIT) {
+        Ok(n) if n == total => Ok(TrySend::Sent),
+        Ok(n) => {
+            let first = advance(iov, n, 0);
+            send_rest(fd, iov, first)?;
+            Ok(TrySend::Sent)
+        }
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(TrySend::WouldBlock),
+        Err(e) => Err(e),
+    }
+}
+
+/// `shutdown(2)`; errors (the socket is already disconnected) are of no interest.
+pub(crate) fn shutdown(fd: RawFd, how: libc::c_int) {
+    // SAFETY: plain system call on a descriptor the caller owns.
+    unsafe { libc::shutdown(fd, how) };
+}
+
+/// Waits until `fd` is readable (or has an error/hang-up), at most `timeout`. Returns
+/// false on timeout.
+pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // Round up, so that a sub-millisecond rest does not turn into a busy loop.
+    let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    match r {
+        r if r > 0 => Ok(true),
+        0 => Ok(false),
+        _ => {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                Ok(true)
+            } else {
+                Err(e)
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn advance_skips_whole_and_partial_buffers() {
+        let a = [1u8; 10];
+        let b = [2u8; 5];
+        let mut iov = [
+            libc::iovec {
+                iov_base: a.as_ptr() as *mut _,
+                iov_len: 10,
+            },
+            libc::iovec {
+                iov_base: b.as_ptr() as *mut _,
+                iov_len: 5,
+            },
+        ];
+        assert_eq!(advance(&mut iov, 3, 0), 0);
+        assert_eq!(iov[0].iov_len, 7);
+        assert_eq!(advance(&mut iov, 8, 0), 1);
+        assert_eq!(iov[1].iov_len, 4);
+        assert_eq!(advance(&mut iov, 4, 1), 2);
+    }
+}
