@@ -41,6 +41,21 @@ impl Default for ShmOptions {
     }
 }
 
+impl ShmOptions {
+    /// The defaults, overridden by `ACCIO_SHM_RING_BYTES`, `ACCIO_SHM_CHUNK_BYTES` and
+    /// `ACCIO_SHM_SPIN_US` where set (as UCX reads `UCX_*`): tuning without a rebuild.
+    /// Unparsable values are ignored.
+    pub fn from_env() -> ShmOptions {
+        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let d = ShmOptions::default();
+        ShmOptions {
+            ring_bytes: var("ACCIO_SHM_RING_BYTES").map_or(d.ring_bytes, |v| v as usize),
+            chunk_bytes: var("ACCIO_SHM_CHUNK_BYTES").map_or(d.chunk_bytes, |v| v as usize),
+            spin: var("ACCIO_SHM_SPIN_US").map_or(d.spin, Duration::from_micros),
+        }
+    }
+}
+
 /// How often a sleeping waiter wakes to check whether the peer is still there.
 const LIVENESS_TICK: Duration = Duration::from_millis(50);
 /// Control-socket record: kind, access, offset, len.
@@ -213,9 +228,9 @@ pub struct ShmEndpoint {
 }
 
 impl ShmEndpoint {
-    /// Connects to the listener at `addr` with default options.
+    /// Connects to the listener at `addr` with [`ShmOptions::from_env`].
     pub fn connect(addr: &Addr, timeout: Duration) -> Result<ShmEndpoint> {
-        ShmEndpoint::connect_with(addr, timeout, ShmOptions::default())
+        ShmEndpoint::connect_with(addr, timeout, ShmOptions::from_env())
     }
 
     /// Connects with explicit options (ring geometry, spin time).
@@ -306,7 +321,7 @@ impl ShmEndpoint {
             opts: ShmOptions {
                 ring_bytes: geo.ring_cap,
                 chunk_bytes: geo.max_chunk,
-                ..ShmOptions::default()
+                ..ShmOptions::from_env()
             },
             _segment: segment,
             tx: Mutex::new(Producer::new(link.ring(side), geo.max_chunk)),
