@@ -46,7 +46,11 @@ impl ShmOptions {
     /// `ACCIO_SHM_SPIN_US` where set (as UCX reads `UCX_*`): tuning without a rebuild.
     /// Unparsable values are ignored.
     pub fn from_env() -> ShmOptions {
-        let var = |k: &str| std::env::var(k).ok().and_then(|v| v.trim().parse::<u64>().ok());
+        let var = |k: &str| {
+            std::env::var(k)
+                .ok()
+                .and_then(|v| v.trim().parse::<u64>().ok())
+        };
         let d = ShmOptions::default();
         ShmOptions {
             ring_bytes: var("ACCIO_SHM_RING_BYTES").map_or(d.ring_bytes, |v| v as usize),

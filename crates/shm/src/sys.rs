@@ -219,7 +219,9 @@ pub fn hung_up(sock: RawFd) -> bool {
 /// Waits until `sock` is readable (or hung up), at most `timeout`. Returns false on timeout.
 pub fn wait_readable(sock: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
     // Round up: poll counts whole milliseconds and must not return before the deadline.
-    let ms = timeout.map_or(-1, |t| t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32);
+    let ms = timeout.map_or(-1, |t| {
+        t.as_micros().div_ceil(1000).min(i32::MAX as u128) as i32
+    });
     let mut p = libc::pollfd {
         fd: sock,
         events: libc::POLLIN,
