@@ -9,9 +9,15 @@
 //! - [`transport`]: latency, streaming and RMA bandwidth, connection and registration cost
 //!   of each endpoint backend, measured between two processes.
 //! - [`fs`]: file-system write / write+sync / cold read / re-read (Colfax methodology).
+//! - [`coalesce`]: small-item rates with and without the coalescing layer.
+//! - [`merge`]: many producers into one file through the merging file service.
+//! - [`info`]: what the node is (CPU, memory, file systems, PCIe links, GPUs).
 
+pub mod coalesce;
 pub mod fs;
+pub mod info;
 pub mod mem;
+pub mod merge;
 pub mod model;
 pub mod size;
 pub mod stats;

@@ -1,9 +1,14 @@
 //! The `accio` command: the only crate that uses `anyhow`; libraries return typed errors and
 //! this binary adds context.
 
+mod bench_coalesce;
 mod bench_fs;
+mod bench_merge;
 mod bench_transport;
 mod common;
+mod files;
+mod report_cmd;
+mod suite;
 
 use std::process::ExitCode;
 
@@ -26,9 +31,23 @@ enum Command {
     /// Without a subcommand, runs a quick version of every bench on built-in defaults
     /// (a temporary directory, /dev/shm, loopback).
     Bench(BenchArgs),
+    /// What this node is: CPU, memory, NUMA, file systems, PCIe links and their
+    /// theoretical bandwidth, GPUs.
+    Info(report_cmd::InfoArgs),
+    /// Re-render a results file (JSON) as Markdown and HTML.
+    Report(report_cmd::ReportArgs),
+    /// Summarize an accio container file: producers, blocks, bytes.
+    Inspect(files::InspectArgs),
+    /// Check an accio container file's checksums and sequences (exit code 0 if whole).
+    Verify(files::VerifyArgs),
+    /// Rewrite a crashed accio container file with an index.
+    Recover(files::RecoverArgs),
     /// Internal: the peer process of `accio bench transport` (not for direct use).
     #[command(hide = true, name = "__transport-peer")]
     TransportPeer(bench_transport::PeerArgs),
+    /// Internal: a producer process of `accio bench merge` (not for direct use).
+    #[command(hide = true, name = "__merge-producer")]
+    MergeProducer(bench_merge::ProducerArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -47,6 +66,10 @@ enum BenchCommand {
     Fs(bench_fs::FsArgs),
     /// memcpy bandwidth by thread count and buffer size (the in-memory ceiling).
     Mem(bench_fs::MemArgs),
+    /// Small-item rates with and without the coalescing layer (seed 001's communication cache).
+    Coalesce(bench_coalesce::CoalesceArgs),
+    /// Many producers into one file through the merging file service.
+    Merge(bench_merge::MergeArgs),
 }
 
 fn main() -> ExitCode {
@@ -83,56 +106,27 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 let mut rec = common::recorder(&a.common)?;
                 bench_fs::run_mem(a, &mut rec)
             }
+            BenchCommand::Coalesce(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_coalesce::run(a, &mut rec)
+            }
+            BenchCommand::Merge(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_merge::run(a, &mut rec)
+            }
         },
         Command::Bench(BenchArgs {
             which: None,
             common,
-        }) => run_default_suite(common),
+        }) => suite::run(common),
+        Command::Info(a) => report_cmd::run_info(a),
+        Command::Report(a) => report_cmd::run_report(a),
+        Command::Inspect(a) => files::run_inspect(a),
+        Command::Verify(a) => files::run_verify(a),
+        Command::Recover(a) => files::run_recover(a),
         Command::TransportPeer(a) => bench_transport::run_peer(a),
+        Command::MergeProducer(a) => bench_merge::run_producer(a),
     }
-}
-
-/// `accio bench` with no subcommand: a quick pass over every bench on built-in defaults,
-/// all figures in one report. A bench that fails is reported and the others still run.
-fn run_default_suite(common: common::CommonArgs) -> anyhow::Result<()> {
-    let started = std::time::Instant::now();
-    let mut rec = common::recorder(&common)?;
-    let mut failed = Vec::new();
-    let mut step = |name: &str, r: anyhow::Result<()>| {
-        if let Err(e) = r {
-            eprintln!("error: bench {name}: {e:#}");
-            failed.push(name.to_string());
-        }
-    };
-    step(
-        "mem",
-        bench_fs::run_mem(bench_fs::MemArgs::default_suite(&common), &mut rec),
-    );
-    step(
-        "fs",
-        bench_fs::FsArgs::default_suite(&common).and_then(|a| bench_fs::run_fs(a, &mut rec)),
-    );
-    step(
-        "transport",
-        bench_transport::run(
-            bench_transport::TransportArgs::default_suite(&common),
-            &mut rec,
-        ),
-    );
-    eprintln!(
-        "accio bench: {} figures in {:.0} s{}",
-        rec.report().figures.len(),
-        started.elapsed().as_secs_f64(),
-        common
-            .json
-            .as_ref()
-            .map(|p| format!(", written to {}", p.display()))
-            .unwrap_or_default()
-    );
-    anyhow::ensure!(
-        failed.is_empty(),
-        "{} failed (see above)",
-        failed.join(", ")
-    );
-    Ok(())
 }

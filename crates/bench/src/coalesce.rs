@@ -1,0 +1,1 @@
+//! Coalescing bench (being written).

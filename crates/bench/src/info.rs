@@ -1,0 +1,1 @@
+//! Node facts for `accio info` and reports (being written).

@@ -1,0 +1,1 @@
+//! Merge bench (being written).

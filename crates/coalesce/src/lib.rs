@@ -1,0 +1,1 @@
+//! accio-coalesce (being written).

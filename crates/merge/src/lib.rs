@@ -1,0 +1,1 @@
+//! accio-merge (being written).

@@ -1,0 +1,1 @@
+//! accio-report (being written).
