@@ -23,7 +23,7 @@
 #
 # Usage: scripts/compare-fs.sh [--reps N] [--size SIZE] [--threads "1 2"] [--accio PATH] [--out DIR]
 #   --reps N        repetitions (default 3)
-#   --size SIZE     file size per thread, fio syntax (default 256M; small files make
+#   --size SIZE     file size per thread, fio syntax (default 1G; small files make
 #                   fio's millisecond runtimes coarse)
 #   --threads LIST  thread counts, space-separated (default "1 2")
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
@@ -33,7 +33,7 @@
 set -euo pipefail
 
 REPS=3
-SIZE=256M
+SIZE=1G
 THREADS="1 2"
 ACCIO=""
 OUT=""

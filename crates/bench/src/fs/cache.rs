@@ -11,8 +11,9 @@
 //!
 //! After 1 or 2, `mincore(2)` on a mapping of each file counts the pages still resident; if
 //! more than [`MAX_RESIDENT`] are, the read falls back to O_DIRECT and the method says so.
-//! On tmpfs and ramfs the page cache *is* the file: nothing is dropped and the figure is
-//! marked memory-backed.
+//! On tmpfs and ramfs the page cache *is* the file: its pages stay, the figure is marked
+//! memory-backed, and the node-wide drop (method 1) still runs where it can so that the read
+//! starts from the same state as elsewhere.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
@@ -55,11 +56,26 @@ pub(crate) fn drop_cache(
         });
     }
     if info.memory_backed() {
-        return Ok(Dropped {
-            method: format!(
+        // The pages are the file's only copy and stay. The node-wide drop still runs where
+        // it can, so the read starts from the same state as on any other file system (and
+        // as fio's equivalent job): reading tmpfs right after writing it was measured 30%
+        // slower here than reading it after a drop_caches.
+        let dropped = matches!(choice, CacheDrop::Auto | CacheDrop::DropCaches)
+            && drop_caches(dir, files).is_ok();
+        let method = if dropped {
+            format!(
+                "sync + echo 3 > {DROP_CACHES}; memory-backed ({}): the file's pages are its \
+                 only copy and stay cached",
+                info.fs_type
+            )
+        } else {
+            format!(
                 "none: memory-backed ({}), the cached pages are the file's only copy",
                 info.fs_type
-            ),
+            )
+        };
+        return Ok(Dropped {
+            method,
             direct: false,
             resident: None,
         });
