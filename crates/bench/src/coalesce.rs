@@ -1,1 +1,0 @@
-//! Coalescing bench (being written).
