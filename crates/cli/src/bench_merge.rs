@@ -1,38 +1,251 @@
-//! `accio bench merge` (being written).
+//! `accio bench merge`: many producers into one file through the merging file service,
+//! each figure beside the target file system's single-stream write ceiling and the naive
+//! alternative, measured in the same run. Producer processes are this executable, started
+//! with the hidden `__merge-producer` subcommand.
 
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use accio_bench::merge::{self, MergeBench, Placement, ProducerCommand, ProducerConfig};
 use accio_bench::model::Recorder;
 
 use crate::common::CommonArgs;
+
+/// The hidden subcommand that runs one producer (declared in `main.rs`).
+const PRODUCER_SUBCOMMAND: &str = "__merge-producer";
 
 /// Arguments of `accio bench merge`.
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
     #[command(flatten)]
     pub(crate) common: CommonArgs,
+    /// Directories to write the merged file in [default: /dev/shm and the temporary
+    /// directory, i.e. one memory-backed and one disk file system].
+    #[arg(value_name = "DIR")]
+    targets: Vec<PathBuf>,
+    /// Producer counts to sweep, comma-separated [default: 1,4,16,60,256; --quick 1,16].
+    #[arg(long, value_delimiter = ',', value_name = "P")]
+    producers: Option<Vec<usize>>,
+    /// Buffers per producer [default: as many as make a run move about 1 GiB].
+    #[arg(long, value_name = "F")]
+    buffers: Option<u64>,
+    /// Where producers run, comma-separated: threads, processes [default: both].
+    #[arg(long, value_delimiter = ',', value_parser = parse_placement)]
+    placement: Option<Vec<Placement>>,
+    /// The seed's figure: 60 producers x 100 buffers x 2 MiB (12 GiB per run).
+    #[arg(long)]
+    seed: bool,
+    /// The merger's memory budget in bytes (suffixes allowed) [default: 256M].
+    #[arg(long, value_parser = parse_size)]
+    budget: Option<u64>,
+    /// Samples per figure [default: 3; --quick 1].
+    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    repetitions: Option<u32>,
+    /// Do not sync the file at close on persistent file systems.
+    #[arg(long)]
+    no_sync: bool,
+    /// Do not measure the naive alternative (one file per producer, then concatenated).
+    #[arg(long)]
+    no_naive: bool,
 }
 
-impl MergeArgs {
-    /// The quick variant run by plain `accio bench`.
-    pub fn default_suite(common: &CommonArgs) -> MergeArgs {
-        MergeArgs {
-            common: CommonArgs {
-                quick: true,
-                ..common.clone()
-            },
-        }
+fn parse_placement(s: &str) -> Result<Placement, String> {
+    match s {
+        "threads" => Ok(Placement::Threads),
+        "processes" => Ok(Placement::Processes),
+        _ => Err(format!(
+            "unknown placement {s:?} (known: threads, processes)"
+        )),
     }
 }
 
-/// Arguments of the hidden producer process of the merge bench.
-#[derive(clap::Args, Debug)]
-pub struct ProducerArgs {}
+fn parse_size(s: &str) -> Result<u64, String> {
+    accio_bench::size::parse_size(s)
+}
 
-/// Runs the merge bench.
-pub fn run(_args: MergeArgs, _rec: &mut Recorder) -> anyhow::Result<()> {
-    anyhow::bail!("accio bench merge is not written yet")
+impl MergeArgs {
+    /// The variant run by plain `accio bench`: the quick one (about 6 s on a 2-core VM),
+    /// or the full sweep under `accio bench --full`.
+    pub fn default_suite(common: &CommonArgs) -> MergeArgs {
+        MergeArgs {
+            common: CommonArgs {
+                quick: !common.full,
+                ..common.clone()
+            },
+            targets: Vec::new(),
+            producers: None,
+            buffers: None,
+            placement: None,
+            seed: false,
+            budget: None,
+            repetitions: None,
+            no_sync: false,
+            no_naive: false,
+        }
+    }
+
+    fn targets(&self) -> Vec<PathBuf> {
+        if !self.targets.is_empty() {
+            return self.targets.clone();
+        }
+        let mut t = Vec::new();
+        if std::path::Path::new("/dev/shm").is_dir() {
+            t.push(PathBuf::from("/dev/shm"));
+        }
+        t.push(std::env::temp_dir());
+        t
+    }
+
+    /// The bench these arguments stand for, with buffers of `size` bytes.
+    fn bench(&self, size: Option<u64>, command: ProducerCommand) -> MergeBench {
+        let targets = self.targets();
+        let mut b = if self.seed {
+            MergeBench::seed(targets)
+        } else if self.common.quick {
+            MergeBench::quick(targets)
+        } else {
+            MergeBench::new(targets)
+        };
+        b = b.producer_command(command);
+        if let Some(s) = size {
+            b = b.buffer_bytes(s as usize);
+        }
+        if let Some(p) = &self.producers {
+            b = b.producers(p);
+        }
+        if self.buffers.is_some() {
+            b = b.buffers(self.buffers);
+        }
+        if let Some(p) = &self.placement {
+            b = b.placements(p);
+        }
+        if let Some(be) = &self.common.backend {
+            b = b.backends(be);
+        }
+        if let Some(bud) = self.budget {
+            b = b.budget(bud as usize);
+        }
+        if let Some(r) = self.repetitions {
+            b = b.repeats(r as usize);
+        }
+        b.sync_persistent(!self.no_sync).naive(!self.no_naive)
+    }
+}
+
+/// Arguments of the hidden producer process of the merge bench (written by
+/// [`ProducerConfig::to_args`]).
+#[derive(clap::Args, Debug)]
+pub struct ProducerArgs {
+    /// The merger's address.
+    #[arg(long)]
+    addr: String,
+    /// Producer id.
+    #[arg(long)]
+    id: u32,
+    /// Buffers to write.
+    #[arg(long)]
+    buffers: u64,
+    /// Bytes per buffer.
+    #[arg(long)]
+    size: usize,
+}
+
+/// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
+/// `--json FILE`.
+pub fn run(args: MergeArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    let program = std::env::current_exe()
+        .context("finding the accio executable to start producer processes")?;
+    let command = ProducerCommand {
+        program,
+        args: vec![OsString::from(PRODUCER_SUBCOMMAND)],
+    };
+    let sizes: Vec<Option<u64>> = match &args.common.sizes {
+        Some(s) => s.0.iter().map(|&x| Some(x)).collect(),
+        None => vec![None],
+    };
+    let mut result = Ok(());
+    for size in sizes {
+        let bench = args.bench(size, command.clone());
+        if let Err(e) = bench.run(rec, &mut |l| eprintln!("{l}")) {
+            result = Err(e);
+            break;
+        }
+    }
+    let table = merge::render_table(rec.report());
+    if !table.is_empty() {
+        print!("\n{table}");
+        for line in merge::checks(rec.report()) {
+            println!("{line}");
+        }
+    }
+    if let Some(p) = &args.common.json {
+        eprintln!("merge: results written to {}", p.display());
+    }
+    result.context("accio bench merge")
 }
 
 /// Runs one producer process of the merge bench.
-pub fn run_producer(_args: ProducerArgs) -> anyhow::Result<()> {
-    anyhow::bail!("not written yet")
+pub fn run_producer(args: ProducerArgs) -> anyhow::Result<()> {
+    let cfg = ProducerConfig {
+        addr: args.addr,
+        id: args.id,
+        buffers: args.buffers,
+        size: args.size,
+    };
+    merge::producer_main(&cfg)
+        .with_context(|| format!("merge producer {} connected to {}", cfg.id, cfg.addr))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[test]
+    fn flags_reach_the_bench() {
+        let cli = crate::Cli::try_parse_from([
+            "accio",
+            "bench",
+            "merge",
+            "/dev/shm",
+            "--producers",
+            "1,60",
+            "--placement",
+            "processes",
+            "--budget",
+            "64M",
+            "--quick",
+        ])
+        .unwrap();
+        let crate::Command::Bench(crate::BenchArgs {
+            which: Some(crate::BenchCommand::Merge(a)),
+            ..
+        }) = cli.command
+        else {
+            panic!("not parsed as bench merge");
+        };
+        assert_eq!(a.producers, Some(vec![1, 60]));
+        assert_eq!(a.placement, Some(vec![Placement::Processes]));
+        assert_eq!(a.budget, Some(64 << 20));
+        assert!(a.common.quick);
+        assert_eq!(a.targets(), vec![PathBuf::from("/dev/shm")]);
+        let cfg = ProducerConfig {
+            addr: "tcp://127.0.0.1:5".into(),
+            id: 3,
+            buffers: 7,
+            size: 4096,
+        };
+        let mut argv = vec!["accio".to_string(), PRODUCER_SUBCOMMAND.into()];
+        argv.extend(cfg.to_args());
+        let crate::Command::MergeProducer(p) = crate::Cli::try_parse_from(argv).unwrap().command
+        else {
+            panic!("not parsed as the producer");
+        };
+        assert_eq!(
+            (p.addr.as_str(), p.id, p.buffers, p.size),
+            ("tcp://127.0.0.1:5", 3, 7, 4096)
+        );
+    }
 }

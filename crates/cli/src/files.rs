@@ -1,13 +1,24 @@
-//! `accio inspect`, `accio verify`, `accio recover`: tools for accio container files
-//! (being written).
+//! `accio inspect`, `accio verify`, `accio recover`: tools for accio container files (the
+//! merging file service's output; format in `docs/FORMAT.md`).
 
 use std::path::PathBuf;
+
+use anyhow::Context as _;
+
+use accio_bench::fs::probe::human_bytes;
+use accio_bench::merge::service::container::{
+    recover, ContainerReader, Layout, ProducerStats, Verification,
+};
+use accio_bench::table;
 
 /// Arguments of `accio inspect`.
 #[derive(clap::Args, Debug)]
 pub struct InspectArgs {
     /// The container file.
     pub file: PathBuf,
+    /// Also list every block (offset, producer, sequence, kind, length).
+    #[arg(long)]
+    pub blocks: bool,
 }
 
 /// Arguments of `accio verify`.
@@ -20,21 +31,147 @@ pub struct VerifyArgs {
 /// Arguments of `accio recover`.
 #[derive(clap::Args, Debug)]
 pub struct RecoverArgs {
-    /// The container file.
+    /// The container file (rewritten in place).
     pub file: PathBuf,
 }
 
-/// Runs `accio inspect`.
-pub fn run_inspect(_args: InspectArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio inspect is not written yet")
+fn producer_table(producers: &std::collections::BTreeMap<u32, ProducerStats>) -> String {
+    let rows: Vec<Vec<String>> = producers
+        .iter()
+        .map(|(p, s)| {
+            vec![
+                p.to_string(),
+                s.blocks.to_string(),
+                s.bytes.to_string(),
+                format!("{}..={}", s.first_seq, s.last_seq),
+            ]
+        })
+        .collect();
+    table::render(&["producer", "blocks", "bytes", "seq"], &rows)
 }
 
-/// Runs `accio verify`.
-pub fn run_verify(_args: VerifyArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio verify is not written yet")
+/// Runs `accio inspect`: what the file holds, per producer.
+pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
+    let r = ContainerReader::open(&args.file)
+        .with_context(|| format!("inspecting {}", args.file.display()))?;
+    let producers = r.producers();
+    let bytes: u64 = r.blocks().iter().map(|b| b.header.len).sum();
+    let state = match r.layout() {
+        Layout::Indexed { clean: true, .. } => "closed".to_string(),
+        Layout::Indexed { clean: false, .. } => "recovered (index rebuilt by accio recover)".into(),
+        Layout::Scanned { why, damage, .. } => format!(
+            "NOT closed ({why}); blocks found by scanning{}",
+            if damage.is_empty() {
+                String::new()
+            } else {
+                format!(", {} damaged range(s)", damage.len())
+            }
+        ),
+    };
+    println!(
+        "{}: accio container v{}, {} ({} bytes), block alignment {}, {state}",
+        args.file.display(),
+        r.header().version,
+        human_bytes(r.size()),
+        r.size(),
+        r.header().align
+    );
+    println!(
+        "{} producer(s), {} block(s), {} payload ({bytes} bytes)",
+        producers.len(),
+        r.blocks().len(),
+        human_bytes(bytes)
+    );
+    if !producers.is_empty() {
+        print!("{}", producer_table(&producers));
+    }
+    if let Layout::Scanned { damage, .. } = r.layout() {
+        for d in damage {
+            println!("damaged: {d}");
+        }
+    }
+    if args.blocks {
+        let rows: Vec<Vec<String>> = r
+            .blocks()
+            .iter()
+            .map(|b| {
+                vec![
+                    format!("{:#x}", b.offset),
+                    b.header.producer.to_string(),
+                    b.header.seq.to_string(),
+                    b.header.kind.name(),
+                    b.header.len.to_string(),
+                    format!("{:08x}", b.header.payload_crc),
+                ]
+            })
+            .collect();
+        print!(
+            "{}",
+            table::render(
+                &["offset", "producer", "seq", "kind", "bytes", "crc32c"],
+                &rows
+            )
+        );
+    }
+    Ok(())
 }
 
-/// Runs `accio recover`.
-pub fn run_recover(_args: RecoverArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio recover is not written yet")
+fn summary(v: &Verification) -> String {
+    format!(
+        "{} producer(s), {} block(s), {} ({} bytes)",
+        v.producers.len(),
+        v.blocks,
+        human_bytes(v.bytes),
+        v.bytes
+    )
+}
+
+/// Runs `accio verify`: reads every block and checks checksums, the index and sequences.
+/// Succeeds (exit 0) only when the file is whole.
+pub fn run_verify(args: VerifyArgs) -> anyhow::Result<()> {
+    let file = args.file.display().to_string();
+    let v = ContainerReader::open(&args.file)
+        .and_then(|r| r.verify())
+        .with_context(|| format!("verifying {file}"))?;
+    if v.is_whole() {
+        println!(
+            "{file}: whole: {}; every checksum, the index and every sequence check out",
+            summary(&v)
+        );
+        return Ok(());
+    }
+    println!("{file}: {}", summary(&v));
+    for p in &v.problems {
+        println!("problem: {p}");
+    }
+    anyhow::bail!(
+        "{file} is not whole: {} problem(s), the first: {}",
+        v.problems.len(),
+        v.problems[0]
+    )
+}
+
+/// Runs `accio recover`: cuts a crashed file back to its last whole block and writes an
+/// index for the blocks it holds.
+pub fn run_recover(args: RecoverArgs) -> anyhow::Result<()> {
+    let file = args.file.display().to_string();
+    let r = recover(&args.file).with_context(|| format!("recovering {file}"))?;
+    if r.already_whole {
+        println!(
+            "{file}: already whole ({} blocks, {} bytes); left untouched",
+            r.blocks, r.bytes
+        );
+        return Ok(());
+    }
+    println!(
+        "{file}: recovered {} block(s), {} ({} bytes); cut {} bytes off the end; index written and synced",
+        r.blocks,
+        human_bytes(r.bytes),
+        r.bytes,
+        r.truncated_bytes
+    );
+    for d in &r.damage {
+        println!("damaged (kept out of the index): {d}");
+    }
+    Ok(())
 }

@@ -1,0 +1,229 @@
+use super::*;
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "accio-merge-ct-{}-{}",
+        std::process::id(),
+        std::thread::current()
+            .name()
+            .unwrap_or("t")
+            .replace("::", "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn payload(p: u32, seq: u64, len: usize) -> Vec<u8> {
+    (0..len)
+        .map(|i| (i as u64 * 31 + seq * 7 + u64::from(p) * 13) as u8)
+        .collect()
+}
+
+/// Three producers, interleaved blocks of assorted sizes; returns (producer, seq, len).
+fn write_sample(path: &std::path::Path, align: u32) -> Vec<(u32, u64, usize)> {
+    let w = ContainerWriter::create(path, ContainerOptions { align }).unwrap();
+    let mut written = Vec::new();
+    let sizes = [0usize, 1, 63, 64, 4095, 4096, 4097, 70_000];
+    for (i, &len) in sizes.iter().enumerate() {
+        for p in 0..3u32 {
+            let seq = i as u64;
+            let kind = if p == 1 {
+                BlockKind::Records
+            } else {
+                BlockKind::Raw
+            };
+            let e = w.append(p, seq, kind, &payload(p, seq, len)).unwrap();
+            assert_eq!(e.offset % u64::from(align), 0);
+            written.push((p, seq, len));
+        }
+    }
+    let s = w.finish(false).unwrap();
+    assert_eq!(s.blocks, written.len() as u64);
+    assert_eq!(std::fs::metadata(path).unwrap().len(), s.file_bytes);
+    written
+}
+
+fn check_blocks(r: &ContainerReader, expect: &[(u32, u64, usize)]) {
+    let got: Vec<_> = r
+        .blocks()
+        .iter()
+        .map(|b| (b.header.producer, b.header.seq, b.header.len as usize))
+        .collect();
+    assert_eq!(got, expect);
+    for b in r.blocks() {
+        let data = r.read_payload(b).unwrap();
+        assert_eq!(
+            data,
+            payload(b.header.producer, b.header.seq, b.header.len as usize)
+        );
+    }
+}
+
+#[test]
+fn closed_file_reads_through_its_index_and_verifies_whole() {
+    for align in [64, 4096] {
+        let path = tmp(&format!("closed-{align}"));
+        let written = write_sample(&path, align);
+        let r = ContainerReader::open(&path).unwrap();
+        assert_eq!(
+            r.layout(),
+            &Layout::Indexed {
+                clean: true,
+                data_end: r.blocks().last().unwrap().end(align)
+            }
+        );
+        check_blocks(&r, &written);
+        let v = r.verify().unwrap();
+        assert!(v.is_whole(), "{:?}", v.problems);
+        assert_eq!(v.producers[&1].blocks, 8);
+        assert_eq!(
+            v.producers[&2].bytes,
+            written.iter().map(|w| w.2 as u64).sum::<u64>() / 3
+        );
+        if align == 4096 {
+            // Payloads are page-aligned in the file.
+            assert!(r
+                .blocks()
+                .iter()
+                .all(|b| b.payload_offset(align) % 4096 == 0));
+        }
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}
+
+#[test]
+fn file_cut_at_any_point_keeps_every_complete_block() {
+    let path = tmp("cut");
+    let written = write_sample(&path, 64);
+    let full = std::fs::read(&path).unwrap();
+    let complete = ContainerReader::open(&path).unwrap().blocks().to_vec();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    // Every cut point inside the data area, in steps that hit headers, payloads, padding.
+    let data_end = complete.last().unwrap().end(64);
+    for cut in (64..=data_end as usize + 70).step_by(37) {
+        let r = ContainerReader::from_bytes(full[..cut].to_vec()).unwrap();
+        let expect: Vec<_> = complete
+            .iter()
+            .zip(&written)
+            .filter(|(b, _)| b.payload_offset(64) + b.header.len <= cut as u64)
+            .map(|(_, w)| *w)
+            .collect();
+        check_blocks(&r, &expect);
+        let v = r.verify().unwrap();
+        assert!(!v.is_whole(), "cut at {cut} must not verify whole");
+        assert_eq!(v.blocks as usize, expect.len());
+    }
+}
+
+#[test]
+fn recover_adds_an_index_and_then_the_file_verifies_whole() {
+    let path = tmp("recover");
+    let written = write_sample(&path, 4096);
+    let r = ContainerReader::open(&path).unwrap();
+    let data_end = r.blocks().last().unwrap().end(4096);
+    // Crash: no index, and half of a further block.
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    f.set_len(data_end).unwrap();
+    drop(f);
+    let w_extra = {
+        let mut bytes = std::fs::read(&path).unwrap();
+        let h = BlockHeader {
+            producer: 0,
+            kind: BlockKind::Raw,
+            seq: 8,
+            len: 10_000,
+            payload_crc: 1,
+        };
+        bytes.extend_from_slice(&h.encode());
+        bytes.resize(bytes.len() + 4096 - 64 + 3000, 0xAB);
+        bytes
+    };
+    std::fs::write(&path, &w_extra).unwrap();
+    let before = ContainerReader::open(&path).unwrap();
+    assert!(matches!(before.layout(), Layout::Scanned { .. }));
+    let v = before.verify().unwrap();
+    assert!(!v.is_whole());
+    assert!(v.problems[0].contains("not closed"), "{:?}", v.problems);
+    let rec = recover(&path).unwrap();
+    assert!(!rec.already_whole);
+    assert_eq!(rec.blocks, written.len() as u64);
+    assert_eq!(rec.truncated_bytes, w_extra.len() as u64 - data_end);
+    assert!(rec.damage.is_empty());
+    let after = ContainerReader::open(&path).unwrap();
+    assert_eq!(
+        after.layout(),
+        &Layout::Indexed {
+            clean: false,
+            data_end
+        }
+    );
+    check_blocks(&after, &written);
+    assert!(after.verify().unwrap().is_whole());
+    assert!(recover(&path).unwrap().already_whole);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn damaged_block_in_the_middle_is_skipped_and_reported() {
+    let path = tmp("damaged");
+    let written = write_sample(&path, 64);
+    let r = ContainerReader::open(&path).unwrap();
+    let victim = r.blocks()[10];
+    let mut bytes = std::fs::read(&path).unwrap();
+    // Flip a payload byte: the header is fine, the checksum is not.
+    bytes[victim.payload_offset(64) as usize] ^= 0xFF;
+    let r = ContainerReader::from_bytes(bytes.clone()).unwrap();
+    let v = r.verify().unwrap();
+    assert!(!v.is_whole());
+    assert!(v
+        .problems
+        .iter()
+        .any(|p| p.contains("payload checksum mismatch")));
+    assert!(v
+        .problems
+        .iter()
+        .any(|p| p.contains("index lists 24 blocks")));
+    assert!(v
+        .problems
+        .iter()
+        .any(|p| p.contains(&format!("producer {}", victim.header.producer))));
+    // Destroy a header instead: the scan finds the next block by its magic.
+    bytes[victim.payload_offset(64) as usize] ^= 0xFF;
+    bytes[victim.offset as usize + 9] ^= 0xFF;
+    let len = bytes.len();
+    bytes.truncate(len - 64); // and lose the trailer
+    let r = ContainerReader::from_bytes(bytes).unwrap();
+    let expect: Vec<_> = written
+        .iter()
+        .enumerate()
+        .filter(|(i, _)| *i != 10)
+        .map(|(_, w)| *w)
+        .collect();
+    check_blocks(&r, &expect);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn records_split_and_reject_a_lying_length() {
+    let mut p = Vec::new();
+    for r in [&b"ab"[..], b"", b"xyz"] {
+        p.extend_from_slice(&(r.len() as u32).to_le_bytes());
+        p.extend_from_slice(r);
+    }
+    assert_eq!(
+        split_records(&p).unwrap(),
+        vec![&b"ab"[..], &b""[..], &b"xyz"[..]]
+    );
+    p[6] = 200;
+    assert!(split_records(&p)
+        .unwrap_err()
+        .contains("declares 200 bytes"));
+}
+
+#[test]
+fn garbage_is_refused_with_a_reason_not_a_panic() {
+    let e = ContainerReader::from_bytes(b"hello".to_vec()).unwrap_err();
+    assert!(e.to_string().contains("shorter than"), "{e}");
+    let e = ContainerReader::from_bytes(vec![7u8; 200]).unwrap_err();
+    assert!(e.to_string().contains("bad magic"), "{e}");
+}

@@ -1,0 +1,313 @@
+//! [`ContainerWriter`]: appends blocks with one `pwritev` each at an offset reserved under a
+//! short lock, and writes the index and trailer at close.
+
+use std::fs::{File, OpenOptions};
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use super::format::{
+    block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
+    DEFAULT_ALIGN, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
+};
+use crate::error::{MergeError, Result};
+
+/// Options of a new container file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ContainerOptions {
+    /// Block alignment in bytes, a power of two in 64..=1 MiB (default 4096: payloads are
+    /// page-aligned in the file; use 64 for many small blocks).
+    pub align: u32,
+}
+
+impl Default for ContainerOptions {
+    fn default() -> Self {
+        ContainerOptions {
+            align: DEFAULT_ALIGN,
+        }
+    }
+}
+
+/// What a closed container holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct ContainerSummary {
+    /// Blocks written.
+    pub blocks: u64,
+    /// Payload bytes written.
+    pub payload_bytes: u64,
+    /// Size of the file, index and trailer included.
+    pub file_bytes: u64,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Next free offset (always aligned).
+    next: u64,
+    /// Blocks written, in completion order.
+    entries: Vec<IndexEntry>,
+    payload_bytes: u64,
+    /// Set by the first failed write: the file is not appended to any more.
+    failed: Option<String>,
+}
+
+/// Writes one container file. `append` may be called from several threads at once: each
+/// block's space is reserved under a lock, then written with one `pwritev` outside it.
+///
+/// Dropping a writer without [`ContainerWriter::finish`] leaves the file as a crash would:
+/// every complete block readable by a scan, no index.
+#[derive(Debug)]
+pub struct ContainerWriter {
+    file: File,
+    path: PathBuf,
+    header: FileHeader,
+    /// `align` zero bytes, the source of every padding write.
+    zeros: Vec<u8>,
+    state: Mutex<State>,
+}
+
+impl ContainerWriter {
+    /// Creates (or truncates) `path` and writes the file header.
+    pub fn create(path: impl AsRef<Path>, opts: ContainerOptions) -> Result<ContainerWriter> {
+        let path = path.as_ref().to_path_buf();
+        if !opts.align.is_power_of_two() || !(MIN_ALIGN..=MAX_ALIGN).contains(&opts.align) {
+            return Err(MergeError::Config(format!(
+                "block alignment {} is not a power of two in {MIN_ALIGN}..={MAX_ALIGN}",
+                opts.align
+            )));
+        }
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .open(&path)
+            .map_err(|e| MergeError::file("creating", &path, e))?;
+        let header = FileHeader {
+            version: VERSION,
+            align: opts.align,
+            created_unix_ns: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos() as u64),
+        };
+        let first = header.first_block();
+        let mut page = vec![0u8; first as usize];
+        page[..HEADER_BYTES].copy_from_slice(&header.encode());
+        file.write_all_at(&page, 0)
+            .map_err(|e| MergeError::file("writing the header of", &path, e))?;
+        Ok(ContainerWriter {
+            file,
+            path,
+            header,
+            zeros: vec![0u8; opts.align as usize],
+            state: Mutex::new(State {
+                next: first,
+                entries: Vec::new(),
+                payload_bytes: 0,
+                failed: None,
+            }),
+        })
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The block alignment.
+    pub fn align(&self) -> u32 {
+        self.header.align
+    }
+
+    /// Appends one block, computing the payload checksum. Returns its index entry once the
+    /// block is in the file (the page cache; see [`ContainerWriter::sync`]).
+    pub fn append(
+        &self,
+        producer: u32,
+        seq: u64,
+        kind: BlockKind,
+        payload: &[u8],
+    ) -> Result<IndexEntry> {
+        self.append_with_crc(producer, seq, kind, payload, crc32c::crc32c(payload))
+    }
+
+    /// Appends one block whose payload checksum the caller computed (a producer does it
+    /// while the bytes are hot in its cache). A wrong checksum is not detected here; the
+    /// reader reports the block as corrupt.
+    pub fn append_with_crc(
+        &self,
+        producer: u32,
+        seq: u64,
+        kind: BlockKind,
+        payload: &[u8],
+        payload_crc: u32,
+    ) -> Result<IndexEntry> {
+        let len = payload.len() as u64;
+        let start = {
+            let mut st = self.state.lock().expect("container writer lock");
+            if let Some(why) = &st.failed {
+                return Err(MergeError::Sink {
+                    path: self.path.clone(),
+                    reason: format!("not appending after an earlier failure: {why}"),
+                });
+            }
+            let start = st.next;
+            st.next = block_extent(start, len, self.header.align).1;
+            start
+        };
+        let (payload_at, end) = block_extent(start, len, self.header.align);
+        let header = BlockHeader {
+            producer,
+            kind,
+            seq,
+            len,
+            payload_crc,
+        };
+        let hb = header.encode();
+        let pad1 = (payload_at - start) as usize - HEADER_BYTES;
+        let pad2 = (end - payload_at - len) as usize;
+        let bufs: [&[u8]; 4] = [&hb, &self.zeros[..pad1], payload, &self.zeros[..pad2]];
+        match pwritev_all(&self.file, &bufs, start) {
+            Ok(()) => {
+                let entry = IndexEntry {
+                    header,
+                    offset: start,
+                };
+                let mut st = self.state.lock().expect("container writer lock");
+                st.entries.push(entry);
+                st.payload_bytes += len;
+                Ok(entry)
+            }
+            Err(e) => {
+                let err = MergeError::file(
+                    format!("writing block {seq} of producer {producer} ({len} bytes) to"),
+                    &self.path,
+                    e,
+                );
+                let mut st = self.state.lock().expect("container writer lock");
+                // Cut a partly written last block off, so the file ends on a whole block
+                // (a block reserved after this one keeps the file from shrinking; a reader
+                // skips the torn block by its checksums).
+                if st.next == end && self.file.set_len(start).is_ok() {
+                    st.next = start;
+                }
+                st.failed = Some(err.to_string());
+                Err(err)
+            }
+        }
+    }
+
+    /// Flushes written blocks to stable storage (`fdatasync`).
+    pub fn sync(&self) -> Result<()> {
+        self.file
+            .sync_data()
+            .map_err(|e| MergeError::file("syncing", &self.path, e))
+    }
+
+    /// The first write failure, if any (the writer refuses blocks after one).
+    pub fn failure(&self) -> Option<String> {
+        self.state
+            .lock()
+            .expect("container writer lock")
+            .failed
+            .clone()
+    }
+
+    /// Blocks written so far.
+    pub fn blocks(&self) -> u64 {
+        self.state
+            .lock()
+            .expect("container writer lock")
+            .entries
+            .len() as u64
+    }
+
+    /// Writes the index and trailer, then (with `sync`) `fsync`s the file. If the index
+    /// cannot be written (e.g. the disk is full) it is cut off again, so the file stays a
+    /// valid unclosed container that `recover` can finish later.
+    pub fn finish(self, sync: bool) -> Result<ContainerSummary> {
+        let st = self.state.into_inner().expect("container writer lock");
+        let mut entries = st.entries;
+        entries.sort_by_key(|e| e.offset);
+        let index = encode_index(&entries);
+        let trailer = Trailer {
+            index_offset: st.next,
+            index_len: index.len() as u64,
+            blocks: entries.len() as u64,
+            index_crc: crc32c::crc32c(&index),
+            flags: TRAILER_CLEAN,
+        };
+        let tb = trailer.encode();
+        if let Err(e) = pwritev_all(&self.file, &[&index, &tb], st.next) {
+            let _ = self.file.set_len(st.next);
+            return Err(MergeError::file(
+                "writing the index and trailer of",
+                &self.path,
+                e,
+            ));
+        }
+        if sync {
+            self.file
+                .sync_all()
+                .map_err(|e| MergeError::file("syncing", &self.path, e))?;
+        }
+        Ok(ContainerSummary {
+            blocks: entries.len() as u64,
+            payload_bytes: st.payload_bytes,
+            file_bytes: st.next + index.len() as u64 + tb.len() as u64,
+        })
+    }
+}
+
+/// Writes every byte of `bufs`, in order, at `offset`: one `pwritev` in the common case,
+/// more after a short write.
+pub(crate) fn pwritev_all(file: &File, bufs: &[&[u8]], mut offset: u64) -> std::io::Result<()> {
+    let mut parts: Vec<&[u8]> = bufs.iter().copied().filter(|b| !b.is_empty()).collect();
+    let mut first = 0;
+    while first < parts.len() {
+        let iov: Vec<libc::iovec> = parts[first..]
+            .iter()
+            .take(1024)
+            .map(|b| libc::iovec {
+                iov_base: b.as_ptr() as *mut libc::c_void,
+                iov_len: b.len(),
+            })
+            .collect();
+        // SAFETY: every iovec points into a live slice of `bufs` for its stated length;
+        // the kernel only reads them.
+        let n = unsafe {
+            libc::pwritev(
+                file.as_raw_fd(),
+                iov.as_ptr(),
+                iov.len() as libc::c_int,
+                offset as libc::off_t,
+            )
+        };
+        if n < 0 {
+            let e = std::io::Error::last_os_error();
+            if e.kind() == std::io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if n == 0 {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::WriteZero,
+                "pwritev wrote nothing",
+            ));
+        }
+        let mut n = n as usize;
+        offset += n as u64;
+        while n > 0 {
+            let len = parts[first].len();
+            if n >= len {
+                n -= len;
+                first += 1;
+            } else {
+                parts[first] = &parts[first][n..];
+                n = 0;
+            }
+        }
+    }
+    Ok(())
+}

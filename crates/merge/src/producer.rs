@@ -1,0 +1,687 @@
+//! The producer side: connect to a merger, take a buffer (a slot of the merger's memory),
+//! fill it, commit it.
+//!
+//! Over `shm://` a buffer *is* the merger's slot, mapped into this process
+//! (`Endpoint::map_remote`): the producer's stores land in merger memory and the commit is
+//! a 26-byte message. Over `tcp://` a buffer is a local staging slot whose bytes cross the
+//! socket once at commit (`vwrite_to` into the merger's slot window).
+
+use std::collections::{HashMap, VecDeque};
+use std::time::Duration;
+
+use accio::{Endpoint, ErrorKind, MemView, Progress, RemoteMap, RmaFlags};
+
+use crate::container::BlockKind;
+use crate::error::{MergeError, Result};
+use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
+
+/// Ring size of a producer's shm connection: control messages are tiny, so 64 KiB rings
+/// (the minimum) instead of the 4 MiB default keep 256 producers' rings at 32 MiB.
+const SHM_RING_BYTES: usize = 64 << 10;
+
+/// Options of [`Producer::connect_with`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerOptions {
+    /// How long to wait for the merger to accept (default 10 s).
+    pub timeout: Duration,
+    /// The producer id to ask for (default: the merger picks one).
+    pub id: Option<u32>,
+}
+
+impl Default for ProducerOptions {
+    fn default() -> Self {
+        ProducerOptions {
+            timeout: Duration::from_secs(10),
+            id: None,
+        }
+    }
+}
+
+/// What a finished producer wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ProducerSummary {
+    /// Its id in the file.
+    pub id: u32,
+    /// Blocks acknowledged.
+    pub blocks: u64,
+    /// Payload bytes acknowledged.
+    pub bytes: u64,
+}
+
+/// A slot granted by the merger.
+#[derive(Clone, Copy, Debug)]
+struct Slot {
+    id: u32,
+    offset: u64,
+}
+
+/// Records being packed into a slot.
+#[derive(Clone, Copy, Debug)]
+struct Packing {
+    slot: Slot,
+    len: usize,
+}
+
+/// One producer's connection to a merger. Not `Sync`: one thread produces through it
+/// (open one per thread; they are cheap).
+pub struct Producer {
+    ep: Box<dyn Endpoint>,
+    merger: String,
+    id: u32,
+    slot_bytes: usize,
+    credit: u32,
+    /// True on shm: buffers are mapped merger memory.
+    mapped: bool,
+    /// Granted, unused slots.
+    free: VecDeque<Slot>,
+    /// Slots asked for, not granted yet.
+    requested: u32,
+    /// Slots in use by a `Buffer` or the record packer.
+    in_use: u32,
+    /// Mappings of the merger's slot windows, by offset (shm).
+    maps: HashMap<u64, RemoteMap>,
+    /// The local buffer of the slot in use (tcp).
+    staging: Vec<u8>,
+    packing: Option<Packing>,
+    next_seq: u64,
+    acked: u64,
+    acked_bytes: u64,
+    /// Lengths of committed, unacknowledged blocks, in order.
+    unacked: VecDeque<u64>,
+    failed: Option<String>,
+    bye_acked: bool,
+    tx: Vec<u8>,
+    rx: Vec<u8>,
+}
+
+impl std::fmt::Debug for Producer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Producer")
+            .field("merger", &self.merger)
+            .field("id", &self.id)
+            .field("next_seq", &self.next_seq)
+            .field("acked", &self.acked)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Producer {
+    /// Connects to the merger at `addr` with the default options.
+    pub fn connect(addr: &str) -> Result<Producer> {
+        Producer::connect_with(addr, ProducerOptions::default())
+    }
+
+    /// Connects to the merger at `addr`.
+    pub fn connect_with(addr: &str, opts: ProducerOptions) -> Result<Producer> {
+        let parsed: accio::Addr = addr.parse()?;
+        let ep: Box<dyn Endpoint> = match &parsed {
+            accio::Addr::Shm(_) => {
+                let env = accio_shm::ShmOptions::from_env();
+                let so = accio_shm::ShmOptions {
+                    ring_bytes: SHM_RING_BYTES,
+                    chunk_bytes: SHM_RING_BYTES / 4,
+                    // A producer waits for slots, i.e. for file writes (milliseconds):
+                    // spinning would only take the CPU from the merger, so sleep at once
+                    // unless ACCIO_SHM_SPIN_US asks otherwise.
+                    spin: if std::env::var_os("ACCIO_SHM_SPIN_US").is_some() {
+                        env.spin
+                    } else {
+                        Duration::ZERO
+                    },
+                };
+                Box::new(accio_shm::ShmEndpoint::connect_with(
+                    &parsed,
+                    opts.timeout,
+                    so,
+                )?)
+            }
+            _ => accio::connect(addr, opts.timeout)?,
+        };
+        let mapped = ep.capabilities().map_remote;
+        let mut p = Producer {
+            ep,
+            merger: parsed.to_string(),
+            id: 0,
+            slot_bytes: 0,
+            credit: 0,
+            mapped,
+            free: VecDeque::new(),
+            requested: 0,
+            in_use: 0,
+            maps: HashMap::new(),
+            staging: Vec::new(),
+            packing: None,
+            next_seq: 0,
+            acked: 0,
+            acked_bytes: 0,
+            unacked: VecDeque::new(),
+            failed: None,
+            bye_acked: false,
+            tx: Vec::with_capacity(64),
+            rx: Vec::with_capacity(64),
+        };
+        p.send(&Msg::Hello {
+            version: PROTOCOL,
+            producer: opts.id.unwrap_or(ANY_PRODUCER),
+        })?;
+        p.ep.recv_timeout(&mut p.rx, Some(opts.timeout))?;
+        match Msg::decode(&p.rx).map_err(|r| MergeError::protocol(&p.merger, r))? {
+            Msg::Welcome {
+                producer,
+                slot_bytes,
+                credit,
+            } => {
+                p.id = producer;
+                p.slot_bytes = usize::try_from(slot_bytes)
+                    .map_err(|_| MergeError::protocol(&p.merger, "slot size too large"))?;
+                p.credit = credit.max(1);
+            }
+            Msg::Fail { reason } => {
+                return Err(MergeError::Merger {
+                    merger: p.merger,
+                    reason,
+                })
+            }
+            other => {
+                return Err(MergeError::protocol(
+                    &p.merger,
+                    format!("expected welcome, got {other:?}"),
+                ))
+            }
+        }
+        // Ask for the first slots now: the merger registers (and pre-faults) them while
+        // the producer prepares its data, not when it wants to write.
+        p.request_more()?;
+        Ok(p)
+    }
+
+    /// This producer's id in the output.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Bytes of every buffer (the largest block).
+    pub fn buffer_bytes(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Blocks committed so far (the next block's sequence number).
+    pub fn committed(&self) -> u64 {
+        self.next_seq
+    }
+
+    /// Blocks the merger has acknowledged: blocks `0..acked()` are in the file.
+    pub fn acked(&self) -> u64 {
+        self.acked
+    }
+
+    /// True when buffers are the merger's memory mapped here (zero-copy, shm).
+    pub fn is_zero_copy(&self) -> bool {
+        self.mapped
+    }
+
+    fn send(&mut self, m: &Msg) -> Result<()> {
+        m.encode(&mut self.tx);
+        self.ep.send(&self.tx)?;
+        Ok(())
+    }
+
+    fn check_failed(&self) -> Result<()> {
+        match &self.failed {
+            Some(reason) => Err(MergeError::Merger {
+                merger: self.merger.clone(),
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Handles one message from the merger.
+    fn absorb(&mut self) -> Result<()> {
+        match Msg::decode(&self.rx).map_err(|r| MergeError::protocol(&self.merger, r))? {
+            Msg::Grant { slot, offset } => {
+                if self.requested == 0 {
+                    return Err(MergeError::protocol(
+                        &self.merger,
+                        "grant without a request",
+                    ));
+                }
+                self.requested -= 1;
+                self.free.push_back(Slot { id: slot, offset });
+            }
+            Msg::Ack { seq } => {
+                if seq != self.acked {
+                    return Err(MergeError::protocol(
+                        &self.merger,
+                        format!("ack of block {seq}, expected {}", self.acked),
+                    ));
+                }
+                self.acked += 1;
+                self.acked_bytes += self.unacked.pop_front().unwrap_or(0);
+            }
+            Msg::ByeAck => self.bye_acked = true,
+            Msg::Fail { reason } => {
+                self.failed.get_or_insert(reason);
+            }
+            other => {
+                return Err(MergeError::protocol(
+                    &self.merger,
+                    format!("unexpected message {other:?}"),
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    /// Handles every message already there.
+    fn poll(&mut self) -> Result<()> {
+        loop {
+            match self.ep.try_recv(&mut self.rx) {
+                Ok(Progress::Ready(_)) => self.absorb()?,
+                Ok(Progress::WouldBlock) => return Ok(()),
+                Err(e) => return Err(self.gone(e)),
+            }
+        }
+    }
+
+    /// Waits for one message and handles it.
+    fn wait_one(&mut self) -> Result<()> {
+        match self.ep.recv(&mut self.rx) {
+            Ok(_) => self.absorb(),
+            Err(e) => Err(self.gone(e)),
+        }
+    }
+
+    fn gone(&self, e: accio::Error) -> MergeError {
+        if let Some(reason) = &self.failed {
+            return MergeError::Merger {
+                merger: self.merger.clone(),
+                reason: reason.clone(),
+            };
+        }
+        if e.kind() == ErrorKind::PeerGone {
+            MergeError::Merger {
+                merger: self.merger.clone(),
+                reason: format!(
+                    "connection lost after {} of {} blocks were acknowledged: {e}",
+                    self.acked, self.next_seq
+                ),
+            }
+        } else {
+            MergeError::Transport(e)
+        }
+    }
+
+    /// Asks for slots up to the credit (one in use, the rest prefetched).
+    fn request_more(&mut self) -> Result<()> {
+        while self.free.len() as u32 + self.requested + self.in_use < self.credit {
+            self.send(&Msg::Acquire)?;
+            self.requested += 1;
+        }
+        Ok(())
+    }
+
+    fn take_slot(&mut self, block: bool) -> Result<Option<Slot>> {
+        self.poll()?;
+        self.check_failed()?;
+        loop {
+            if let Some(s) = self.free.pop_front() {
+                self.in_use += 1;
+                if let Err(e) = self.prepare(s) {
+                    self.release(s);
+                    return Err(e);
+                }
+                // Keep the next slot coming while this one is filled.
+                self.request_more()?;
+                return Ok(Some(s));
+            }
+            self.request_more()?;
+            if !block {
+                return Ok(None);
+            }
+            self.wait_one()?;
+            self.check_failed()?;
+        }
+    }
+
+    fn view(&mut self, slot: Slot) -> Result<MemView> {
+        if !self.maps.contains_key(&slot.offset) {
+            // Keep only the mappings of slots we may still be granted; windows the merger
+            // moved elsewhere are released with their mapping.
+            if self.maps.len() > self.credit as usize {
+                let keep: Vec<u64> = self
+                    .free
+                    .iter()
+                    .chain(self.packing.as_ref().map(|pk| &pk.slot))
+                    .map(|s| s.offset)
+                    .collect();
+                self.maps.retain(|off, _| keep.contains(off));
+            }
+            let m = self.ep.map_remote(slot.offset, self.slot_bytes)?;
+            self.maps.insert(slot.offset, m);
+        }
+        Ok((*self.maps[&slot.offset]).clone())
+    }
+
+    /// Makes `slot` writable here: maps it (shm) or sizes the staging buffer (tcp).
+    fn prepare(&mut self, slot: Slot) -> Result<()> {
+        if self.mapped {
+            self.view(slot)?;
+        } else if self.staging.len() != self.slot_bytes {
+            self.staging = vec![0u8; self.slot_bytes];
+        }
+        Ok(())
+    }
+
+    /// The bytes of a prepared slot.
+    fn slot_mut(&mut self, slot: Slot) -> &mut [u8] {
+        if self.mapped {
+            let v = &self.maps[&slot.offset];
+            // SAFETY: the merger granted this slot to us alone and does not read it before
+            // our commit; the mapping lives in `self.maps`, which the returned borrow of
+            // `self` keeps unchanged. A merger that broke the protocol could race these
+            // bytes, which would corrupt only the block it then writes.
+            unsafe { std::slice::from_raw_parts_mut(v.as_ptr(), v.len()) }
+        } else {
+            &mut self.staging[..]
+        }
+    }
+
+    /// Sends the first `len` bytes of `slot` as block `kind`, `data` being those bytes
+    /// where the caller has them elsewhere (tcp sends them from there).
+    fn commit_slot(
+        &mut self,
+        slot: Slot,
+        len: usize,
+        kind: BlockKind,
+        data: Option<&[u8]>,
+    ) -> Result<u64> {
+        let crc = match data {
+            Some(d) => crc32c::crc32c(d),
+            None => crc32c::crc32c(&self.slot_mut(slot)[..len]),
+        };
+        if !self.mapped && len > 0 {
+            let src = match data {
+                Some(d) => d,
+                None => &self.staging[..len],
+            };
+            self.ep.vwrite_to(src, slot.offset, RmaFlags::ASYNC)?;
+            // The data must be in the merger's window before it sees the commit.
+            let mark = self.ep.fence_mark()?;
+            self.ep.fence_wait(mark)?;
+        }
+        let seq = self.next_seq;
+        self.send(&Msg::Commit {
+            slot: slot.id,
+            seq,
+            len: len as u64,
+            crc,
+            kind: kind.code(),
+        })?;
+        self.next_seq += 1;
+        self.in_use -= 1;
+        self.unacked.push_back(len as u64);
+        // The block is committed whatever happens next; a broken connection shows at the
+        // next call.
+        let _ = self.request_more();
+        Ok(seq)
+    }
+
+    /// A buffer to fill, waiting for a free slot if none is (back-pressure).
+    pub fn buffer(&mut self) -> Result<Buffer<'_>> {
+        self.flush_records()?;
+        let slot = self.take_slot(true)?.expect("blocking take");
+        Ok(Buffer {
+            p: self,
+            slot,
+            done: false,
+        })
+    }
+
+    /// A buffer if a slot is free now; [`Progress::WouldBlock`] otherwise (a slot has been
+    /// asked for: try again later).
+    pub fn try_buffer(&mut self) -> Result<Progress<Buffer<'_>>> {
+        self.flush_records()?;
+        Ok(match self.take_slot(false)? {
+            Some(slot) => Progress::Ready(Buffer {
+                p: self,
+                slot,
+                done: false,
+            }),
+            None => Progress::WouldBlock,
+        })
+    }
+
+    /// Writes `data` as one block (one copy into the merger's slot on shm; sent from `data`
+    /// on tcp). Returns its sequence number.
+    pub fn write_block(&mut self, data: &[u8]) -> Result<u64> {
+        self.write_block_kind(data, BlockKind::Raw)
+    }
+
+    /// [`Producer::write_block`] with a block kind.
+    pub fn write_block_kind(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
+        self.flush_records()?;
+        if data.len() > self.slot_bytes {
+            return Err(MergeError::TooLarge {
+                what: "block",
+                len: data.len(),
+                limit: self.slot_bytes,
+            });
+        }
+        let slot = self.take_slot(true)?.expect("blocking take");
+        let r = if self.mapped {
+            accio::copy_slice(&mut self.slot_mut(slot)[..data.len()], data);
+            self.commit_slot(slot, data.len(), kind, Some(data))
+        } else {
+            self.commit_slot(slot, data.len(), kind, Some(data))
+        };
+        if r.is_err() {
+            self.release(slot);
+        }
+        r
+    }
+
+    /// Appends one record; records are packed into buffers (each a `u32` length and the
+    /// bytes) and a full buffer is committed as a [`BlockKind::Records`] block.
+    pub fn write_record(&mut self, record: &[u8]) -> Result<()> {
+        let need = 4 + record.len();
+        if need > self.slot_bytes {
+            return Err(MergeError::TooLarge {
+                what: "record (with its 4-byte length)",
+                len: need,
+                limit: self.slot_bytes,
+            });
+        }
+        if let Some(pk) = self.packing {
+            if pk.len + need > self.slot_bytes {
+                self.flush_records()?;
+            }
+        }
+        let mut pk = match self.packing {
+            Some(pk) => pk,
+            None => {
+                let slot = self.take_slot(true)?.expect("blocking take");
+                Packing { slot, len: 0 }
+            }
+        };
+        let s = self.slot_mut(pk.slot);
+        s[pk.len..pk.len + 4].copy_from_slice(&(record.len() as u32).to_le_bytes());
+        accio::copy_slice(&mut s[pk.len + 4..pk.len + need], record);
+        pk.len += need;
+        self.packing = Some(pk);
+        Ok(())
+    }
+
+    /// Commits the records packed so far (no-op without any).
+    pub fn flush_records(&mut self) -> Result<()> {
+        if let Some(pk) = self.packing.take() {
+            if let Err(e) = self.commit_slot(pk.slot, pk.len, BlockKind::Records, None) {
+                self.release(pk.slot);
+                return Err(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn release(&mut self, slot: Slot) {
+        self.in_use = self.in_use.saturating_sub(1);
+        // Best effort: a failed release means the connection is gone, which frees it too.
+        let _ = self.send(&Msg::Release { slot: slot.id });
+    }
+
+    /// Commits pending records and waits until the merger has acknowledged every block
+    /// committed so far (they are in the file; synced with `SyncPolicy::EveryCommit`).
+    /// Returns the number of blocks acknowledged.
+    pub fn wait_acked(&mut self) -> Result<u64> {
+        self.flush_records()?;
+        while self.acked < self.next_seq {
+            self.check_failed()?;
+            self.wait_one()?;
+        }
+        self.check_failed()?;
+        Ok(self.acked)
+    }
+
+    /// Commits pending records, waits until every block is acknowledged, and says goodbye.
+    pub fn finish(mut self) -> Result<ProducerSummary> {
+        self.flush_records()?;
+        self.send(&Msg::Bye)?;
+        while !self.bye_acked {
+            self.check_failed()?;
+            self.wait_one()?;
+        }
+        self.check_failed()?;
+        if self.acked != self.next_seq {
+            return Err(MergeError::protocol(
+                &self.merger,
+                format!(
+                    "said goodbye with {} of {} blocks acknowledged",
+                    self.acked, self.next_seq
+                ),
+            ));
+        }
+        Ok(ProducerSummary {
+            id: self.id,
+            blocks: self.acked,
+            bytes: self.acked_bytes,
+        })
+    }
+
+    /// Writes one Arrow record batch as one block (an Arrow IPC stream: schema, batch,
+    /// end marker), serialized straight into the buffer.
+    #[cfg(feature = "arrow")]
+    pub fn write_batch(&mut self, batch: &arrow_array::RecordBatch) -> Result<u64> {
+        let mut buf = self.buffer()?;
+        let cap = buf.capacity();
+        let mut w = SliceWriter {
+            buf: buf.as_mut_slice(),
+            len: 0,
+            wanted: 0,
+        };
+        let res = (|| {
+            let mut sw = arrow_ipc::writer::StreamWriter::try_new(&mut w, &batch.schema())?;
+            sw.write(batch)?;
+            sw.finish()
+        })();
+        let (len, wanted) = (w.len, w.wanted);
+        match res {
+            Ok(()) if wanted <= cap => buf.commit_kind(len, BlockKind::ArrowIpc),
+            _ if wanted > cap => Err(MergeError::TooLarge {
+                what: "arrow batch (as an IPC stream)",
+                len: wanted,
+                limit: cap,
+            }),
+            Err(e) => Err(MergeError::Sink {
+                path: "<producer>".into(),
+                reason: format!("cannot encode the arrow batch: {e}"),
+            }),
+            Ok(()) => unreachable!("covered above"),
+        }
+    }
+}
+
+/// `io::Write` into a fixed slice that counts what did not fit (to report the size).
+#[cfg(feature = "arrow")]
+struct SliceWriter<'a> {
+    buf: &'a mut [u8],
+    len: usize,
+    wanted: usize,
+}
+
+#[cfg(feature = "arrow")]
+impl std::io::Write for SliceWriter<'_> {
+    fn write(&mut self, data: &[u8]) -> std::io::Result<usize> {
+        self.wanted += data.len();
+        if self.wanted > self.buf.len() {
+            // Keep counting; the caller reports the size and drops the buffer.
+            return Ok(data.len());
+        }
+        self.buf[self.len..self.len + data.len()].copy_from_slice(data);
+        self.len += data.len();
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// A slot lent to the producer: fill it, then [`Buffer::commit`]. Dropped uncommitted, it
+/// goes back to the merger unused.
+pub struct Buffer<'a> {
+    p: &'a mut Producer,
+    slot: Slot,
+    done: bool,
+}
+
+impl std::fmt::Debug for Buffer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Buffer")
+            .field("slot", &self.slot.id)
+            .field("capacity", &self.p.slot_bytes)
+            .finish()
+    }
+}
+
+impl Buffer<'_> {
+    /// Bytes the buffer holds.
+    pub fn capacity(&self) -> usize {
+        self.p.slot_bytes
+    }
+
+    /// The whole buffer, to write into. On shm these are the merger's pages.
+    pub fn as_mut_slice(&mut self) -> &mut [u8] {
+        let slot = self.slot;
+        self.p.slot_mut(slot)
+    }
+
+    /// Commits the first `len` bytes as a raw block; returns its sequence number.
+    pub fn commit(self, len: usize) -> Result<u64> {
+        self.commit_kind(len, BlockKind::Raw)
+    }
+
+    /// Commits the first `len` bytes as a block of `kind`.
+    pub fn commit_kind(mut self, len: usize, kind: BlockKind) -> Result<u64> {
+        if len > self.p.slot_bytes {
+            return Err(MergeError::TooLarge {
+                what: "commit",
+                len,
+                limit: self.p.slot_bytes,
+            });
+        }
+        self.done = true;
+        let slot = self.slot;
+        let r = self.p.commit_slot(slot, len, kind, None);
+        if r.is_err() {
+            self.p.release(slot);
+        }
+        r
+    }
+}
+
+impl Drop for Buffer<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.p.release(self.slot);
+        }
+    }
+}

@@ -1,0 +1,278 @@
+//! Messages between producers and the merger. Each is one endpoint message: a type byte and
+//! little-endian fields. Decoding checks lengths and types and never panics: a producer may
+//! be buggy or hostile, and its bad message costs only its own connection.
+
+/// Protocol version; a producer of another version is refused.
+pub const PROTOCOL: u16 = 1;
+
+/// Producer id a producer sends to let the merger pick one.
+pub const ANY_PRODUCER: u32 = u32::MAX;
+
+/// Longest text a `Fail` carries.
+const MAX_TEXT: usize = 4096;
+
+/// One protocol message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Msg {
+    /// Producer → merger, first message: protocol version and the producer id wanted
+    /// ([`ANY_PRODUCER`] for any).
+    Hello {
+        /// [`PROTOCOL`].
+        version: u16,
+        /// Requested id.
+        producer: u32,
+    },
+    /// Merger → producer: accepted.
+    Welcome {
+        /// The producer's id.
+        producer: u32,
+        /// Bytes of every slot.
+        slot_bytes: u64,
+        /// Slots the producer may hold at once (granted and committed, not yet written).
+        credit: u32,
+    },
+    /// Producer → merger: grant me one more slot.
+    Acquire,
+    /// Merger → producer: slot `slot` is yours; it is the peer window at `offset`.
+    Grant {
+        /// Slot number (the merger's).
+        slot: u32,
+        /// Offset of the slot's window in the merger's registered space.
+        offset: u64,
+    },
+    /// Producer → merger: slot `slot` holds `len` bytes of block `seq`.
+    Commit {
+        /// Slot number.
+        slot: u32,
+        /// The producer's sequence number (0, 1, 2, ... in commit order).
+        seq: u64,
+        /// Payload bytes.
+        len: u64,
+        /// CRC32C of the payload.
+        crc: u32,
+        /// Block kind code.
+        kind: u8,
+    },
+    /// Producer → merger: slot `slot` goes back unused.
+    Release {
+        /// Slot number.
+        slot: u32,
+    },
+    /// Merger → producer: block `seq` is in the file (and synced, in sync mode).
+    Ack {
+        /// Sequence number.
+        seq: u64,
+    },
+    /// Producer → merger: no more commits; answer with `ByeAck` once all are written.
+    Bye,
+    /// Merger → producer: every commit is written; the connection may close.
+    ByeAck,
+    /// Merger → producer: the merge failed for this producer (sink error, protocol error).
+    Fail {
+        /// Lowercase text naming the file or message and the cause.
+        reason: String,
+    },
+}
+
+const HELLO: u8 = 1;
+const WELCOME: u8 = 2;
+const ACQUIRE: u8 = 3;
+const GRANT: u8 = 4;
+const COMMIT: u8 = 5;
+const RELEASE: u8 = 6;
+const ACK: u8 = 7;
+const BYE: u8 = 8;
+const BYE_ACK: u8 = 9;
+const FAIL: u8 = 10;
+
+impl Msg {
+    /// Encodes into `out` (cleared first).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        out.clear();
+        match self {
+            Msg::Hello { version, producer } => {
+                out.push(HELLO);
+                out.extend_from_slice(&version.to_le_bytes());
+                out.extend_from_slice(&producer.to_le_bytes());
+            }
+            Msg::Welcome {
+                producer,
+                slot_bytes,
+                credit,
+            } => {
+                out.push(WELCOME);
+                out.extend_from_slice(&producer.to_le_bytes());
+                out.extend_from_slice(&slot_bytes.to_le_bytes());
+                out.extend_from_slice(&credit.to_le_bytes());
+            }
+            Msg::Acquire => out.push(ACQUIRE),
+            Msg::Grant { slot, offset } => {
+                out.push(GRANT);
+                out.extend_from_slice(&slot.to_le_bytes());
+                out.extend_from_slice(&offset.to_le_bytes());
+            }
+            Msg::Commit {
+                slot,
+                seq,
+                len,
+                crc,
+                kind,
+            } => {
+                out.push(COMMIT);
+                out.extend_from_slice(&slot.to_le_bytes());
+                out.extend_from_slice(&seq.to_le_bytes());
+                out.extend_from_slice(&len.to_le_bytes());
+                out.extend_from_slice(&crc.to_le_bytes());
+                out.push(*kind);
+            }
+            Msg::Release { slot } => {
+                out.push(RELEASE);
+                out.extend_from_slice(&slot.to_le_bytes());
+            }
+            Msg::Ack { seq } => {
+                out.push(ACK);
+                out.extend_from_slice(&seq.to_le_bytes());
+            }
+            Msg::Bye => out.push(BYE),
+            Msg::ByeAck => out.push(BYE_ACK),
+            Msg::Fail { reason } => {
+                out.push(FAIL);
+                let t = reason.as_bytes();
+                out.extend_from_slice(&t[..t.len().min(MAX_TEXT)]);
+            }
+        }
+    }
+
+    /// Decodes one message; the error says what is wrong with it.
+    pub fn decode(b: &[u8]) -> Result<Msg, String> {
+        let Some((&ty, body)) = b.split_first() else {
+            return Err("empty message".into());
+        };
+        let want = |n: usize, name: &str| {
+            if body.len() == n {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{name} message of {} bytes, expected {}",
+                    b.len(),
+                    n + 1
+                ))
+            }
+        };
+        let u16_at = |at: usize| u16::from_le_bytes(body[at..at + 2].try_into().expect("2"));
+        let u32_at = |at: usize| u32::from_le_bytes(body[at..at + 4].try_into().expect("4"));
+        let u64_at = |at: usize| u64::from_le_bytes(body[at..at + 8].try_into().expect("8"));
+        Ok(match ty {
+            HELLO => {
+                want(6, "hello")?;
+                Msg::Hello {
+                    version: u16_at(0),
+                    producer: u32_at(2),
+                }
+            }
+            WELCOME => {
+                want(16, "welcome")?;
+                Msg::Welcome {
+                    producer: u32_at(0),
+                    slot_bytes: u64_at(4),
+                    credit: u32_at(12),
+                }
+            }
+            ACQUIRE => {
+                want(0, "acquire")?;
+                Msg::Acquire
+            }
+            GRANT => {
+                want(12, "grant")?;
+                Msg::Grant {
+                    slot: u32_at(0),
+                    offset: u64_at(4),
+                }
+            }
+            COMMIT => {
+                want(25, "commit")?;
+                Msg::Commit {
+                    slot: u32_at(0),
+                    seq: u64_at(4),
+                    len: u64_at(12),
+                    crc: u32_at(20),
+                    kind: body[24],
+                }
+            }
+            RELEASE => {
+                want(4, "release")?;
+                Msg::Release { slot: u32_at(0) }
+            }
+            ACK => {
+                want(8, "ack")?;
+                Msg::Ack { seq: u64_at(0) }
+            }
+            BYE => {
+                want(0, "bye")?;
+                Msg::Bye
+            }
+            BYE_ACK => {
+                want(0, "bye-ack")?;
+                Msg::ByeAck
+            }
+            FAIL => Msg::Fail {
+                reason: String::from_utf8_lossy(&body[..body.len().min(MAX_TEXT)]).into_owned(),
+            },
+            t => return Err(format!("unknown message type {t}")),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_message_round_trips() {
+        let all = [
+            Msg::Hello {
+                version: PROTOCOL,
+                producer: ANY_PRODUCER,
+            },
+            Msg::Welcome {
+                producer: 3,
+                slot_bytes: 2 << 20,
+                credit: 2,
+            },
+            Msg::Acquire,
+            Msg::Grant {
+                slot: 9,
+                offset: 0x10_0000,
+            },
+            Msg::Commit {
+                slot: 9,
+                seq: 77,
+                len: 12345,
+                crc: 0xabcd,
+                kind: 1,
+            },
+            Msg::Release { slot: 4 },
+            Msg::Ack { seq: 77 },
+            Msg::Bye,
+            Msg::ByeAck,
+            Msg::Fail {
+                reason: "writing /x: no space".into(),
+            },
+        ];
+        let mut buf = Vec::new();
+        for m in all {
+            m.encode(&mut buf);
+            assert_eq!(Msg::decode(&buf).unwrap(), m);
+        }
+    }
+
+    #[test]
+    fn short_and_unknown_messages_are_refused_with_a_reason() {
+        assert_eq!(
+            Msg::decode(&[COMMIT, 1, 2]).unwrap_err(),
+            "commit message of 3 bytes, expected 26"
+        );
+        assert_eq!(Msg::decode(&[99]).unwrap_err(), "unknown message type 99");
+        assert_eq!(Msg::decode(&[]).unwrap_err(), "empty message");
+    }
+}

@@ -1,0 +1,384 @@
+//! The merger with producer threads: content, order, back-pressure, the budget, records,
+//! and the protocol-error paths.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use accio::Progress;
+use accio_merge::container::{split_records, BlockKind, ContainerOptions, ContainerReader};
+use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy};
+
+fn tmp(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "accio-merge-it-{}-{}",
+        std::process::id(),
+        std::thread::current()
+            .name()
+            .unwrap_or("t")
+            .replace("::", "-")
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir.join(name)
+}
+
+fn addr(backend: &str, name: &str) -> String {
+    match backend {
+        "shm" => format!("shm://accio-merge-it-{}-{name}", std::process::id()),
+        _ => "tcp://127.0.0.1:0".into(),
+    }
+}
+
+/// Deterministic payload of block `seq` of producer `p`, `len` bytes.
+fn payload(p: u32, seq: u64, len: usize) -> Vec<u8> {
+    let mut v = vec![0u8; len];
+    for (i, b) in v.iter_mut().enumerate() {
+        *b = (i as u64 ^ (seq << 8) ^ (u64::from(p) << 16)).wrapping_mul(0x9E37) as u8;
+    }
+    v
+}
+
+fn sink(path: &std::path::Path) -> Box<ContainerSink> {
+    Box::new(ContainerSink::create(path, ContainerOptions::default()).unwrap())
+}
+
+/// Checks that every producer's blocks are in the file, in sequence, with their bytes.
+fn check_file(path: &std::path::Path, producers: u32, blocks: u64, len_of: impl Fn(u64) -> usize) {
+    let r = ContainerReader::open(path).unwrap();
+    let v = r.verify().unwrap();
+    assert!(v.is_whole(), "{:?}", v.problems);
+    assert_eq!(v.producers.len() as u32, producers);
+    let mut next = vec![0u64; producers as usize];
+    for b in r.blocks() {
+        let p = b.header.producer;
+        // Per-producer order: sequence numbers appear in file order.
+        assert_eq!(b.header.seq, next[p as usize], "producer {p} out of order");
+        next[p as usize] += 1;
+        assert_eq!(
+            r.read_payload(b).unwrap(),
+            payload(p, b.header.seq, len_of(b.header.seq))
+        );
+    }
+    assert!(next.iter().all(|&n| n == blocks), "{next:?}");
+}
+
+fn many_threads_into_one_file(backend: &str) {
+    let path = tmp(&format!("threads-{backend}"));
+    let merger = Merger::builder()
+        .budget(8 << 20)
+        .slot_bytes(256 << 10)
+        .listen(&addr(backend, "threads"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let (producers, blocks) = (6u32, 20u64);
+    // Sizes vary, up to a full slot, to cover short commits.
+    let len_of = |seq: u64| [256 << 10, 1, 100_000, 0, 4096][(seq % 5) as usize];
+    let handles: Vec<_> = (0..producers)
+        .map(|id| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let mut p = Producer::connect_with(
+                    &a,
+                    accio_merge::ProducerOptions {
+                        id: Some(id),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                assert_eq!(p.id(), id);
+                assert_eq!(p.is_zero_copy(), a.starts_with("shm"));
+                for seq in 0..blocks {
+                    let data = payload(id, seq, len_of(seq));
+                    if seq % 2 == 0 {
+                        let mut buf = p.buffer().unwrap();
+                        buf.as_mut_slice()[..data.len()].copy_from_slice(&data);
+                        assert_eq!(buf.commit(data.len()).unwrap(), seq);
+                    } else {
+                        assert_eq!(p.write_block(&data).unwrap(), seq);
+                    }
+                }
+                let s = p.finish().unwrap();
+                assert_eq!((s.id, s.blocks), (id, blocks));
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = merger.close().unwrap();
+    assert_eq!(s.stats.finished, producers as usize);
+    assert_eq!(s.stats.lost, 0);
+    assert_eq!(s.sink.blocks, u64::from(producers) * blocks);
+    check_file(&path, producers, blocks, len_of);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn many_threads_into_one_file_over_shm() {
+    many_threads_into_one_file("shm");
+}
+
+#[test]
+fn many_threads_into_one_file_over_tcp() {
+    many_threads_into_one_file("tcp");
+}
+
+#[test]
+fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
+    let path = tmp("budget");
+    let merger = Merger::builder()
+        .budget(4 * (64 << 10))
+        .slot_bytes(64 << 10)
+        .sync(SyncPolicy::EveryCommit)
+        .listen(&addr("shm", "budget"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let (producers, blocks) = (24u32, 6u64);
+    let handles: Vec<_> = (0..producers)
+        .map(|id| {
+            let a = a.clone();
+            std::thread::spawn(move || {
+                let mut p = Producer::connect_with(
+                    &a,
+                    accio_merge::ProducerOptions {
+                        id: Some(id),
+                        ..Default::default()
+                    },
+                )
+                .unwrap();
+                for seq in 0..blocks {
+                    p.write_block(&payload(id, seq, 60_000)).unwrap();
+                }
+                p.finish().unwrap();
+            })
+        })
+        .collect();
+    for h in handles {
+        h.join().unwrap();
+    }
+    let s = merger.close().unwrap();
+    assert!(s.stats.peak_slots <= 4, "{:?}", s.stats);
+    assert!(
+        s.stats.moves > 0,
+        "24 producers share 4 slots: windows must move"
+    );
+    check_file(&path, producers, blocks, |_| 60_000);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn try_buffer_would_block_while_another_producer_holds_every_slot() {
+    let path = tmp("backpressure");
+    let merger = Merger::builder()
+        .budget(2 * (64 << 10))
+        .slot_bytes(64 << 10)
+        .credit(2)
+        .listen(&addr("shm", "bp"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let mut hog = Producer::connect(&a).unwrap();
+    let mut other = Producer::connect(&a).unwrap();
+    // The hog takes one buffer and prefetches the second slot.
+    let mut held = hog.buffer().unwrap();
+    held.as_mut_slice()[..5].copy_from_slice(b"first");
+    std::thread::sleep(Duration::from_millis(50));
+    for _ in 0..20 {
+        assert!(matches!(other.try_buffer().unwrap(), Progress::WouldBlock));
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    held.commit(5).unwrap();
+    // The committed slot is written and moves to the waiting producer.
+    let mut got = None;
+    for _ in 0..400 {
+        if let Progress::Ready(mut b) = other.try_buffer().unwrap() {
+            b.as_mut_slice()[..6].copy_from_slice(b"second");
+            got = Some(b.commit(6).unwrap());
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(got, Some(0));
+    let (h, o) = (hog.id(), other.id());
+    hog.finish().unwrap();
+    other.finish().unwrap();
+    let s = merger.close().unwrap();
+    assert_eq!(s.stats.peak_slots, 2);
+    let r = ContainerReader::open(&path).unwrap();
+    let got: Vec<_> = r
+        .blocks()
+        .iter()
+        .map(|b| (b.header.producer, r.read_payload(b).unwrap()))
+        .collect();
+    assert_eq!(got, vec![(h, b"first".to_vec()), (o, b"second".to_vec())]);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn records_are_packed_into_blocks_and_read_back_in_order() {
+    let path = tmp("records");
+    let merger = Merger::builder()
+        .budget(1 << 20)
+        .slot_bytes(64 << 10)
+        .listen(&addr("tcp", "records"), sink(&path))
+        .unwrap();
+    let mut p = Producer::connect(&merger.addr().to_string()).unwrap();
+    let records: Vec<Vec<u8>> = (0..5000u32)
+        .map(|i| format!("record {i} {}", "x".repeat((i % 97) as usize)).into_bytes())
+        .collect();
+    for r in &records {
+        p.write_record(r).unwrap();
+    }
+    let too_big = vec![0u8; 64 << 10];
+    let e = p.write_record(&too_big).unwrap_err();
+    assert!(
+        e.to_string().contains("does not fit the 65536-byte buffer"),
+        "{e}"
+    );
+    let s = p.finish().unwrap();
+    assert!(s.blocks > 1, "5000 records need several 64 KiB blocks");
+    merger.close().unwrap();
+    let r = ContainerReader::open(&path).unwrap();
+    let mut back = Vec::new();
+    for b in r.blocks() {
+        assert_eq!(b.header.kind, BlockKind::Records);
+        let payload = r.read_payload(b).unwrap();
+        back.extend(
+            split_records(&payload)
+                .unwrap()
+                .into_iter()
+                .map(<[u8]>::to_vec),
+        );
+    }
+    assert_eq!(back, records);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+fn collect_events() -> (
+    Arc<Mutex<Vec<Event>>>,
+    impl Fn(&Event) + Send + Sync + 'static,
+) {
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s = seen.clone();
+    (seen, move |e: &Event| s.lock().unwrap().push(e.clone()))
+}
+
+fn wait_for(mut cond: impl FnMut() -> bool) {
+    for _ in 0..500 {
+        if cond() {
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    panic!("condition not reached in 5 s");
+}
+
+#[test]
+fn garbage_and_truncated_frames_on_the_tcp_port_drop_only_that_connection() {
+    use std::io::{Read, Write};
+    let path = tmp("garbage");
+    let (seen, on_event) = collect_events();
+    let merger = Merger::builder()
+        .budget(1 << 20)
+        .slot_bytes(64 << 10)
+        .on_event(on_event)
+        .listen("tcp://127.0.0.1:0", sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let port = a.rsplit(':').next().unwrap().to_string();
+    let sock_addr = format!("127.0.0.1:{port}");
+    // A good producer is in the middle of its work the whole time.
+    let mut good = Producer::connect(&a).unwrap();
+    good.write_block(&payload(0, 0, 1000)).unwrap();
+
+    // 1. Garbage instead of the accio greeting.
+    let mut s1 = std::net::TcpStream::connect(&sock_addr).unwrap();
+    s1.write_all(&[0xAB; 64]).unwrap();
+    wait_for(|| merger.stats().dropped >= 1);
+
+    // 2. A proper greeting, then a frame header that is garbage.
+    let hello = accio_tcp::frame::Hello {
+        max_message: 1 << 20,
+        recv_window: 1 << 20,
+    };
+    let mut s2 = std::net::TcpStream::connect(&sock_addr).unwrap();
+    s2.write_all(&hello.encode()).unwrap();
+    let mut theirs = [0u8; accio_tcp::frame::HELLO_LEN];
+    s2.read_exact(&mut theirs).unwrap();
+    s2.write_all(&[0x5A; accio_tcp::frame::HEADER_LEN]).unwrap();
+    wait_for(|| merger.stats().dropped >= 2);
+
+    // 3. A greeting, then a message frame cut short, then hang-up.
+    let mut s3 = std::net::TcpStream::connect(&sock_addr).unwrap();
+    s3.write_all(&hello.encode()).unwrap();
+    s3.read_exact(&mut theirs).unwrap();
+    let h = accio_tcp::frame::Header::message(100).encode();
+    s3.write_all(&h).unwrap();
+    s3.write_all(&[1, 2, 3]).unwrap();
+    drop(s3);
+    wait_for(|| merger.stats().dropped >= 3);
+
+    // 4. A well-formed accio connection speaking nonsense to the merger.
+    let ep = accio::connect(&a, Duration::from_secs(5)).unwrap();
+    ep.send(&[42, 1, 2, 3]).unwrap();
+    wait_for(|| merger.stats().dropped >= 4);
+
+    good.write_block(&payload(0, 1, 2000)).unwrap();
+    good.finish().unwrap();
+    let s = merger.close().unwrap();
+    assert_eq!(
+        (s.stats.dropped, s.stats.finished, s.sink.blocks),
+        (4, 1, 2)
+    );
+    let reasons: Vec<String> = seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Dropped { reason, .. } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(reasons.len(), 4, "{reasons:?}");
+    assert!(reasons[0].contains("handshake failed"), "{reasons:?}");
+    assert!(
+        reasons[1].contains("frame type 0x5a is unknown"),
+        "{reasons:?}"
+    );
+    assert!(reasons[2].contains("middle of the payload"), "{reasons:?}");
+    assert!(
+        reasons[3].contains("unknown message type 42"),
+        "{reasons:?}"
+    );
+    drop((s1, s2));
+    drop(ep);
+    assert!(ContainerReader::open(&path)
+        .unwrap()
+        .verify()
+        .unwrap()
+        .is_whole());
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_taken_producer_id_is_refused_with_a_reason() {
+    let path = tmp("taken");
+    let merger = Merger::builder()
+        .budget(1 << 20)
+        .slot_bytes(64 << 10)
+        .on_event(|_| {})
+        .listen(&addr("shm", "taken"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let opts = accio_merge::ProducerOptions {
+        id: Some(7),
+        ..Default::default()
+    };
+    let first = Producer::connect_with(&a, opts).unwrap();
+    let e = Producer::connect_with(&a, opts).unwrap_err();
+    assert!(
+        e.to_string().contains("producer id 7 is already taken"),
+        "{e}"
+    );
+    first.finish().unwrap();
+    merger.close().unwrap();
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
