@@ -23,3 +23,4 @@ pub mod size;
 pub mod stats;
 pub mod table;
 pub mod transport;
+pub mod warnings;

@@ -21,6 +21,54 @@ pub const SCHEMA: &str = "accio-results";
 /// Version of the schema; bumped on incompatible change.
 pub const SCHEMA_VERSION: u32 = 1;
 
+/// Parameters that describe the environment of a figure (the file system, the space on
+/// it, how the bench was configured underneath) rather than identify it.
+pub const CONTEXT_PARAMS: &[&str] = &[
+    "fs_type",
+    "backing",
+    "memory_backed",
+    "persistent",
+    "shared",
+    "root_to_mount",
+    "mount_point",
+    "mount_source",
+    "mount_options",
+    "capacity_bytes",
+    "free_bytes",
+    "bytes",
+    "file_size",
+    "record_size",
+    "engine",
+    "direct",
+    "resident_after_drop",
+    "iodepth",
+    "for",
+];
+
+/// Numeric parameters that identify a figure (a sweep's x axis) rather than report a
+/// quantity; see [`Figure::identifying`].
+pub const NUMERIC_IDENTIFIERS: &[&str] = &[
+    "size",
+    "threads",
+    "producers",
+    "senders",
+    "workers",
+    "item",
+    "item_size",
+    "batch",
+];
+
+/// Parameters a [`Figure::label`] names first, in this order.
+const LABEL_FIRST: &[&str] = &[
+    "src",
+    "dst",
+    "pattern",
+    "mode",
+    "item",
+    "geometry",
+    "placement",
+];
+
 /// Units used by figures.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Unit {
@@ -143,6 +191,93 @@ impl Figure {
         self
     }
 
+    /// Whether a larger median is better: bandwidths and rates (times are better smaller).
+    pub fn higher_is_better(&self) -> bool {
+        matches!(self.unit, Unit::GBps | Unit::MopsPerSec)
+    }
+
+    /// A numeric parameter (`size`, `threads`, ...), when present and a number.
+    pub fn param_f64(&self, key: &str) -> Option<f64> {
+        self.params.get(key).and_then(Value::as_f64)
+    }
+
+    /// The parameters that identify the figure (which backend, path, size, thread count,
+    /// mode, ...) rather than describe the environment (`fs_type`, `free_bytes`, ...) or
+    /// report a measured or derived quantity. Without a declaration from each bench this is
+    /// a rule of thumb: strings and booleans identify, and of the numbers only the sweep
+    /// parameters (`size`, `threads`, `producers`, `item`, ...); other numbers (byte counts,
+    /// iteration counts, fractions) are quantities. In key order.
+    pub fn identifying(&self) -> Vec<(&str, &Value)> {
+        self.params
+            .iter()
+            .filter(|(k, v)| {
+                let k = k.as_str();
+                !CONTEXT_PARAMS.contains(&k)
+                    && match v {
+                        Value::String(_) | Value::Bool(_) => true,
+                        Value::Number(n) => {
+                            (n.is_u64() || n.is_i64()) && NUMERIC_IDENTIFIERS.contains(&k)
+                        }
+                        _ => false,
+                    }
+            })
+            .map(|(k, v)| (k.as_str(), v))
+            .collect()
+    }
+
+    /// A short name for the figure in lists and warnings, without its value: `shm
+    /// latency 8`, `fs /dev/shm write x2`, `mem memcpy 256M x1`. Backend, path, size and
+    /// thread or producer count come first in a fixed order, then up to four other
+    /// [identifying](Figure::identifying) parameters as `key=value`, the usual ones
+    /// (pattern, mode, ...) first. The metric is left out where it repeats the bench name.
+    pub fn label(&self) -> String {
+        const MAX_OTHER: usize = 4;
+        let mut parts: Vec<String> = Vec::new();
+        let backend = self.param_str("backend");
+        let path = self.param_str("path");
+        if self.bench == "transport" && !backend.is_empty() {
+            parts.push(backend);
+        } else {
+            parts.push(self.bench.clone());
+            if !backend.is_empty() {
+                parts.push(backend);
+            }
+        }
+        if !path.is_empty() {
+            parts.push(path);
+        }
+        if self.metric != self.bench {
+            parts.push(self.metric.clone());
+        }
+        if let Some(s) = self.params.get("size").and_then(Value::as_u64) {
+            parts.push(crate::size::format_size(s));
+        }
+        if let Some(n) = self.params.get("threads").and_then(Value::as_u64) {
+            parts.push(format!("x{n}"));
+        }
+        if let Some(n) = self.params.get("producers").and_then(Value::as_u64) {
+            parts.push(format!("producers={n}"));
+        }
+        let mut other: Vec<(&str, &Value)> = self
+            .identifying()
+            .into_iter()
+            .filter(|(k, _)| !["backend", "path", "size", "threads", "producers"].contains(k))
+            .collect();
+        other.sort_by_key(|(k, _)| {
+            LABEL_FIRST
+                .iter()
+                .position(|f| f == k)
+                .unwrap_or(LABEL_FIRST.len())
+        });
+        for (k, v) in other.into_iter().take(MAX_OTHER) {
+            match v {
+                Value::String(s) => parts.push(format!("{k}={s}")),
+                v => parts.push(format!("{k}={v}")),
+            }
+        }
+        parts.join(" ")
+    }
+
     /// A parameter as a string, for tables (`""` when absent).
     pub fn param_str(&self, key: &str) -> String {
         match self.params.get(key) {
@@ -213,6 +348,10 @@ pub struct Report {
     pub figures: Vec<Figure>,
     /// Things the reader should know (noisy samples, a figure above its ceiling, ...).
     pub warnings: Vec<String>,
+    /// What the node is (CPU, memory, file systems, PCIe links, GPUs), when the run
+    /// recorded it (`accio bench` does; single benches leave it out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub info: Option<crate::info::NodeInfo>,
 }
 
 impl Report {
@@ -229,7 +368,51 @@ impl Report {
             host: Host::detect(),
             figures: Vec::new(),
             warnings: Vec::new(),
+            info: None,
         }
+    }
+
+    /// Parses a results document, checking that it is one ([`SCHEMA`]) and of a version
+    /// this build reads (1 to [`SCHEMA_VERSION`]). `origin` names the source in errors.
+    pub fn from_json(bytes: &[u8], origin: &str) -> Result<Report, ReadError> {
+        #[derive(Deserialize)]
+        struct Head {
+            schema: Option<String>,
+            version: Option<u32>,
+        }
+        let head: Head = serde_json::from_slice(bytes).map_err(|e| ReadError::Json {
+            origin: origin.into(),
+            cause: e,
+        })?;
+        if head.schema.as_deref() != Some(SCHEMA) {
+            return Err(ReadError::NotResults {
+                origin: origin.into(),
+                found: head.schema,
+            });
+        }
+        match head.version {
+            Some(v) if (1..=SCHEMA_VERSION).contains(&v) => {}
+            found => {
+                return Err(ReadError::Version {
+                    origin: origin.into(),
+                    found,
+                })
+            }
+        }
+        serde_json::from_slice(bytes).map_err(|e| ReadError::Json {
+            origin: origin.into(),
+            cause: e,
+        })
+    }
+
+    /// Reads a results file written by [`Recorder`] (see [`Report::from_json`]).
+    pub fn read(path: &Path) -> Result<Report, ReadError> {
+        let origin = path.display().to_string();
+        let bytes = std::fs::read(path).map_err(|e| ReadError::Io {
+            origin: origin.clone(),
+            cause: e,
+        })?;
+        Report::from_json(&bytes, &origin)
     }
 
     /// Figures of one bench and metric, in order.
@@ -248,6 +431,47 @@ impl Default for Report {
     fn default() -> Self {
         Report::new()
     }
+}
+
+/// Why a results document could not be read.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ReadError {
+    /// The file could not be read.
+    #[error("reading {origin}: {cause}")]
+    Io {
+        /// The file.
+        origin: String,
+        /// The OS error (named `cause`, not `source`: the message already includes it, and
+        /// a source would print it twice in a `{:#}` error chain).
+        cause: io::Error,
+    },
+    /// Not JSON, or JSON that does not fit the result model.
+    #[error("{origin} is not a valid accio results document: {cause}")]
+    Json {
+        /// The file.
+        origin: String,
+        /// What serde found.
+        cause: serde_json::Error,
+    },
+    /// JSON, but not an accio results document.
+    #[error("{origin} is not an accio results document (schema {}, expected {SCHEMA:?})",
+            found.as_deref().map_or("missing".to_string(), |s| format!("{s:?}")))]
+    NotResults {
+        /// The file.
+        origin: String,
+        /// Its `schema` field.
+        found: Option<String>,
+    },
+    /// A schema version this build cannot read.
+    #[error("{origin} has results schema version {}, this accio reads versions 1 to {SCHEMA_VERSION}",
+            found.map_or("missing".to_string(), |v| v.to_string()))]
+    Version {
+        /// The file.
+        origin: String,
+        /// Its `version` field.
+        found: Option<u32>,
+    },
 }
 
 /// Collects figures and, when given a path, rewrites the JSON file after every addition
@@ -284,6 +508,17 @@ impl Recorder {
     /// The report so far.
     pub fn report(&self) -> &Report {
         &self.report
+    }
+
+    /// Records what the node is ([`Report::info`]) and persists the report.
+    pub fn set_info(&mut self, info: crate::info::NodeInfo) -> io::Result<()> {
+        self.report.info = Some(info);
+        self.flush()
+    }
+
+    /// The file the report is rewritten to, if any.
+    pub fn path(&self) -> Option<&Path> {
+        self.path.as_deref()
     }
 
     fn flush(&self) -> io::Result<()> {
@@ -335,5 +570,75 @@ mod tests {
         assert_eq!(back.figures[0].param_str("size"), "4096");
         assert_eq!(back.figures[0].param_str("backend"), "shm");
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn reading_checks_schema_and_version_and_keeps_version_1() {
+        let mut r = Report::new();
+        r.figures
+            .push(Figure::new("mem", "memcpy", Unit::GBps, vec![1.0]).unwrap());
+        let text = serde_json::to_string(&r).unwrap();
+        assert_eq!(Report::from_json(text.as_bytes(), "r.json").unwrap(), r);
+        // A version-1 document without the newer optional fields still reads.
+        let v1 = r#"{"schema":"accio-results","version":1,"accio_version":"0.1.0",
+            "started_unix":1,"command":["accio"],"host":{"hostname":"h","cpu":"c","cores":2,
+            "memory_bytes":1,"kernel":"k"},"figures":[],"warnings":[]}"#;
+        let back = Report::from_json(v1.as_bytes(), "v1.json").unwrap();
+        assert!(back.info.is_none() && back.figures.is_empty());
+        let e = Report::from_json(br#"{"schema":"other","version":1}"#, "x.json").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "x.json is not an accio results document (schema \"other\", expected \"accio-results\")"
+        );
+        let e =
+            Report::from_json(br#"{"schema":"accio-results","version":99}"#, "y.json").unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("y.json has results schema version 99, this accio reads versions 1 to {SCHEMA_VERSION}")
+        );
+        let e = Report::from_json(b"{", "z.json").unwrap_err();
+        assert!(e
+            .to_string()
+            .starts_with("z.json is not a valid accio results document: "));
+        let e = Report::read(Path::new("/nonexistent/r.json")).unwrap_err();
+        assert!(
+            e.to_string().starts_with("reading /nonexistent/r.json: "),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn labels_name_the_figure_without_its_value() {
+        let f =
+            |bench: &str, metric: &str| Figure::new(bench, metric, Unit::GBps, vec![1.0]).unwrap();
+        assert_eq!(
+            f("transport", "latency")
+                .param("backend", "shm")
+                .param("size", 8)
+                .label(),
+            "shm latency 8"
+        );
+        assert_eq!(
+            f("fs", "write")
+                .param("path", "/dev/shm")
+                .param("threads", 2)
+                .param("fs_type", "tmpfs")
+                .label(),
+            "fs /dev/shm write x2"
+        );
+        assert_eq!(
+            f("mem", "memcpy")
+                .param("size", 256u64 << 20)
+                .param("threads", 1)
+                .label(),
+            "mem memcpy 256M x1"
+        );
+        assert_eq!(
+            f("merge", "throughput")
+                .param("producers", 8)
+                .param("sink", "arrow")
+                .label(),
+            "merge throughput producers=8 sink=arrow"
+        );
     }
 }

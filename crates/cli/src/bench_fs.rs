@@ -111,9 +111,25 @@ impl FsArgs {
         })
     }
 
-    fn bench(&self) -> FsBench {
+    /// Bytes per file (what `--file-size` sets); used by the default suite's presets.
+    pub(crate) fn set_file_size(&mut self, bytes: u64) {
+        self.file_size = Some(bytes);
+    }
+
+    /// The directories to measure, and how many repeats, files and threads each gets: what
+    /// the default suite needs to size its progress bar.
+    pub(crate) fn plan(&self) -> (Vec<PathBuf>, usize, Vec<usize>) {
+        (
+            self.paths.clone(),
+            self.repeats.unwrap_or(fs::DEFAULT_REPEATS),
+            self.thread_counts(),
+        )
+    }
+
+    /// `--threads`, or the default for the preset.
+    fn thread_counts(&self) -> Vec<usize> {
         let quick = self.common.quick;
-        let threads = self.threads.clone().unwrap_or_else(|| {
+        self.threads.clone().unwrap_or_else(|| {
             let all = mem::default_threads();
             if quick {
                 let mut q = vec![1, *all.last().expect("at least one")];
@@ -122,7 +138,12 @@ impl FsArgs {
             } else {
                 all
             }
-        });
+        })
+    }
+
+    fn bench(&self) -> FsBench {
+        let quick = self.common.quick;
+        let threads = self.thread_counts();
         FsBench::new(&self.paths)
             .modes(self.modes.as_deref().unwrap_or(&Mode::DEFAULT))
             .threads(&threads)
@@ -181,40 +202,56 @@ impl MemArgs {
 
 /// Runs the file-system bench.
 pub fn run_fs(args: FsArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    fs::cancel::install_sigint_handler().context("installing the Ctrl-C handler")?;
-    if args.common.sizes.is_some() {
-        eprintln!("note: bench fs ignores --sizes; use --record-size and --file-size");
-    }
-    if args.common.backend.is_some() {
-        eprintln!("note: bench fs ignores --backend");
-    }
-    let bench = args.bench();
-    let result = bench.run(rec, &mut |line| eprintln!("{line}"));
-    // Tables of whatever was measured, also after an interruption or a failed path.
-    let report = rec.report();
-    let paths = fs::fs_paths(report);
-    for p in &paths {
-        println!("{}", fs::path_table(report, p));
-    }
-    if !paths.is_empty() {
-        println!("Summary (after Colfax 2014, Table 1)");
-        println!("{}", fs::summary_table(report));
-    }
-    for dir in &args.remove_after {
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            eprintln!("warning: removing {}: {e}", dir.display());
-        }
-    }
-    match result {
-        Err(FsError::Interrupted) => {
+    match run_fs_with(args, rec, &mut |line| eprintln!("{line}"), true) {
+        Err(e) if matches!(e.downcast_ref::<FsError>(), Some(FsError::Interrupted)) => {
             eprintln!("accio bench fs: interrupted; test files removed");
             std::process::exit(130);
         }
+        r => r,
+    }
+}
+
+/// Runs the file-system bench with progress lines going to `log` and, with `tables`, its
+/// tables printed on stdout. Ctrl-C ends it with [`FsError::Interrupted`] (test files
+/// removed) instead of exiting, so that the default suite can still write its report.
+pub(crate) fn run_fs_with(
+    args: FsArgs,
+    rec: &mut Recorder,
+    log: &mut dyn FnMut(&str),
+    tables: bool,
+) -> anyhow::Result<()> {
+    fs::cancel::install_sigint_handler().context("installing the Ctrl-C handler")?;
+    if args.common.sizes.is_some() {
+        log("note: bench fs ignores --sizes; use --record-size and --file-size");
+    }
+    if args.common.backend.is_some() {
+        log("note: bench fs ignores --backend");
+    }
+    let bench = args.bench();
+    let result = bench.run(rec, log);
+    // Tables of whatever was measured, also after an interruption or a failed path.
+    let report = rec.report();
+    let paths = fs::fs_paths(report);
+    if tables {
+        for p in &paths {
+            println!("{}", fs::path_table(report, p));
+        }
+        if !paths.is_empty() {
+            println!("Summary (after Colfax 2014, Table 1)");
+            println!("{}", fs::summary_table(report));
+        }
+    }
+    for dir in &args.remove_after {
+        if let Err(e) = std::fs::remove_dir_all(dir) {
+            log(&format!("warning: removing {}: {e}", dir.display()));
+        }
+    }
+    match result {
         Err(e) => Err(e.into()),
         Ok(out) if out.failures.is_empty() => Ok(()),
         Ok(out) => {
             for f in &out.failures {
-                eprintln!("accio bench fs: not measured: {f}");
+                log(&format!("accio bench fs: not measured: {f}"));
             }
             anyhow::bail!(
                 "{} of {} path(s) could not be measured (see above)",
@@ -227,6 +264,33 @@ pub fn run_fs(args: FsArgs, rec: &mut Recorder) -> anyhow::Result<()> {
 
 /// Runs the memory bench.
 pub fn run_mem(args: MemArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    run_mem_with(args, rec, &mut |line| eprintln!("{line}"), true)
+}
+
+impl MemArgs {
+    /// The buffer sizes and thread counts this run will measure (for a progress bar).
+    pub(crate) fn plan(&self) -> (Vec<u64>, Vec<usize>) {
+        let sizes = match &self.common.sizes {
+            Some(s) => s.0.clone(),
+            None if self.common.quick => mem::QUICK_SIZES.to_vec(),
+            None => mem::DEFAULT_SIZES.to_vec(),
+        };
+        let mut threads = self.threads.clone().unwrap_or_else(mem::default_threads);
+        threads.retain(|&t| t > 0);
+        threads.sort_unstable();
+        threads.dedup();
+        (sizes, threads)
+    }
+}
+
+/// Runs the memory bench with progress lines going to `log` and, with `tables`, its table
+/// printed on stdout.
+pub(crate) fn run_mem_with(
+    args: MemArgs,
+    rec: &mut Recorder,
+    log: &mut dyn FnMut(&str),
+    tables: bool,
+) -> anyhow::Result<()> {
     let mut bench = if args.common.quick {
         MemBench::quick()
     } else {
@@ -246,11 +310,11 @@ pub fn run_mem(args: MemArgs, rec: &mut Recorder) -> anyhow::Result<()> {
         bench = bench.samples(n);
     }
     if args.common.backend.is_some() {
-        eprintln!("note: bench mem ignores --backend");
+        log("note: bench mem ignores --backend");
     }
-    bench
-        .run(rec, &mut |line| eprintln!("{line}"))
-        .context("measuring memcpy bandwidth")?;
-    println!("{}", mem::mem_table(rec.report()));
+    bench.run(rec, log).context("measuring memcpy bandwidth")?;
+    if tables {
+        println!("{}", mem::mem_table(rec.report()));
+    }
     Ok(())
 }

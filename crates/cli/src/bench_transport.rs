@@ -3,6 +3,7 @@
 //! executable, started with the hidden `__transport-peer` subcommand).
 
 use std::ffi::OsString;
+use std::path::PathBuf;
 
 use anyhow::Context as _;
 
@@ -39,6 +40,22 @@ impl TransportArgs {
             repetitions: None,
             no_pin: false,
         }
+    }
+
+    /// The backends and message sizes this run will measure, and the registration sizes
+    /// per backend (for a progress bar); `None` where the options are invalid (the run
+    /// itself then says why).
+    pub(crate) fn plan(&self) -> Option<(Vec<String>, Vec<u64>, usize)> {
+        let o = self.options(PeerCommand {
+            program: PathBuf::new(),
+            args: Vec::new(),
+        });
+        let reg = if o.quick {
+            transport::QUICK_REGISTER_SIZES.len()
+        } else {
+            transport::REGISTER_SIZES.len()
+        };
+        Some((o.effective_backends().ok()?, o.effective_sizes().ok()?, reg))
     }
 
     /// The library options these arguments stand for, starting peers with `peer`.
@@ -81,6 +98,18 @@ impl From<PeerArgs> for PeerConfig {
 
 /// Runs the transport bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: TransportArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    run_with(args, rec, &mut |e| eprintln!("transport: {e}"), true)
+}
+
+/// Runs the transport bench with its events going to `progress`; `standalone` also prints
+/// the tables on stdout and the closing lines on stderr (the default suite prints its own
+/// summary instead).
+pub(crate) fn run_with(
+    args: TransportArgs,
+    rec: &mut Recorder,
+    progress: &mut dyn FnMut(transport::Event<'_>),
+    standalone: bool,
+) -> anyhow::Result<()> {
     let program = std::env::current_exe()
         .context("finding the accio executable to start the transport peer process")?;
     let opts = args.options(PeerCommand {
@@ -88,18 +117,20 @@ pub fn run(args: TransportArgs, rec: &mut Recorder) -> anyhow::Result<()> {
         args: vec![OsString::from(PEER_SUBCOMMAND)],
     });
     let json = args.common.json.as_deref();
-    let result = transport::run(&opts, rec, &mut |e| eprintln!("transport: {e}"));
-    // Tables of whatever was measured, also when the run failed part-way.
-    let tables = transport::render_tables(rec.report());
-    if !tables.is_empty() {
-        print!("\n{tables}");
-    }
-    let warnings = rec.report().warnings.len();
-    if warnings > 0 {
-        eprintln!("transport: {warnings} warning(s), listed above and in the report");
-    }
-    if let Some(p) = json {
-        eprintln!("transport: results written to {}", p.display());
+    let result = transport::run(&opts, rec, progress);
+    if standalone {
+        // Tables of whatever was measured, also when the run failed part-way.
+        let tables = transport::render_tables(rec.report());
+        if !tables.is_empty() {
+            print!("\n{tables}");
+        }
+        let warnings = rec.report().warnings.len();
+        if warnings > 0 {
+            eprintln!("transport: {warnings} warning(s), listed above and in the report");
+        }
+        if let Some(p) = json {
+            eprintln!("transport: results written to {}", p.display());
+        }
     }
     result.context("accio bench transport")
 }

@@ -19,8 +19,16 @@ pub struct CommonArgs {
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
     /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "full")]
     pub quick: bool,
+    /// Every size, thread count and repetition of each bench: the thorough picture (plain
+    /// `accio bench`: several minutes).
+    #[arg(long)]
+    pub full: bool,
+    /// Folder for the report of plain `accio bench`: results.json (written as figures
+    /// arrive), info.json, report.md, report.html [default: ./accio-report-<UTC time>/].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
 }
 
 /// A parsed `--sizes` list (a newtype so clap treats the whole list as one value).
@@ -60,5 +68,7 @@ impl CommonArgs {
         self.sizes = self.sizes.take().or_else(|| parent.sizes.clone());
         self.json = self.json.take().or_else(|| parent.json.clone());
         self.quick |= parent.quick;
+        self.full |= parent.full;
+        self.out = self.out.take().or_else(|| parent.out.clone());
     }
 }

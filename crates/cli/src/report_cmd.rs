@@ -1,6 +1,10 @@
-//! `accio info` and `accio report` (being written).
+//! `accio info` (what the node is) and `accio report` (re-render a results file).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
+
+use accio_bench::info::NodeInfo;
+use accio_bench::model::Report;
+use anyhow::Context as _;
 
 /// Arguments of `accio info`.
 #[derive(clap::Args, Debug)]
@@ -13,19 +17,97 @@ pub struct InfoArgs {
 /// Arguments of `accio report`.
 #[derive(clap::Args, Debug)]
 pub struct ReportArgs {
-    /// A results file written by `accio bench --json`.
+    /// A results file written by `accio bench` (results.json) or `accio bench ... --json`.
     pub results: PathBuf,
-    /// Folder to write the Markdown and HTML into.
+    /// Folder to write report.md and report.html into [default: the results file's folder].
     #[arg(long, value_name = "DIR")]
     pub out: Option<PathBuf>,
 }
 
-/// Runs `accio info`.
-pub fn run_info(_args: InfoArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio info is not written yet")
+/// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
+pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {
+    let info = NodeInfo::detect();
+    print!("{}", info.render());
+    if let Some(p) = &args.json {
+        write_json(p, &info)?;
+        eprintln!("info: written to {}", p.display());
+    }
+    Ok(())
 }
 
-/// Runs `accio report`.
-pub fn run_report(_args: ReportArgs) -> anyhow::Result<()> {
-    anyhow::bail!("accio report is not written yet")
+fn write_json(path: &Path, info: &NodeInfo) -> anyhow::Result<()> {
+    let text = serde_json::to_vec_pretty(info).context("encoding the node facts")?;
+    std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+}
+
+/// Runs `accio report`: reads the results, adds the warnings the analysis finds, and
+/// writes report.md and report.html; prints the summary.
+pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
+    let mut report = Report::read(&args.results)?;
+    let dir = match &args.out {
+        Some(d) => d.clone(),
+        None => args
+            .results
+            .parent()
+            .filter(|p| !p.as_os_str().is_empty())
+            .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
+    };
+    let new: Vec<String> = accio_bench::warnings::analyze(&report)
+        .into_iter()
+        .map(|w| w.text)
+        .collect();
+    report.warnings.extend(new);
+    let written = accio_report::write(&report, &dir)?;
+    print!("{}", accio_report::summary::text(&report));
+    println!(
+        "report: {} (also {})",
+        written.html.display(),
+        written.markdown.display()
+    );
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accio_bench::model::{Figure, Unit};
+
+    #[test]
+    fn report_rerenders_next_to_the_results_and_rejects_other_json() {
+        let dir = std::env::temp_dir().join(format!("accio-report-cmd-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let results = dir.join("results.json");
+        let mut r = Report::new();
+        r.figures.push(
+            Figure::new("mem", "memcpy", Unit::GBps, vec![1.0, 2.0, 9.0])
+                .unwrap()
+                .param("size", 65536)
+                .param("threads", 1),
+        );
+        std::fs::write(&results, serde_json::to_vec(&r).unwrap()).unwrap();
+        run_report(ReportArgs {
+            results: results.clone(),
+            out: None,
+        })
+        .unwrap();
+        let md = std::fs::read_to_string(dir.join("report.md")).unwrap();
+        // The noisy figure got the analysis' warning.
+        assert!(md.contains("## Warnings"), "{md}");
+        assert!(
+            md.contains("mem memcpy 64K x1 (2.00 GB/s, 1.00–9.00)"),
+            "{md}"
+        );
+        assert!(dir.join("report.html").is_file());
+        std::fs::write(&results, br#"{"schema":"something-else"}"#).unwrap();
+        let e = run_report(ReportArgs {
+            results: results.clone(),
+            out: None,
+        })
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("is not an accio results document"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }

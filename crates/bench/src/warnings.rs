@@ -1,0 +1,498 @@
+//! Measurement hazards found after a run, as warnings that tell the user what to do (after
+//! hyperfine's `src/output/warnings.rs`).
+//!
+//! [`analyze`] looks at a whole [`Report`] for three hazards:
+//!
+//! - **above its ceiling**: a bandwidth or rate more than [`ABOVE_CEILING`] times its
+//!   ceiling, or a time shorter than its floor by that much. Usually a cache effect (the
+//!   data fit a cache that the ceiling's measurement did not use) or a ceiling measured
+//!   while its core was busy;
+//! - **noisy**: samples whose min–max spread is more than [`NOISY_SPREAD`] of the median;
+//! - **cold read not cold**: an `fs` cold read whose method says the page cache could not
+//!   be emptied: pages stayed resident after the drop (the read then used O_DIRECT, a
+//!   different path than a cold buffered read), a loop device whose backing file was not
+//!   dropped, or a network file system whose server cache is out of reach. A non-root
+//!   run that fell back to `posix_fadvise` is not warned about when `mincore` confirmed
+//!   the pages were gone: that read was cold.
+//!
+//! The benches already warn about some of this while they run (`transport` and `fs` about
+//! figures above their ceiling and noisy figures, `mem` about noisy ones). A figure whose
+//! bench already said the same thing is left out, and a warning already in the report is
+//! never repeated, so [`apply`] can run on a report any number of times. One warning
+//! covers all figures of one bench with the same hazard, so a noisy machine gives one line
+//! per bench, not one per figure.
+//!
+//! ```
+//! use accio_bench::model::{CeilingSource, Figure, Report, Unit};
+//! use accio_bench::warnings::{analyze, Kind};
+//!
+//! let mut r = Report::new();
+//! r.figures.push(
+//!     Figure::new("merge", "throughput", Unit::GBps, vec![12.0, 12.5, 13.0])
+//!         .unwrap()
+//!         .ceiling("memcpy 4M", 10.0, CeilingSource::Measured),
+//! );
+//! let w = analyze(&r);
+//! assert_eq!(w[0].kind, Kind::AboveCeiling);
+//! assert!(w[0].text.contains("larger sizes"));
+//! ```
+
+use std::io;
+
+use crate::model::{Figure, Recorder, Report};
+use crate::table::fmt3;
+
+/// A figure this many times its ceiling (or its floor, for times) is "above its ceiling".
+pub const ABOVE_CEILING: f64 = 1.05;
+/// A min–max spread above this share of the median makes a figure noisy.
+pub const NOISY_SPREAD: f64 = 0.5;
+/// Most figures named in one warning; the rest are counted.
+const MAX_LISTED: usize = 6;
+
+/// What a warning is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Kind {
+    /// A figure beyond its ceiling.
+    AboveCeiling,
+    /// A wide min–max spread.
+    Noisy,
+    /// A cold read that may have been served from a cache.
+    ColdReadCached,
+}
+
+/// One warning and the figures it is about.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Warning {
+    /// The hazard.
+    pub kind: Kind,
+    /// Indices into [`Report::figures`].
+    pub figures: Vec<usize>,
+    /// The sentence shown to the user: what was seen, and what to do.
+    pub text: String,
+}
+
+/// The warnings a report calls for that it does not already carry (see the module docs).
+pub fn analyze(report: &Report) -> Vec<Warning> {
+    let mut found: Vec<(Kind, String, usize)> = Vec::new();
+    for (i, f) in report.figures.iter().enumerate() {
+        if above_ceiling(f) && !bench_said(report, f, Kind::AboveCeiling) {
+            found.push((Kind::AboveCeiling, f.bench.clone(), i));
+        }
+        if f.summary.n >= 2
+            && f.summary.spread() > NOISY_SPREAD
+            && !bench_said(report, f, Kind::Noisy)
+        {
+            found.push((Kind::Noisy, f.bench.clone(), i));
+        }
+    }
+    let mut out: Vec<Warning> = Vec::new();
+    // Group by (kind, bench) in order of first appearance.
+    let mut keys: Vec<(Kind, String)> = Vec::new();
+    for (k, b, _) in &found {
+        if !keys.contains(&(*k, b.clone())) {
+            keys.push((*k, b.clone()));
+        }
+    }
+    for (kind, bench) in keys {
+        let idx: Vec<usize> = found
+            .iter()
+            .filter(|(k, b, _)| *k == kind && *b == bench)
+            .map(|(_, _, i)| *i)
+            .collect();
+        let text = match kind {
+            Kind::AboveCeiling => above_text(report, &bench, &idx),
+            Kind::Noisy => noisy_text(report, &bench, &idx),
+            Kind::ColdReadCached => unreachable!("cold reads are handled below"),
+        };
+        out.push(Warning {
+            kind,
+            figures: idx,
+            text,
+        });
+    }
+    out.extend(cold_reads(report));
+    out.retain(|w| !report.warnings.contains(&w.text));
+    out
+}
+
+/// Adds the warnings of [`analyze`] to the recorder's report (and its file); returns how
+/// many were new.
+pub fn apply(rec: &mut Recorder) -> io::Result<usize> {
+    let new = analyze(rec.report());
+    for w in &new {
+        rec.warn(w.text.clone())?;
+    }
+    Ok(new.len())
+}
+
+fn above_ceiling(f: &Figure) -> bool {
+    f.ceiling
+        .as_ref()
+        .and_then(|c| c.ratio)
+        .is_some_and(|r| r > ABOVE_CEILING)
+}
+
+/// Whether the bench that measured `f` already dealt with this hazard for it: warned in its
+/// own words (see `transport::hazards`, `fs`, `mem`), or, for a bench that judges every
+/// figure by its own rule, decided there was nothing to warn about.
+fn bench_said(report: &Report, f: &Figure, kind: Kind) -> bool {
+    let said = |pred: &dyn Fn(&str) -> bool| report.warnings.iter().any(|w| pred(w));
+    match f.bench.as_str() {
+        // transport judges every figure it records (`transport::hazards`), with its own
+        // rules: setup costs are never called noisy (every registration is cold by design)
+        // and a bandwidth counts as above its ceiling from 110%. Its verdict stands; only a
+        // warning it would give but that is missing from the report is given here.
+        "transport" => crate::transport::hazards(f)
+            .iter()
+            .filter(|h| match kind {
+                Kind::AboveCeiling => h.contains("above its ceiling"),
+                Kind::Noisy => h.contains("noisy"),
+                Kind::ColdReadCached => false,
+            })
+            .all(|h| report.warnings.contains(h)),
+        "fs" => {
+            let path = f.param_str("path");
+            let item = format!(
+                "{} x{} ",
+                crate::fs::Mode::from_metric(&f.metric).map_or(f.metric.as_str(), |m| m.label()),
+                f.param_str("threads")
+            );
+            let prefix = match kind {
+                Kind::AboveCeiling => format!("fs {path}: above the memcpy ceiling: "),
+                Kind::Noisy => format!("fs {path}: noisy figures "),
+                Kind::ColdReadCached => return false,
+            };
+            said(&|w| w.starts_with(&prefix) && w.contains(&item))
+        }
+        "mem" if kind == Kind::Noisy => {
+            let prefix = format!(
+                "mem {} x {}: noisy",
+                crate::size::format_size(
+                    f.params.get("size").and_then(|v| v.as_u64()).unwrap_or(0)
+                ),
+                f.param_str("threads")
+            );
+            said(&|w| w.starts_with(&prefix))
+        }
+        _ => false,
+    }
+}
+
+/// `a, b, c and 3 more`.
+fn list(report: &Report, idx: &[usize], each: &dyn Fn(&Figure) -> String) -> String {
+    let mut items: Vec<String> = idx
+        .iter()
+        .take(MAX_LISTED)
+        .map(|&i| each(&report.figures[i]))
+        .collect();
+    if idx.len() > MAX_LISTED {
+        items.push(format!("{} more", idx.len() - MAX_LISTED));
+    }
+    items.join(", ")
+}
+
+fn plural(n: usize, one: &str, many: &str) -> String {
+    format!("{n} {}", if n == 1 { one } else { many })
+}
+
+fn above_text(report: &Report, bench: &str, idx: &[usize]) -> String {
+    let items = list(report, idx, &|f| {
+        let c = f.ceiling.as_ref().expect("above_ceiling checked it");
+        format!(
+            "{} at {}% of {} ({} {})",
+            f.label(),
+            fmt3(c.ratio.unwrap_or(0.0) * 100.0),
+            c.name,
+            fmt3(c.value),
+            f.unit
+        )
+    });
+    format!(
+        "{bench}: {} above {} ceiling: {items}. A cache effect is likely (the data fit in a \
+         cache the ceiling's measurement did not use): measure larger sizes. Or check the \
+         ceiling: one measured while its core was busy reads low (rerun on a quiet machine), \
+         and a single-stream ceiling does not bound several streams",
+        plural(idx.len(), "figure is", "figures are"),
+        if idx.len() == 1 { "its" } else { "their" }
+    )
+}
+
+fn noisy_text(report: &Report, bench: &str, idx: &[usize]) -> String {
+    let items = list(report, idx, &|f| {
+        format!(
+            "{} ({} {}, {}–{})",
+            f.label(),
+            fmt3(f.summary.median),
+            f.unit,
+            fmt3(f.summary.min),
+            fmt3(f.summary.max)
+        )
+    });
+    format!(
+        "{bench}: {} a min–max spread over {:.0}% of the median: {items}. The machine was \
+         noisy: stop other load, and rerun with more repetitions (accio bench --full, or the \
+         bench's --repetitions / --repeats / --samples)",
+        plural(idx.len(), "figure has", "figures have"),
+        NOISY_SPREAD * 100.0
+    )
+}
+
+/// One warning per path whose cold reads may not have been cold.
+fn cold_reads(report: &Report) -> Vec<Warning> {
+    let mut out: Vec<Warning> = Vec::new();
+    for (i, f) in report.figures.iter().enumerate() {
+        if f.bench != "fs" || f.metric != "cold-read" {
+            continue;
+        }
+        let method = f.method.as_deref().unwrap_or("");
+        let path = f.param_str("path");
+        let mut why: Vec<String> = Vec::new();
+        if method.contains("stayed cached") {
+            let resident = f
+                .param_f64("resident_after_drop")
+                .map_or(String::new(), |r| format!("{:.0}% of ", r * 100.0));
+            why.push(format!(
+                "{resident}the pages stayed cached after the drop, so the read used O_DIRECT, \
+                 which bypasses readahead and is not the path a cold buffered read takes: run \
+                 as root so that drop_caches can empty the cache"
+            ));
+        }
+        if method.contains("loop device") {
+            why.push(
+                "the file system sits on a loop device whose backing file may still be cached: \
+                 run as root (drop_caches empties every cache) or use --drop direct"
+                    .into(),
+            );
+        }
+        if method.contains("server's cache was not dropped") {
+            why.push(
+                "only this client's cache was dropped; the server may still serve the data from \
+                 its memory: drop the server's caches too, or use files larger than the \
+                 server's memory"
+                    .into(),
+            );
+        }
+        if why.is_empty() {
+            continue;
+        }
+        let text = format!(
+            "fs {path}: the cold read could not empty the page cache ({}): {}",
+            method,
+            why.join("; ")
+        );
+        match out.iter_mut().find(|w| w.text == text) {
+            Some(w) => w.figures.push(i),
+            None => out.push(Warning {
+                kind: Kind::ColdReadCached,
+                figures: vec![i],
+                text,
+            }),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{CeilingSource, Unit};
+
+    fn fig(bench: &str, metric: &str, unit: Unit, samples: &[f64]) -> Figure {
+        Figure::new(bench, metric, unit, samples.to_vec()).unwrap()
+    }
+
+    #[test]
+    fn above_ceiling_groups_figures_of_a_bench_and_says_what_to_do() {
+        let mut r = Report::new();
+        for size in [4096u64, 8192] {
+            r.figures.push(
+                fig("coalesce", "rate", Unit::MopsPerSec, &[30.0, 31.0, 32.0])
+                    .param("size", size)
+                    .ceiling("memcpy", 20.0, CeilingSource::Measured),
+            );
+        }
+        r.figures.push(
+            fig("coalesce", "rate", Unit::MopsPerSec, &[10.0, 10.0, 10.0])
+                .param("size", 64u64)
+                .ceiling("memcpy", 20.0, CeilingSource::Measured),
+        );
+        let w = analyze(&r);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].kind, Kind::AboveCeiling);
+        assert_eq!(w[0].figures, vec![0, 1]);
+        assert!(
+            w[0].text.starts_with(
+                "coalesce: 2 figures are above their ceiling: coalesce rate 4K at 155% of \
+                 memcpy (20.0 Mop/s), coalesce rate 8K at 155% of memcpy (20.0 Mop/s). A cache \
+                 effect is likely"
+            ),
+            "{}",
+            w[0].text
+        );
+    }
+
+    #[test]
+    fn a_time_below_its_floor_is_above_its_ceiling() {
+        let mut r = Report::new();
+        r.figures
+            .push(fig("x", "latency", Unit::Micros, &[1.0, 1.0, 1.0]).ceiling(
+                "floor",
+                2.0,
+                CeilingSource::Theoretical,
+            ));
+        assert_eq!(analyze(&r)[0].kind, Kind::AboveCeiling);
+    }
+
+    #[test]
+    fn noisy_figures_are_reported_once_and_apply_is_idempotent() {
+        let mut rec = Recorder::new(None).unwrap();
+        rec.push(fig("merge", "throughput", Unit::GBps, &[1.0, 2.0, 3.0]).param("producers", 4))
+            .unwrap();
+        rec.push(fig("merge", "throughput", Unit::GBps, &[2.0, 2.1, 2.2]))
+            .unwrap();
+        assert_eq!(apply(&mut rec).unwrap(), 1);
+        let w = &rec.report().warnings[0];
+        assert!(
+            w.starts_with(
+                "merge: 1 figure has a min–max spread over 50% of the median: merge throughput \
+                 producers=4 (2.00 GB/s, 1.00–3.00). The machine was noisy"
+            ),
+            "{w}"
+        );
+        assert_eq!(apply(&mut rec).unwrap(), 0);
+        assert_eq!(rec.report().warnings.len(), 1);
+    }
+
+    #[test]
+    fn what_a_bench_already_said_is_not_repeated() {
+        let mut r = Report::new();
+        // transport: its own hazards() text is in the report.
+        let t = fig("transport", "stream_bw", Unit::GBps, &[5.0, 12.0, 20.0])
+            .param("backend", "shm")
+            .param("size", 2u64 << 20)
+            .ceiling("memcpy 2M", 10.0, CeilingSource::Measured);
+        r.warnings.extend(crate::transport::hazards(&t));
+        r.figures.push(t);
+        // fs: the per-path summary warnings.
+        r.figures.push(
+            fig("fs", "write", Unit::GBps, &[1.0, 3.0, 6.0])
+                .param("path", "/dev/shm")
+                .param("threads", 2)
+                .ceiling("memcpy 4M, 2 threads", 2.0, CeilingSource::Measured),
+        );
+        r.warnings.push(
+            "fs /dev/shm: noisy figures (min-max spread over 25% of the median): write x2 167%; \
+             use more --repeats"
+                .into(),
+        );
+        r.warnings
+            .push("fs /dev/shm: above the memcpy ceiling: write x2 150%; the ceiling ...".into());
+        // mem: its noisy warning.
+        r.figures.push(
+            fig("mem", "memcpy", Unit::GBps, &[1.0, 2.0, 9.0])
+                .param("size", 65536u64)
+                .param("threads", 1),
+        );
+        r.warnings
+            .push("mem 64K x 1: noisy, min-max spread 400% of the median".into());
+        assert_eq!(analyze(&r), vec![]);
+        // The same fs figure on another path was not covered.
+        r.figures.push(
+            fig("fs", "write", Unit::GBps, &[1.0, 3.0, 6.0])
+                .param("path", "/tmp")
+                .param("threads", 2),
+        );
+        let w = analyze(&r);
+        assert_eq!(w.len(), 1);
+        assert_eq!((w[0].kind, w[0].figures.clone()), (Kind::Noisy, vec![3]));
+        assert!(w[0].text.contains("fs /tmp write x2"), "{}", w[0].text);
+    }
+
+    #[test]
+    fn transport_rules_stand() {
+        let mut r = Report::new();
+        // Registration is cold by design: transport never calls it noisy, nor do we.
+        r.figures.push(
+            fig("transport", "register", Unit::Micros, &[60.0, 65.0, 700.0])
+                .param("backend", "shm")
+                .param("size", 65536u64),
+        );
+        // 107% of the ceiling: under transport's 110% threshold.
+        r.figures.push(
+            fig("transport", "stream_bw", Unit::GBps, &[10.7, 10.7, 10.7])
+                .param("backend", "shm")
+                .param("size", 2u64 << 20)
+                .ceiling("memcpy 2M", 10.0, CeilingSource::Measured),
+        );
+        assert_eq!(analyze(&r), vec![]);
+        // A hazard transport would report but that the report lacks (an edited file).
+        r.figures.push(
+            fig("transport", "latency", Unit::Micros, &[1.0, 2.0, 9.0])
+                .param("backend", "tcp")
+                .param("size", 8),
+        );
+        let w = analyze(&r);
+        assert_eq!((w.len(), w[0].figures.clone()), (1, vec![2]));
+        assert!(
+            w[0].text.contains("tcp latency 8 (2.00 us, 1.00–9.00)"),
+            "{}",
+            w[0].text
+        );
+    }
+
+    #[test]
+    fn cold_reads_that_stayed_cached_say_run_as_root() {
+        let mut r = Report::new();
+        let method = "fsync + posix_fadvise(POSIX_FADV_DONTNEED) per file; 40% of pages stayed \
+                      cached, so the read used O_DIRECT (drop_caches unavailable (opening \
+                      /proc/sys/vm/drop_caches: Permission denied))";
+        for n in [1, 2] {
+            r.figures.push(
+                fig("fs", "cold-read", Unit::GBps, &[1.0, 1.0, 1.0])
+                    .param("path", "/data")
+                    .param("threads", n)
+                    .param("resident_after_drop", 0.4)
+                    .method(method),
+            );
+        }
+        // Cold reads that worked, and memory-backed ones, are not warned about.
+        r.figures.push(
+            fig("fs", "cold-read", Unit::GBps, &[1.0, 1.0, 1.0])
+                .param("path", "/tmp")
+                .method("sync + echo 3 > /proc/sys/vm/drop_caches"),
+        );
+        r.figures.push(
+            fig("fs", "cold-read", Unit::GBps, &[1.0, 1.0, 1.0])
+                .param("path", "/dev/shm")
+                .method("none: memory-backed (tmpfs), the cached pages are the file's only copy"),
+        );
+        let w = analyze(&r);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(
+            (w[0].kind, w[0].figures.clone()),
+            (Kind::ColdReadCached, vec![0, 1])
+        );
+        assert!(w[0]
+            .text
+            .starts_with("fs /data: the cold read could not empty the page cache"));
+        assert!(
+            w[0].text.contains("40% of the pages stayed cached"),
+            "{}",
+            w[0].text
+        );
+        assert!(w[0].text.contains("run as root"), "{}", w[0].text);
+    }
+
+    #[test]
+    fn long_lists_are_cut() {
+        let mut r = Report::new();
+        for s in 0..9u64 {
+            r.figures.push(
+                fig("merge", "throughput", Unit::GBps, &[1.0, 2.0, 3.0]).param("size", s + 1),
+            );
+        }
+        let w = analyze(&r);
+        assert!(w[0].text.contains(", 3 more."), "{}", w[0].text);
+        assert_eq!(w[0].figures.len(), 9);
+    }
+}

@@ -1,0 +1,322 @@
+//! The headline figures: the few numbers that characterize a node, each beside its
+//! ceiling. Shown first in every report and printed by `accio bench` at the end of a run.
+//!
+//! Picked from whatever the report holds: memcpy at the largest buffer (one thread and all
+//! threads); per file-system path the best write and the best cold read; per transport
+//! backend the latency of the smallest message (8 B by default) and streaming and RMA
+//! bandwidth at 2 MiB (or the size nearest to it); for every other bench (merge,
+//! coalesce, ...) the best figure of each metric.
+
+use accio_bench::model::{Figure, Report};
+use accio_bench::size::format_size;
+use accio_bench::transport::fmt_small;
+
+use crate::doc::{ceiling_cell, is_fs_bench, med_range, ratio_cell, Table};
+
+/// One headline: a name for the row and the figure.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Headline<'a> {
+    /// What the row shows, e.g. `shm latency, 8 B`.
+    pub what: String,
+    /// The figure.
+    pub figure: &'a Figure,
+}
+
+/// Most headline rows for one bench outside mem, fs and transport.
+const PER_OTHER_BENCH: usize = 4;
+
+fn u64_param(f: &Figure, key: &str) -> Option<u64> {
+    f.params.get(key).and_then(|v| v.as_u64())
+}
+
+fn is_matrix(f: &Figure) -> bool {
+    f.params.contains_key("src") && f.params.contains_key("dst")
+}
+
+fn best<'a>(figs: impl Iterator<Item = &'a Figure>) -> Option<&'a Figure> {
+    figs.max_by(|a, b| {
+        let key = |f: &Figure| {
+            if f.higher_is_better() {
+                f.summary.median
+            } else {
+                -f.summary.median
+            }
+        };
+        key(a).total_cmp(&key(b))
+    })
+}
+
+/// The headline figures of `report`, in display order.
+pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
+    let mut out = Vec::new();
+    // Memory: the largest buffer, at one thread and at the most threads.
+    let mem: Vec<&Figure> = report.select("mem", "memcpy").collect();
+    if let Some(size) = mem.iter().filter_map(|f| u64_param(f, "size")).max() {
+        let at: Vec<&&Figure> = mem
+            .iter()
+            .filter(|f| u64_param(f, "size") == Some(size))
+            .collect();
+        let mut threads: Vec<u64> = at.iter().filter_map(|f| u64_param(f, "threads")).collect();
+        threads.sort_unstable();
+        threads.dedup();
+        let picks = match (threads.first(), threads.last()) {
+            (Some(&a), Some(&b)) if a != b => vec![a, b],
+            (Some(&a), _) => vec![a],
+            _ => vec![],
+        };
+        for n in picks {
+            if let Some(f) = at.iter().rev().find(|f| u64_param(f, "threads") == Some(n)) {
+                out.push(Headline {
+                    what: format!(
+                        "memcpy {}, {n} thread{}",
+                        format_size(size),
+                        if n == 1 { "" } else { "s" }
+                    ),
+                    figure: f,
+                });
+            }
+        }
+    }
+    // File systems: per path, the best write and the best cold read.
+    let mut paths: Vec<String> = Vec::new();
+    for f in report.figures.iter().filter(|f| is_fs_bench(f)) {
+        let p = f.param_str("path");
+        if !paths.contains(&p) {
+            paths.push(p);
+        }
+    }
+    for p in &paths {
+        for (metric, label) in [("write", "write"), ("cold-read", "cold read")] {
+            let figs: Vec<&Figure> = report
+                .select("fs", metric)
+                .filter(|f| is_fs_bench(f) && &f.param_str("path") == p)
+                .collect();
+            if let Some(f) = best(figs.iter().copied()) {
+                let n = u64_param(f, "threads").unwrap_or(1);
+                let what = if figs.len() > 1 {
+                    format!(
+                        "fs {p} {label} (best: {n} thread{})",
+                        if n == 1 { "" } else { "s" }
+                    )
+                } else {
+                    format!(
+                        "fs {p} {label}, {n} thread{}",
+                        if n == 1 { "" } else { "s" }
+                    )
+                };
+                out.push(Headline { what, figure: f });
+            }
+        }
+    }
+    // Transports: per backend, small-message latency and 2 MiB bandwidth.
+    let mut backends: Vec<String> = Vec::new();
+    for f in report
+        .figures
+        .iter()
+        .filter(|f| f.bench == "transport" && !is_matrix(f))
+    {
+        let b = f.param_str("backend");
+        if !b.is_empty() && !backends.contains(&b) {
+            backends.push(b);
+        }
+    }
+    for b in &backends {
+        let of = |m: &'static str| {
+            report
+                .select("transport", m)
+                .filter(move |f| &f.param_str("backend") == b && !is_matrix(f))
+                .filter(|f| u64_param(f, "size").is_some())
+        };
+        if let Some(f) = of("latency").min_by_key(|f| u64_param(f, "size")) {
+            let s = u64_param(f, "size").unwrap_or(0);
+            out.push(Headline {
+                what: format!("{b} latency, {} B", format_size(s)),
+                figure: f,
+            });
+        }
+        for (m, label) in [("stream_bw", "stream"), ("rma_write_bw", "RMA write")] {
+            // The size nearest to 2 MiB on a log scale.
+            let target = (2u64 << 20) as f64;
+            let pick = of(m).min_by(|x, y| {
+                let d = |f: &Figure| {
+                    (u64_param(f, "size").unwrap_or(1) as f64 / target)
+                        .log2()
+                        .abs()
+                };
+                d(x).total_cmp(&d(y))
+            });
+            if let Some(f) = pick {
+                out.push(Headline {
+                    what: format!(
+                        "{b} {label}, {}",
+                        format_size(u64_param(f, "size").unwrap_or(0))
+                    ),
+                    figure: f,
+                });
+            }
+        }
+    }
+    // Every other bench: the best figure of each metric.
+    let mut others: Vec<&str> = Vec::new();
+    for f in &report.figures {
+        if !["mem", "fs", "transport"].contains(&f.bench.as_str())
+            && !others.contains(&f.bench.as_str())
+        {
+            others.push(&f.bench);
+        }
+    }
+    for bench in others {
+        let mut metrics: Vec<&str> = Vec::new();
+        for f in report
+            .figures
+            .iter()
+            .filter(|f| f.bench == bench && !is_matrix(f))
+        {
+            if !metrics.contains(&f.metric.as_str()) {
+                metrics.push(&f.metric);
+            }
+        }
+        for m in metrics.into_iter().take(PER_OTHER_BENCH) {
+            let figs: Vec<&Figure> = report.select(bench, m).filter(|f| !is_matrix(f)).collect();
+            if let Some(f) = best(figs.iter().copied()) {
+                let what = if figs.len() > 1 {
+                    format!("{} (best)", f.label())
+                } else {
+                    f.label()
+                };
+                out.push(Headline { what, figure: f });
+            }
+        }
+    }
+    out
+}
+
+/// The headlines as a table.
+pub fn table(heads: &[Headline<'_>]) -> Table {
+    let mut t = Table::new(
+        &[
+            "figure",
+            "median",
+            "min–max",
+            "unit",
+            "ceiling",
+            "of ceiling",
+        ],
+        &["median", "min–max", "of ceiling"],
+    );
+    for h in heads {
+        let f = h.figure;
+        t.rows.push(vec![
+            h.what.clone(),
+            fmt_small(f.summary.median),
+            format!("{}–{}", fmt_small(f.summary.min), fmt_small(f.summary.max)),
+            f.unit.to_string(),
+            ceiling_cell(f),
+            ratio_cell(f),
+        ]);
+    }
+    t.notes.push(
+        "Ceilings were measured in the same run unless marked theoretical. Every figure, \
+         with all its samples, is in the sections below and in the JSON."
+            .into(),
+    );
+    t
+}
+
+/// The summary as plain text for a terminal: one line per headline, columns aligned.
+pub fn text(report: &Report) -> String {
+    let heads = headlines(report);
+    if heads.is_empty() {
+        return "no figures were recorded\n".into();
+    }
+    let rows: Vec<Vec<String>> = heads
+        .iter()
+        .map(|h| {
+            let f = h.figure;
+            vec![
+                h.what.clone(),
+                format!("{} {}", med_range(f), f.unit),
+                ceiling_cell(f),
+                ratio_cell(f),
+            ]
+        })
+        .collect();
+    accio_bench::table::render(
+        &["figure", "median (min–max)", "ceiling", "of ceiling"],
+        &rows,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use accio_bench::model::{CeilingSource, Unit};
+
+    fn fig(bench: &str, metric: &str, unit: Unit, v: f64) -> Figure {
+        Figure::new(bench, metric, unit, vec![v * 0.9, v, v * 1.1]).unwrap()
+    }
+
+    #[test]
+    fn picks_largest_memcpy_best_fs_and_transport_endpoints() {
+        let mut r = Report::new();
+        for (s, t, v) in [(65536u64, 1, 30.0), (1 << 28, 1, 9.0), (1 << 28, 2, 14.0)] {
+            r.figures.push(
+                fig("mem", "memcpy", Unit::GBps, v)
+                    .param("size", s)
+                    .param("threads", t),
+            );
+        }
+        for (t, v) in [(1, 2.0), (2, 3.5)] {
+            r.figures.push(
+                fig("fs", "write", Unit::GBps, v)
+                    .param("path", "/dev/shm")
+                    .param("threads", t)
+                    .ceiling("memcpy 4M", 10.0, CeilingSource::Measured),
+            );
+        }
+        for (s, v) in [(8u64, 0.4), (4096, 0.8)] {
+            r.figures.push(
+                fig("transport", "latency", Unit::Micros, v)
+                    .param("backend", "shm")
+                    .param("size", s),
+            );
+        }
+        for (s, v) in [(512u64 << 10, 5.0), (2 << 20, 8.0), (8 << 20, 7.0)] {
+            r.figures.push(
+                fig("transport", "stream_bw", Unit::GBps, v)
+                    .param("backend", "shm")
+                    .param("size", s),
+            );
+        }
+        r.figures
+            .push(fig("merge", "throughput", Unit::GBps, 1.0).param("producers", 1));
+        r.figures
+            .push(fig("merge", "throughput", Unit::GBps, 2.0).param("producers", 4));
+        let h = headlines(&r);
+        let what: Vec<&str> = h.iter().map(|h| h.what.as_str()).collect();
+        assert_eq!(
+            what,
+            [
+                "memcpy 256M, 1 thread",
+                "memcpy 256M, 2 threads",
+                "fs /dev/shm write (best: 2 threads)",
+                "shm latency, 8 B",
+                "shm stream, 2M",
+                "merge throughput producers=4 (best)",
+            ]
+        );
+        assert_eq!(h[1].figure.summary.median, 14.0);
+        assert_eq!(h[4].figure.summary.median, 8.0);
+        let text = text(&r);
+        assert!(
+            text.lines().any(|l| l
+                == "fs /dev/shm write (best: 2 threads)  3.50 (3.15–3.85) GB/s   memcpy 4M = 10.0 GB/s         35%"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn an_empty_report_says_so() {
+        assert_eq!(text(&Report::new()), "no figures were recorded\n");
+    }
+}

@@ -1,0 +1,759 @@
+//! Plots as inline SVG, written by hand.
+//!
+//! Two kinds: [`LinePlot`] (a value against message size, thread or producer count, one
+//! line per series, min–max whiskers, ceilings as dashed lines) and [`Heatmap`] (a
+//! ping-pong matrix). Why not the `plotters` crate: with only its SVG backend and line
+//! series it adds four crates and about 12 s of compile time on one core, and it still
+//! needs custom code for what these plots are about — binary size ticks (8, 64, 512, 4K),
+//! min–max whiskers, a tooltip (`<title>`) on every point with its median, range and
+//! ceiling. The whole of that is a few hundred lines here, with no dependency, and the
+//! output is byte-stable, which snapshot tests rely on.
+
+use std::fmt::Write as _;
+
+use accio_bench::size::format_size;
+
+/// Okabe–Ito colours (distinguishable with every common colour-vision deficiency), the
+/// yellow left out for contrast on white.
+const PALETTE: [&str; 7] = [
+    "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
+];
+
+/// Escapes text for XML content and attribute values.
+pub fn esc(s: &str) -> String {
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            '\'' => out.push_str("&#39;"),
+            c => out.push(c),
+        }
+    }
+    out
+}
+
+/// A number for an axis label: `0.01`, `2.5`, `40`, `1000`, `1e5`.
+pub fn tick_label(v: f64) -> String {
+    let a = v.abs();
+    if a == 0.0 {
+        "0".into()
+    } else if !(1e-3..1e5).contains(&a) {
+        format!("{v:.0e}")
+    } else {
+        // Shortest of a few precisions that round-trips the tick value.
+        for d in 0..4 {
+            let s = format!("{v:.d$}");
+            if (s.parse::<f64>().unwrap_or(f64::NAN) - v).abs() <= a * 1e-9 {
+                return s;
+            }
+        }
+        format!("{v:.3}")
+    }
+}
+
+/// One point: a median and its min–max, with a tooltip.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Point {
+    /// Position on the x axis (a size in bytes, a count).
+    pub x: f64,
+    /// The median.
+    pub y: f64,
+    /// The smallest sample.
+    pub lo: f64,
+    /// The largest sample.
+    pub hi: f64,
+    /// Text shown on hover.
+    pub tip: String,
+}
+
+/// A line of points.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Series {
+    /// Legend text.
+    pub name: String,
+    /// The points, in any order (drawn sorted by x).
+    pub points: Vec<Point>,
+    /// A ceiling: drawn dashed, without markers or whiskers.
+    pub dashed: bool,
+    /// Palette index; series with the same index share a colour (a series and its
+    /// ceiling).
+    pub color: usize,
+}
+
+/// How the x axis is scaled.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum XScale {
+    /// Powers of two, labelled as byte sizes (`8`, `4K`, `2M`).
+    Bytes,
+    /// Powers of two, labelled as counts (`1`, `2`, `4`).
+    Log2,
+    /// Linear, labelled as numbers.
+    Linear,
+}
+
+/// A value against a parameter, one line per series.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinePlot {
+    /// Element id, unique in the page.
+    pub id: String,
+    /// Title drawn above the plot.
+    pub title: String,
+    /// x axis label.
+    pub x_label: String,
+    /// y axis label (with the unit).
+    pub y_label: String,
+    /// x axis scaling.
+    pub x_scale: XScale,
+    /// The lines.
+    pub series: Vec<Series>,
+}
+
+const W: f64 = 720.0;
+const H: f64 = 380.0;
+const LEFT: f64 = 64.0;
+const RIGHT: f64 = 210.0;
+const TOP: f64 = 34.0;
+const BOTTOM: f64 = 48.0;
+
+/// An axis: maps values to [0, 1] and lists ticks.
+struct Axis {
+    log: bool,
+    lo: f64,
+    hi: f64,
+}
+
+impl Axis {
+    fn t(&self, v: f64) -> f64 {
+        let (v, lo, hi) = if self.log {
+            (
+                v.max(f64::MIN_POSITIVE).log10(),
+                self.lo.log10(),
+                self.hi.log10(),
+            )
+        } else {
+            (v, self.lo, self.hi)
+        };
+        if hi > lo {
+            (v - lo) / (hi - lo)
+        } else {
+            0.5
+        }
+    }
+}
+
+/// 1-2-5 steps: the nice step for about `n` intervals over `span`.
+fn nice_step(span: f64, n: f64) -> f64 {
+    let raw = span / n;
+    let mag = 10f64.powf(raw.log10().floor());
+    let f = raw / mag;
+    mag * if f <= 1.0 {
+        1.0
+    } else if f <= 2.0 {
+        2.0
+    } else if f <= 5.0 {
+        5.0
+    } else {
+        10.0
+    }
+}
+
+fn linear_ticks(lo: f64, hi: f64, integers: bool) -> Vec<f64> {
+    let mut step = nice_step(hi - lo, 5.0);
+    if integers {
+        step = step.max(1.0).round();
+    }
+    let first = (lo / step).ceil() * step;
+    let mut v = Vec::new();
+    let mut t = first;
+    while t <= hi + step * 1e-9 {
+        v.push(if t.abs() < step * 1e-9 { 0.0 } else { t });
+        t += step;
+    }
+    v
+}
+
+/// Ticks of a log10 axis: powers of ten, and 2 and 5 times them when the axis spans
+/// fewer than three decades.
+fn log10_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (a, b) = (lo.log10().floor() as i32, hi.log10().ceil() as i32);
+    let mults: &[f64] = if b - a <= 2 { &[1.0, 2.0, 5.0] } else { &[1.0] };
+    let step = if b - a > 8 { 2 } else { 1 };
+    let mut v = Vec::new();
+    for e in a..=b {
+        if (e - a) % step != 0 {
+            continue;
+        }
+        for m in mults {
+            let t = m * 10f64.powi(e);
+            if t >= lo * (1.0 - 1e-9) && t <= hi * (1.0 + 1e-9) {
+                v.push(t);
+            }
+        }
+    }
+    v
+}
+
+/// Ticks of a log2 axis: powers of two, every `k`-th so that at most nine show.
+fn log2_ticks(lo: f64, hi: f64) -> Vec<f64> {
+    let (a, b) = (lo.log2().ceil() as i32, hi.log2().floor() as i32);
+    let span = (b - a).max(0);
+    let k = ((span as f64) / 8.0).ceil().max(1.0) as i32;
+    // Align to multiples of k (for bytes with k = 3: 8, 64, 512, 4K, ...).
+    (a..=b)
+        .filter(|e| e.rem_euclid(k) == 0)
+        .map(|e| 2f64.powi(e))
+        .collect()
+}
+
+fn fmt_px(v: f64) -> String {
+    format!("{v:.1}")
+}
+
+impl LinePlot {
+    /// Every point's y and range, and x: the data bounds.
+    fn bounds(&self) -> Option<((f64, f64), (f64, f64))> {
+        let pts = self.series.iter().flat_map(|s| s.points.iter());
+        let mut x = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut y = (f64::INFINITY, f64::NEG_INFINITY);
+        let mut any = false;
+        for p in pts {
+            if !(p.x.is_finite() && p.y.is_finite()) {
+                continue;
+            }
+            any = true;
+            x = (x.0.min(p.x), x.1.max(p.x));
+            y = (y.0.min(p.lo.min(p.y)), y.1.max(p.hi.max(p.y)));
+        }
+        any.then_some((x, y))
+    }
+
+    /// Whether the plot has anything worth drawing: some series with two or more points.
+    pub fn is_useful(&self) -> bool {
+        self.series.iter().any(|s| !s.dashed && s.points.len() >= 2)
+    }
+
+    /// The plot as an `<svg>` element.
+    pub fn svg(&self) -> String {
+        let Some(((x0, x1), (y0, y1))) = self.bounds() else {
+            return String::new();
+        };
+        let x_log = self.x_scale != XScale::Linear && x0 > 0.0;
+        let x_axis = if x_log {
+            // Half a step of margin on both sides so that end points are not on the frame.
+            Axis {
+                log: true,
+                lo: x0 / 1.4,
+                hi: x1 * 1.4,
+            }
+        } else {
+            let pad = ((x1 - x0) * 0.05).max(0.5);
+            Axis {
+                log: false,
+                lo: x0 - pad,
+                hi: x1 + pad,
+            }
+        };
+        // Log y when the values span more than a factor of 30 (latency from 8 B to 64 MiB
+        // spans four decades); otherwise linear from zero, which shows ratios honestly.
+        let y_log = y0 > 0.0 && y1 / y0 > 30.0;
+        let y_axis = if y_log {
+            Axis {
+                log: true,
+                lo: 10f64.powf(y0.log10().floor()),
+                hi: 10f64.powf(y1.log10().ceil()),
+            }
+        } else {
+            let hi = if y1 > 0.0 { y1 * 1.08 } else { 1.0 };
+            let lo = if y0 < 0.0 { y0 * 1.08 } else { 0.0 };
+            let step = nice_step(hi - lo, 5.0);
+            Axis {
+                log: false,
+                lo: (lo / step).floor() * step,
+                hi: (hi / step).ceil() * step,
+            }
+        };
+        let pw = W - LEFT - RIGHT;
+        let ph = H - TOP - BOTTOM;
+        let px = |x: f64| LEFT + x_axis.t(x) * pw;
+        let py = |y: f64| TOP + (1.0 - y_axis.t(y)) * ph;
+
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"{}\" viewBox=\"0 0 {W} {H}\" \
+             width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" \
+             font-size=\"11\">",
+            esc(&self.id),
+            esc(&self.title)
+        );
+        let _ = write!(s, "<title>{}</title>", esc(&self.title));
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
+            fmt_px(LEFT),
+            esc(&self.title)
+        );
+        // Grid and ticks.
+        let x_ticks = match (x_log, self.x_scale) {
+            (true, _) => log2_ticks(x_axis.lo, x_axis.hi),
+            (false, XScale::Linear) => linear_ticks(x_axis.lo, x_axis.hi, false),
+            (false, _) => linear_ticks(x_axis.lo, x_axis.hi, true),
+        };
+        let y_ticks = if y_log {
+            log10_ticks(y_axis.lo, y_axis.hi)
+        } else {
+            linear_ticks(y_axis.lo, y_axis.hi, false)
+        };
+        s.push_str("<g class=\"grid\" stroke=\"#ddd\" stroke-width=\"1\">");
+        for &t in &x_ticks {
+            let x = fmt_px(px(t));
+            let _ = write!(
+                s,
+                "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\"/>",
+                fmt_px(TOP),
+                fmt_px(TOP + ph)
+            );
+        }
+        for &t in &y_ticks {
+            let y = fmt_px(py(t));
+            let _ = write!(
+                s,
+                "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\"/>",
+                fmt_px(LEFT),
+                fmt_px(LEFT + pw)
+            );
+        }
+        s.push_str("</g>");
+        let _ = write!(
+            s,
+            "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>",
+            fmt_px(LEFT),
+            fmt_px(TOP),
+            fmt_px(pw),
+            fmt_px(ph)
+        );
+        s.push_str("<g class=\"ticks\" fill=\"#222\">");
+        for &t in &x_ticks {
+            let label = match self.x_scale {
+                XScale::Bytes => format_size(t.round() as u64),
+                _ => tick_label(t),
+            };
+            let _ = write!(
+                s,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                fmt_px(px(t)),
+                fmt_px(TOP + ph + 15.0),
+                esc(&label)
+            );
+        }
+        for &t in &y_ticks {
+            let _ = write!(
+                s,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                fmt_px(LEFT - 5.0),
+                fmt_px(py(t) + 4.0),
+                esc(&tick_label(t))
+            );
+        }
+        s.push_str("</g>");
+        let _ = write!(
+            s,
+            "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+            fmt_px(LEFT + pw / 2.0),
+            fmt_px(H - 10.0),
+            esc(&self.x_label)
+        );
+        let _ = write!(
+            s,
+            "<text transform=\"translate(14 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+            fmt_px(TOP + ph / 2.0),
+            esc(&self.y_label)
+        );
+        // Series: ceilings first, so that measured lines are drawn over them.
+        let mut order: Vec<&Series> = self.series.iter().filter(|s| s.dashed).collect();
+        order.extend(self.series.iter().filter(|s| !s.dashed));
+        for series in order {
+            let color = PALETTE[series.color % PALETTE.len()];
+            let mut pts: Vec<&Point> = series
+                .points
+                .iter()
+                .filter(|p| p.x.is_finite() && p.y.is_finite() && (!y_log || p.y > 0.0))
+                .collect();
+            pts.sort_by(|a, b| a.x.total_cmp(&b.x));
+            let _ = write!(
+                s,
+                "<g class=\"series{}\" data-name=\"{}\">",
+                if series.dashed { " ceiling" } else { "" },
+                esc(&series.name)
+            );
+            let line: Vec<String> = pts
+                .iter()
+                .map(|p| format!("{},{}", fmt_px(px(p.x)), fmt_px(py(p.y))))
+                .collect();
+            let _ = write!(
+                s,
+                "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"{}\"{} points=\"{}\"/>",
+                if series.dashed { "1.5" } else { "2" },
+                if series.dashed {
+                    " stroke-dasharray=\"6 4\""
+                } else {
+                    ""
+                },
+                line.join(" ")
+            );
+            for p in &pts {
+                let (x, y) = (fmt_px(px(p.x)), fmt_px(py(p.y)));
+                if series.dashed {
+                    let _ = write!(
+                        s,
+                        "<circle cx=\"{x}\" cy=\"{y}\" r=\"5\" fill=\"transparent\"><title>{}</title></circle>",
+                        esc(&p.tip)
+                    );
+                    continue;
+                }
+                let (lo, hi) = (p.lo.min(p.y), p.hi.max(p.y));
+                if hi > lo && (!y_log || lo > 0.0) {
+                    let (ylo, yhi) = (fmt_px(py(lo)), fmt_px(py(hi)));
+                    let (xa, xb) = (fmt_px(px(p.x) - 3.0), fmt_px(px(p.x) + 3.0));
+                    let _ = write!(
+                        s,
+                        "<path class=\"whisker\" stroke=\"{color}\" d=\"M{x},{ylo}V{yhi}M{xa},{ylo}H{xb}M{xa},{yhi}H{xb}\"/>"
+                    );
+                }
+                let _ = write!(
+                    s,
+                    "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{color}\"><title>{}</title></circle>",
+                    esc(&p.tip)
+                );
+            }
+            s.push_str("</g>");
+        }
+        // Legend.
+        let lx = W - RIGHT + 14.0;
+        s.push_str("<g class=\"legend\">");
+        for (i, series) in self.series.iter().enumerate() {
+            let color = PALETTE[series.color % PALETTE.len()];
+            let y = TOP + 8.0 + i as f64 * 17.0;
+            let name: String = if series.name.chars().count() > 30 {
+                series.name.chars().take(29).chain(['…']).collect()
+            } else {
+                series.name.clone()
+            };
+            let _ = write!(
+                s,
+                "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{color}\" stroke-width=\"2\"{}/>",
+                fmt_px(lx),
+                fmt_px(y),
+                fmt_px(lx + 22.0),
+                fmt_px(y),
+                if series.dashed {
+                    " stroke-dasharray=\"6 4\""
+                } else {
+                    ""
+                }
+            );
+            let _ = write!(
+                s,
+                "<text x=\"{}\" y=\"{}\"><title>{}</title>{}</text>",
+                fmt_px(lx + 28.0),
+                fmt_px(y + 4.0),
+                esc(&series.name),
+                esc(&name)
+            );
+        }
+        s.push_str("</g></svg>");
+        s
+    }
+}
+
+/// A matrix of values between endpoints (seed 003's ping-pong latency and bandwidth
+/// tables), drawn as a heat map with the value in each cell.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Heatmap {
+    /// Element id, unique in the page.
+    pub id: String,
+    /// Title drawn above the map.
+    pub title: String,
+    /// Endpoint names: rows are sources, columns destinations.
+    pub labels: Vec<String>,
+    /// `cells[row][col]`: the median, or `None` where the pair was not measured.
+    pub cells: Vec<Vec<Option<f64>>>,
+    /// Unit of the values.
+    pub unit: String,
+    /// Whether larger is better (bandwidth) or smaller (latency): the better end is dark.
+    pub higher_is_better: bool,
+}
+
+/// Colour for `t` in [0, 1] on a light-to-dark blue ramp.
+fn ramp(t: f64) -> String {
+    let t = t.clamp(0.0, 1.0);
+    let (a, b) = ((0xef, 0xf3, 0xff), (0x08, 0x30, 0x6b));
+    let mix = |x: i32, y: i32| (f64::from(x) + (f64::from(y) - f64::from(x)) * t).round() as i32;
+    format!(
+        "#{:02x}{:02x}{:02x}",
+        mix(a.0, b.0),
+        mix(a.1, b.1),
+        mix(a.2, b.2)
+    )
+}
+
+impl Heatmap {
+    /// The map as an `<svg>` element.
+    pub fn svg(&self) -> String {
+        let n = self.labels.len();
+        let cell = 64.0;
+        let left = 10.0
+            + self
+                .labels
+                .iter()
+                .map(|l| l.chars().count())
+                .max()
+                .unwrap_or(4) as f64
+                * 7.0;
+        let top = 56.0;
+        let w = left + cell * n as f64 + 20.0;
+        let h = top + cell * n as f64 + 40.0;
+        let values: Vec<f64> = self.cells.iter().flatten().flatten().copied().collect();
+        let (lo, hi) = values
+            .iter()
+            .fold((f64::INFINITY, f64::NEG_INFINITY), |(a, b), &v| {
+                (a.min(v), b.max(v))
+            });
+        // Log shading when the values span more than a factor of ten.
+        let log = lo > 0.0 && hi / lo > 10.0;
+        let shade = |v: f64| {
+            let t = if hi <= lo {
+                0.5
+            } else if log {
+                (v.ln() - lo.ln()) / (hi.ln() - lo.ln())
+            } else {
+                (v - lo) / (hi - lo)
+            };
+            if self.higher_is_better {
+                t
+            } else {
+                1.0 - t
+            }
+        };
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot heatmap\" id=\"{}\" viewBox=\"0 0 {} {}\" \
+             width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" font-size=\"11\">",
+            esc(&self.id),
+            fmt_px(w),
+            fmt_px(h),
+            fmt_px(w),
+            fmt_px(h),
+            esc(&self.title)
+        );
+        let _ = write!(
+            s,
+            "<title>{}</title><text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
+            esc(&self.title),
+            esc(&self.title)
+        );
+        for (j, l) in self.labels.iter().enumerate() {
+            let _ = write!(
+                s,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                fmt_px(left + cell * (j as f64 + 0.5)),
+                fmt_px(top - 8.0),
+                esc(l)
+            );
+        }
+        for (i, row) in self.cells.iter().enumerate().take(n) {
+            let y = top + cell * i as f64;
+            let _ = write!(
+                s,
+                "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
+                fmt_px(left - 6.0),
+                fmt_px(y + cell / 2.0 + 4.0),
+                esc(&self.labels[i])
+            );
+            for (j, v) in row.iter().enumerate().take(n) {
+                let x = left + cell * j as f64;
+                let (fill, text, tip) = match v {
+                    Some(v) => {
+                        let t = shade(*v);
+                        (
+                            ramp(t),
+                            accio_bench::table::fmt3(*v),
+                            format!(
+                                "{} → {}: {} {}",
+                                self.labels[i],
+                                self.labels[j],
+                                accio_bench::table::fmt3(*v),
+                                self.unit
+                            ),
+                        )
+                    }
+                    None => (
+                        "#f4f4f4".to_string(),
+                        "–".to_string(),
+                        format!("{} → {}: not measured", self.labels[i], self.labels[j]),
+                    ),
+                };
+                let dark = v.is_some_and(|v| shade(v) > 0.55);
+                let _ = write!(
+                    s,
+                    "<g class=\"cell\"><rect x=\"{}\" y=\"{}\" width=\"{cell}\" height=\"{cell}\" fill=\"{fill}\" \
+                     stroke=\"#fff\"><title>{}</title></rect><text x=\"{}\" y=\"{}\" text-anchor=\"middle\" fill=\"{}\">{}</text></g>",
+                    fmt_px(x),
+                    fmt_px(y),
+                    esc(&tip),
+                    fmt_px(x + cell / 2.0),
+                    fmt_px(y + cell / 2.0 + 4.0),
+                    if dark { "#fff" } else { "#111" },
+                    esc(&text)
+                );
+            }
+        }
+        let _ = write!(
+            s,
+            "<text x=\"10\" y=\"{}\" fill=\"#444\">{}; darker is better{}</text></svg>",
+            fmt_px(h - 14.0),
+            esc(&format!("rows: from, columns: to, {}", self.unit)),
+            if log { " (log shading)" } else { "" }
+        );
+        s
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pt(x: f64, y: f64) -> Point {
+        Point {
+            x,
+            y,
+            lo: y * 0.9,
+            hi: y * 1.1,
+            tip: format!("{x}: {y}"),
+        }
+    }
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(tick_label(0.0), "0");
+        assert_eq!(tick_label(2.5), "2.5");
+        assert_eq!(tick_label(40.0), "40");
+        assert_eq!(tick_label(0.01), "0.01");
+        assert_eq!(tick_label(1e6), "1e6");
+    }
+
+    #[test]
+    fn ticks_of_each_axis_kind() {
+        assert_eq!(log10_ticks(0.1, 100.0), vec![0.1, 1.0, 10.0, 100.0]);
+        assert_eq!(log10_ticks(1.0, 10.0), vec![1.0, 2.0, 5.0, 10.0]);
+        // 8 B .. 64 MiB: every third power of two.
+        let t = log2_ticks(8.0, 64.0 * 1048576.0);
+        assert_eq!(t.first(), Some(&8.0));
+        assert!(
+            t.len() <= 9 && t.windows(2).all(|w| w[1] == w[0] * 8.0),
+            "{t:?}"
+        );
+        assert_eq!(
+            linear_ticks(0.0, 10.0, false),
+            vec![0.0, 2.0, 4.0, 6.0, 8.0, 10.0]
+        );
+        assert_eq!(linear_ticks(0.5, 2.5, true), vec![1.0, 2.0]);
+    }
+
+    #[test]
+    fn line_plot_has_a_line_markers_whiskers_ceiling_and_legend() {
+        let p = LinePlot {
+            id: "p1".into(),
+            title: "shm <bandwidth>".into(),
+            x_label: "message size".into(),
+            y_label: "GB/s".into(),
+            x_scale: XScale::Bytes,
+            series: vec![
+                Series {
+                    name: "shm stream".into(),
+                    points: vec![pt(8.0, 0.01), pt(4096.0, 3.0), pt(2097152.0, 9.0)],
+                    dashed: false,
+                    color: 0,
+                },
+                Series {
+                    name: "ceiling: memcpy".into(),
+                    points: vec![pt(8.0, 1.0), pt(2097152.0, 12.0)],
+                    dashed: true,
+                    color: 0,
+                },
+            ],
+        };
+        assert!(p.is_useful());
+        let svg = p.svg();
+        assert!(
+            svg.starts_with("<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"p1\"")
+        );
+        assert!(svg.ends_with("</svg>"));
+        assert!(svg.contains("shm &lt;bandwidth&gt;"));
+        assert_eq!(svg.matches("<polyline").count(), 2);
+        assert_eq!(
+            svg.matches("stroke-dasharray").count(),
+            2,
+            "ceiling line and its legend"
+        );
+        assert_eq!(svg.matches("class=\"whisker\"").count(), 3);
+        // Byte-size ticks.
+        assert!(
+            svg.contains(">4K</text>") && svg.contains(">2M</text>"),
+            "{svg}"
+        );
+        // Log y: 0.01 .. 12 spans three decades.
+        assert!(
+            svg.contains(">0.01</text>") && svg.contains(">100</text>"),
+            "{svg}"
+        );
+    }
+
+    #[test]
+    fn a_single_point_plot_is_not_useful_and_an_empty_one_draws_nothing() {
+        let mut p = LinePlot {
+            id: "p".into(),
+            title: "t".into(),
+            x_label: "x".into(),
+            y_label: "y".into(),
+            x_scale: XScale::Linear,
+            series: vec![Series {
+                name: "s".into(),
+                points: vec![pt(1.0, 1.0)],
+                dashed: false,
+                color: 1,
+            }],
+        };
+        assert!(!p.is_useful());
+        p.series.clear();
+        assert_eq!(p.svg(), "");
+    }
+
+    #[test]
+    fn heatmap_shades_better_cells_darker() {
+        let h = Heatmap {
+            id: "m".into(),
+            title: "latency".into(),
+            labels: vec!["cpu0".into(), "cpu1".into(), "gpu0".into()],
+            cells: vec![
+                vec![Some(0.3), Some(1.2), None],
+                vec![Some(1.2), Some(0.3), Some(4.0)],
+                vec![None, Some(4.0), Some(2.0)],
+            ],
+            unit: "us".into(),
+            higher_is_better: false,
+        };
+        let svg = h.svg();
+        assert_eq!(svg.matches("class=\"cell\"").count(), 9);
+        assert!(svg.contains("cpu0 → cpu1: 1.20 us"));
+        assert!(svg.contains("cpu0 → gpu0: not measured"));
+        // Lowest latency is the darkest colour, the highest the lightest.
+        assert!(svg.contains(&format!("fill=\"{}\"", ramp(1.0))));
+        assert!(svg.contains(&format!("fill=\"{}\"", ramp(0.0))));
+        assert!(svg.contains("(log shading)"));
+    }
+}
