@@ -12,6 +12,7 @@
 //! - [`coalesce`]: small-item rates with and without the coalescing layer.
 //! - [`merge`]: many producers into one file through the merging file service.
 //! - [`info`]: what the node is (CPU, memory, file systems, PCIe links, GPUs).
+//! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
 
 pub mod coalesce;
 pub mod fs;

@@ -442,7 +442,7 @@ impl MergeBench {
         log: &mut dyn FnMut(&str),
     ) -> Result<Option<(String, f64)>, MergeBenchError> {
         let mode = if sync { Mode::WriteSync } else { Mode::Write };
-        let record = if self.buffer_bytes % 4096 == 0 {
+        let record = if self.buffer_bytes.is_multiple_of(4096) {
             self.buffer_bytes
         } else {
             4 << 20

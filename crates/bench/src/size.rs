@@ -46,7 +46,7 @@ pub fn parse_sizes(s: &str) -> Result<Vec<u64>, String> {
 /// Formats a size with the largest exact binary suffix: `4K`, `2M`, `1536`.
 pub fn format_size(n: u64) -> String {
     for (shift, suffix) in [(40, "T"), (30, "G"), (20, "M"), (10, "K")] {
-        if n >= 1 << shift && n % (1 << shift) == 0 {
+        if n >= 1 << shift && n.is_multiple_of(1 << shift) {
             return format!("{}{suffix}", n >> shift);
         }
     }

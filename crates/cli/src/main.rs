@@ -79,10 +79,27 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line with the whole context chain; no backtrace for a user error even
             // when RUST_BACKTRACE is set.
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", one_line(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, `a: b: c`. A cause whose text its parent's message
+/// already contains (library errors often print their source too) is not repeated.
+fn one_line(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if out.contains(&text) {
+            continue;
+        }
+        if !out.is_empty() {
+            out.push_str(": ");
+        }
+        out.push_str(&text);
+    }
+    out
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -128,5 +145,24 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Recover(a) => files::run_recover(a),
         Command::TransportPeer(a) => bench_transport::run_peer(a),
         Command::MergeProducer(a) => bench_merge::run_producer(a),
+    }
+}
+
+#[cfg(test)]
+mod error_tests {
+    use super::one_line;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("reading /x: {source}")]
+    struct Embeds {
+        #[source]
+        source: std::io::Error,
+    }
+
+    #[test]
+    fn a_cause_already_in_the_message_is_printed_once() {
+        let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
+        let e = anyhow::Error::new(Embeds { source: io }).context("loading results");
+        assert_eq!(one_line(&e), "loading results: reading /x: no such file");
     }
 }

@@ -326,9 +326,9 @@ impl<'e> Applier<'e> {
         let lines = (src.way_bytes / src.line) as u64;
         let span_ok = (e.hi as u64) < lines
             && e.buf_off >= src.off
-            && (e.buf_off - src.off) % src.way_bytes as u64 == 0
+            && (e.buf_off - src.off).is_multiple_of(src.way_bytes as u64)
             && e.buf_off - src.off + src.way_bytes as u64 <= src.len
-            && e.block_off % src.way_bytes as u64 == 0
+            && e.block_off.is_multiple_of(src.way_bytes as u64)
             && e.block_off
                 .checked_add((e.hi as u64 + 1) * line)
                 .is_some_and(|end| end <= wlen);

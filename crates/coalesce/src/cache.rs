@@ -633,9 +633,9 @@ impl<'e> CommCache<'e> {
     pub fn write(&mut self, offset: u64, bytes: &[u8]) -> Result<()> {
         let line = self.line as u64;
         let end = offset.checked_add(bytes.len() as u64);
-        if offset % line != 0
-            || bytes.len() as u64 % line != 0
-            || end.map_or(true, |e| e > self.remote.len)
+        if !offset.is_multiple_of(line)
+            || !(bytes.len() as u64).is_multiple_of(line)
+            || end.is_none_or(|e| e > self.remote.len)
         {
             return Err(self.bad_write("write", offset, bytes.len()));
         }
@@ -651,7 +651,7 @@ impl<'e> CommCache<'e> {
         let line = self.line;
         let reason = if op == "insert" && len != line {
             format!("a line is exactly {line} bytes")
-        } else if offset % line as u64 != 0 || len % line != 0 {
+        } else if !offset.is_multiple_of(line as u64) || !len.is_multiple_of(line) {
             format!(
                 "writes must start on a {line}-byte line boundary and be whole lines \
                  (a partial line would overwrite the peer's bytes around it)"

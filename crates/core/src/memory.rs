@@ -180,7 +180,7 @@ impl MemView {
 
     fn atomic_u64(&self, op: &'static str, at: usize) -> Result<&AtomicU64> {
         self.check(op, at, 8)?;
-        if (self.ptr as usize + at) % 8 != 0 {
+        if !(self.ptr as usize + at).is_multiple_of(8) {
             return Err(Error::invalid(
                 op,
                 format!("offset {at:#x} is not 8-byte aligned"),

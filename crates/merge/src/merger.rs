@@ -262,7 +262,7 @@ impl MergerBuilder {
 
     /// Listens on `addr` (`shm://NAME` or `tcp://HOST:PORT`) and starts merging into `sink`.
     pub fn listen(self, addr: &str, sink: Box<dyn Sink>) -> Result<Merger> {
-        if self.slot_bytes == 0 || self.slot_bytes % 4096 != 0 {
+        if self.slot_bytes == 0 || !self.slot_bytes.is_multiple_of(4096) {
             return Err(MergeError::Config(format!(
                 "slot size {} is not a positive multiple of 4096",
                 self.slot_bytes

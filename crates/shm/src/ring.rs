@@ -289,7 +289,7 @@ impl Consumer {
             let avail = self.head.wrapping_sub(self.tail);
             let off = self.tail as usize & (self.ring.cap - 1);
             let contiguous = self.ring.cap - off;
-            if avail > self.ring.cap as u64 || self.tail % LINE as u64 != 0 {
+            if avail > self.ring.cap as u64 || !self.tail.is_multiple_of(LINE as u64) {
                 return Err(CorruptRecord(format!(
                     "ring counters out of range (head {}, tail {})",
                     self.head, self.tail

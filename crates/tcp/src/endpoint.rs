@@ -550,7 +550,7 @@ impl Endpoint for TcpEndpoint {
         let s = self.s();
         s.check_open()?;
         let aligned = |side: &str, off: u64| {
-            if off % 8 != 0 {
+            if !off.is_multiple_of(8) {
                 return Err(Error::invalid(
                     "fence_signal",
                     format!("{side} offset {off:#x} is not 8-byte aligned"),

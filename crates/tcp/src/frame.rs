@@ -582,7 +582,7 @@ fn validate(h: &Header, limits: &Limits) -> Result<(), FrameError> {
         if h.offset == 0 {
             return bad("is zero (offset 0 is never valid)");
         }
-        if h.offset % align != 0 {
+        if !h.offset.is_multiple_of(align) {
             return bad(if align == 8 {
                 "is not 8-byte aligned"
             } else {
@@ -1148,10 +1148,10 @@ mod tests {
             }
             Kind::ReadData => assert!(h.len >= 1 && h.len <= l.max_rma),
             Kind::Register => {
-                assert!(h.len >= 1 && h.len <= l.max_rma && h.offset % PAGE as u64 == 0);
+                assert!(h.len >= 1 && h.len <= l.max_rma && h.offset.is_multiple_of(PAGE as u64));
                 assert!(Access::from_bits(h.aux as u8).is_some() && h.aux < 4);
             }
-            Kind::Signal => assert!(h.offset != 0 && h.offset % 8 == 0),
+            Kind::Signal => assert!(h.offset != 0 && h.offset.is_multiple_of(8)),
             Kind::Credit => assert!(h.len >= 1 && h.len <= MAX_CREDIT),
             _ => {}
         }
@@ -1237,7 +1237,7 @@ mod tests {
     #[test]
     fn reader_skips_payloads_and_reports_truncation() {
         let mut stream = Header::write(1, 4096, 100_000, false).encode().to_vec();
-        stream.extend(std::iter::repeat(7u8).take(100_000));
+        stream.extend(std::iter::repeat_n(7u8, 100_000));
         stream.extend_from_slice(&Header::ack(3).encode());
         stream.extend_from_slice(&Header::message(10).encode()[..20]);
         let mut r = FrameReader::with_staging(Chunky(&stream, 999), limits(), 128);

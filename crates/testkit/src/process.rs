@@ -519,7 +519,7 @@ pub fn peer_death_during_rma(b: &Backend) {
                 let mut k = 0u64;
                 let (err, at) = loop {
                     let at = (k as usize * CHUNK) % half;
-                    let r = if k % 2 == 0 {
+                    let r = if k.is_multiple_of(2) {
                         ep.read_from(lw.offset(), CHUNK, w_off + at as u64, RmaFlags::SYNC)
                             .map(|()| {
                                 let got = crate::harness::window_bytes(&lw, 0, CHUNK);

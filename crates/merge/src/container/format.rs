@@ -311,7 +311,8 @@ pub fn decode_index(
             },
             offset,
         };
-        if offset < at_least || offset % u64::from(align) != 0 || e.end(align) > data_end {
+        if offset < at_least || !offset.is_multiple_of(u64::from(align)) || e.end(align) > data_end
+        {
             return Err(format!(
                 "index entry {i} (block at {offset:#x}, {len} bytes) lies outside the data \
                  area {at_least:#x}..{data_end:#x} or is misaligned"
