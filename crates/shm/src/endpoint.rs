@@ -62,6 +62,10 @@ impl ShmOptions {
 
 /// How often a sleeping waiter wakes to check whether the peer is still there.
 const LIVENESS_TICK: Duration = Duration::from_millis(50);
+/// How often a non-blocking call that would block probes the control socket for a hang-up
+/// (one `poll` system call): often enough that a polling loop sees a killed peer well within
+/// a second, rarely enough that polling stays free of system calls almost always.
+const POLL_PROBE_NS: u64 = 10_000_000;
 /// Control-socket record: kind, access, offset, len.
 const CTL_RECORD: usize = 24;
 const CTL_WINDOW: u32 = 1;
@@ -229,6 +233,9 @@ pub struct ShmEndpoint {
     ctl: Mutex<Ctl>,
     gone: AtomicBool,
     rma_issued: AtomicU64,
+    /// When a would-block call last probed for a hang-up, in ns after `created`.
+    probed: AtomicU64,
+    created: Instant,
 }
 
 impl ShmEndpoint {
@@ -337,6 +344,8 @@ impl ShmEndpoint {
             ctl: Mutex::new(Ctl::default()),
             gone: AtomicBool::new(false),
             rma_issued: AtomicU64::new(0),
+            probed: AtomicU64::new(0),
+            created: Instant::now(),
         })
     }
 
@@ -372,6 +381,23 @@ impl ShmEndpoint {
             return Err(self.peer_gone_error());
         }
         Ok(())
+    }
+
+    /// For non-blocking calls that would block: [`ShmEndpoint::check_alive`], but at most
+    /// once per [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring
+    /// simply stays empty) without a system call on every turn.
+    fn probe_alive_now_and_then(&self) -> Result<()> {
+        // A peer that closed says so in shared memory: that costs one load, check it always.
+        if self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
+            self.gone.store(true, Ordering::Relaxed);
+            return Err(self.peer_gone_error());
+        }
+        let now = self.created.elapsed().as_nanos() as u64;
+        if now.saturating_sub(self.probed.load(Ordering::Relaxed)) < POLL_PROBE_NS {
+            return Ok(());
+        }
+        self.probed.store(now, Ordering::Relaxed);
+        self.check_alive()
     }
 
     /// Waits until `ready()`: spins for `opts.spin`, then sleeps on `word` (a futex the
@@ -702,9 +728,7 @@ impl Endpoint for ShmEndpoint {
         if tx.try_push(msg, true, false, msg.len() as u64) {
             Ok(Progress::Ready(()))
         } else {
-            if self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
-                self.check_alive()?;
-            }
+            self.probe_alive_now_and_then()?;
             Ok(Progress::WouldBlock)
         }
     }
@@ -723,8 +747,8 @@ impl Endpoint for ShmEndpoint {
             return Ok(Progress::WouldBlock);
         };
         let r = self.recv_locked(&mut rx, buf, None, false)?;
-        if !r.is_ready() && self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
-            return Err(self.peer_gone_error());
+        if !r.is_ready() {
+            self.probe_alive_now_and_then()?;
         }
         Ok(r)
     }

@@ -58,7 +58,7 @@ pub use messages::{
 };
 pub use process::{
     cpu_free_rma_with_stopped_peer_process, peer_death_during_recv, peer_death_during_rma,
-    peer_death_during_send, two_processes_echo, two_processes_rma,
+    peer_death_during_send, peer_death_seen_by_polling, two_processes_echo, two_processes_rma,
 };
 pub use registration::{registration_layout, unregister_rules};
 pub use rejection::{access_is_enforced, fence_signal_arguments, out_of_window_is_rejected};
@@ -217,6 +217,7 @@ macro_rules! __with_suite_list {
             peer_death_during_recv,
             peer_death_during_send,
             peer_death_during_rma,
+            peer_death_seen_by_polling,
         );
     };
 }

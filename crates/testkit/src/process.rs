@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accio::{Access, Endpoint, ErrorKind, Listener, RmaFlags};
+use accio::{Access, Endpoint, ErrorKind, Listener, Progress, RmaFlags};
 
 use crate::harness::{
     assert_no_residue, assert_window, expect_err, fill_window, guarded, ok, recv_u64s, send_u64s,
@@ -347,6 +347,65 @@ fn assert_gone_in_time(
     assert!(
         after <= PEER_GONE_WITHIN,
         "{what}: PeerGone came {after:?} after SIGKILL of the peer; the contract says 1 s ({err})"
+    );
+}
+
+/// `SIGKILL` of an idle peer while the survivor only polls with `try_recv` and never
+/// blocks: polling must notice the death too, with `PeerGone` within 1 s, instead of
+/// reporting `WouldBlock` forever. Regression: shm's `try_recv` noticed a peer that closed,
+/// but never one that was killed while its ring was empty.
+pub fn peer_death_seen_by_polling(b: &Backend) {
+    let b = b.clone();
+    guarded(
+        "peer_death_seen_by_polling",
+        secs(30),
+        Isolation::Exclusive,
+        move || {
+            let before = Residue::now();
+            let Peer {
+                listener,
+                mut child,
+                ep,
+            } = start_peer(&b, peer::ECHO);
+            // One echoed message proves the peer is up; it then idles waiting for more.
+            let sizes = [64usize];
+            send_u64s(&*ep, &[sizes.len() as u64]);
+            send_stream(&*ep, 0x1D, &sizes);
+            recv_stream(&*ep, 0x1D, &sizes);
+            std::thread::sleep(Duration::from_millis(20));
+            let killed_at = Instant::now();
+            signal(child.id(), libc::SIGKILL);
+            let mut buf = Vec::new();
+            let (err, err_at) = loop {
+                match ep.try_recv(&mut buf) {
+                    Ok(Progress::WouldBlock) => {
+                        assert!(
+                            killed_at.elapsed() < 3 * PEER_GONE_WITHIN,
+                            "try_recv still reports WouldBlock {:?} after SIGKILL of the peer",
+                            killed_at.elapsed()
+                        );
+                        std::thread::sleep(Duration::from_micros(100));
+                    }
+                    Ok(Progress::Ready(n)) => panic!("a {n}-byte message from a killed idle peer"),
+                    Err(e) => break (e, Instant::now()),
+                }
+            };
+            assert_gone_in_time(
+                err,
+                err_at,
+                Some(killed_at),
+                &mut child,
+                "try_recv polling an idle peer",
+            );
+            later_calls_fail(&*ep, "after the idle peer was killed");
+            reap_killed(&mut child);
+            drop((ep, listener));
+            assert_no_residue(
+                &before,
+                Duration::from_millis(500),
+                "peer_death_seen_by_polling",
+            );
+        },
     );
 }
 
