@@ -1272,17 +1272,7 @@ fn generic_section(report: &Report, bench: &str) -> Section {
             blocks.push(Block::Plot(Plot::Line(plot)));
         }
     }
-    let mut t = Table::new(
-        &[
-            "figure",
-            "median",
-            "min–max",
-            "unit",
-            "ceiling",
-            "of ceiling",
-        ],
-        &["median", "min–max", "of ceiling"],
-    );
+    let mut t = figure_table();
     let prefix = format!("{bench} ");
     for f in &figs {
         let label = f.label();
@@ -1327,6 +1317,22 @@ fn methods_section(report: &Report) -> Section {
         title: "Methods".into(),
         blocks,
     }
+}
+
+/// An empty table of figures with their ceilings: figure, median, min–max, unit, ceiling,
+/// share of the ceiling (the headline table and every bench's figure list).
+pub(crate) fn figure_table() -> Table {
+    Table::new(
+        &[
+            "figure",
+            "median",
+            "min–max",
+            "unit",
+            "ceiling",
+            "of ceiling",
+        ],
+        &["median", "min–max", "of ceiling"],
+    )
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@ use accio_bench::model::{Figure, Report};
 use accio_bench::size::format_size;
 use accio_bench::transport::fmt_small;
 
-use crate::doc::{ceiling_cell, is_fs_bench, med_range, ratio_cell, Table};
+use crate::doc::{ceiling_cell, figure_table, is_fs_bench, med_range, ratio_cell, Table};
 
 /// One headline: a name for the row and the figure.
 #[derive(Clone, Debug, PartialEq)]
@@ -195,17 +195,7 @@ pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
 
 /// The headlines as a table.
 pub fn table(heads: &[Headline<'_>]) -> Table {
-    let mut t = Table::new(
-        &[
-            "figure",
-            "median",
-            "min–max",
-            "unit",
-            "ceiling",
-            "of ceiling",
-        ],
-        &["median", "min–max", "of ceiling"],
-    );
+    let mut t = figure_table();
     for h in heads {
         let f = h.figure;
         t.rows.push(vec![
