@@ -984,11 +984,9 @@ fn cached(
         let t = Instant::now();
         let mut epoch = 0;
         for p in offs.chunks(pass) {
-            for (i, &off) in p.iter().enumerate() {
-                cache
-                    .insert(off, payloads.get(i))
-                    .map_err(|e| pair.co_err(format!("{what}: insert"), e))?;
-            }
+            cache
+                .insert_all(p.iter().enumerate().map(|(i, &off)| (off, payloads.get(i))))
+                .map_err(|e| pair.co_err(format!("{what}: insert"), e))?;
             epoch = cache
                 .flush_async()
                 .map_err(|e| pair.co_err(format!("{what}: flush"), e))?;
