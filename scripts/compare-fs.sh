@@ -7,6 +7,7 @@
 #
 #   mode        accio                               fio (psync, bs=4M, one file per job,
 #                                                        --iomem_align=4096, --fallocate=none,
+#                                                        --scramble_buffers=0, --fadvise_hint=0,
 #                                                        --thread --group_reporting)
 #   write       fresh files, close timed, no sync   --rw=write on removed files
 #   write+sync  the same + fsync inside the timing  --rw=write --end_fsync=1 on removed files
@@ -15,6 +16,12 @@
 #
 # Before each tool's turn the script writes and removes as much data as the tool will write
 # (see warm() below), so that both start from the same state of the VM's memory.
+# The fio options make its job do what accio's does: a page-aligned buffer (glibc's malloc
+# puts fio's 16 bytes past a page, which slows the kernel's copy), files created by the
+# writes (fio preallocates by default, so its writes would land on existing pages), the
+# same buffer every write (fio rewrites bytes of it before each write by default), no
+# access-pattern hint. One difference stays: fio's 2-job figure is total bytes over the
+# longest job's runtime, and fio starts its jobs one after the other, not at a barrier.
 # Every figure is the median and min–max over REPS runs (accio runs with --repeats 1 each time,
 # fio once); the ratio is accio / fio of the medians, and the target is 0.9–1.1.
 #
@@ -22,7 +29,7 @@
 # instead of the host's page cache of the image file (drop_caches empties both anyway).
 #
 # Usage: scripts/compare-fs.sh [--reps N] [--size SIZE] [--threads "1 2"] [--accio PATH] [--out DIR]
-#   --reps N        repetitions (default 3)
+#   --reps N        repetitions (default 5)
 #   --size SIZE     file size per thread, fio syntax (default 1G; small files make
 #                   fio's millisecond runtimes coarse)
 #   --threads LIST  thread counts, space-separated (default "1 2")
@@ -32,7 +39,7 @@
 
 set -euo pipefail
 
-REPS=3
+REPS=5
 SIZE=1G
 THREADS="1 2"
 ACCIO=""
@@ -116,7 +123,8 @@ fio_run() {
         re-read) rw=read; key=read; extra=(--invalidate=0) ;;
     esac
     fio --name=fio --directory="$dir" --rw=$rw --bs=4M --size="$SIZE" --numjobs="$n" \
-        --ioengine=psync --iomem_align=4096 --fallocate=none --thread --group_reporting \
+        --ioengine=psync --iomem_align=4096 --fallocate=none --scramble_buffers=0 \
+        --fadvise_hint=0 --thread --group_reporting \
         --output-format=json "${extra[@]}" > "$OUT/fio.json"
     jq -r ".jobs[0].$key.bw_bytes / 1e9" "$OUT/fio.json"
 }
