@@ -1,0 +1,118 @@
+#!/usr/bin/env bash
+# compare-merge.sh: the merging file service's must-show figures in one run, interleaved
+# repetition by repetition so that machine noise hits every tool alike:
+#
+#   - `accio bench merge`, P producer processes x F buffers x 2 MiB into one file, over shm
+#     and over tcp, into /dev/shm (tmpfs) and into an ext4 file system on a loop device the
+#     script creates (synced at close there);
+#   - beside it, fio writing as many bytes with one job and 2 MiB records into the same file
+#     system: `--rw=write` on tmpfs, `--rw=write --end_fsync=1` on ext4 (fio options as in
+#     compare-fs.sh, so that fio creates and fills a fresh file as the merger does);
+#   - and the ceiling `accio bench merge` measures itself (`bench fs` write, or write+sync,
+#     one stream, 2 MiB records, same path, same run).
+#
+# Every figure is the median and min–max over REPS runs. The ratios are of the medians.
+#
+# Usage: scripts/compare-merge.sh [--reps N] [--producers P] [--buffers F] [--accio PATH] [--out DIR]
+#   --reps N        repetitions (default 5)
+#   --producers P   producer processes (default 60, the seed's worker count)
+#   --buffers F     buffers per producer (default 8: 60 x 8 x 2 MiB = 960 MiB per run)
+#   --accio PATH    the accio binary (default: target/release/accio, built if missing)
+#   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
+# Needs root (loop device), fio, jq, mkfs.ext4, losetup.
+
+set -euo pipefail
+
+REPS=5
+P=60
+F=8
+ACCIO=""
+OUT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reps) REPS="$2"; shift 2 ;;
+        --producers) P="$2"; shift 2 ;;
+        --buffers) F="$2"; shift 2 ;;
+        --accio) ACCIO="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare-merge: unknown argument $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+for v in "$REPS" "$P" "$F"; do
+    case "$v" in ''|*[!0-9]*) echo "compare-merge: --reps, --producers and --buffers need numbers" >&2; exit 2 ;; esac
+done
+[ "$(id -u)" -eq 0 ] || { echo "compare-merge: needs root (loop device)" >&2; exit 2; }
+for t in fio jq mkfs.ext4 losetup; do
+    command -v "$t" >/dev/null || { echo "compare-merge: $t not found (apt-get install fio jq e2fsprogs mount)" >&2; exit 2; }
+done
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ACCIO="${ACCIO:-$ROOT/target/release/accio}"
+[ -x "$ACCIO" ] || (cd "$ROOT" && cargo build --release -p accio-cli)
+OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/accio-compare-merge-XXXXXX")}"
+mkdir -p "$OUT"
+
+BYTES=$((P * F * (2 << 20)))
+WORK=$(mktemp -d /var/tmp/accio-compare-merge-XXXXXX)
+IMG="$WORK/ext4.img"
+EXT4="$WORK/ext4"
+SHM="/dev/shm/accio-compare-merge.$$"
+LOOP=""
+cleanup() {
+    set +e
+    mountpoint -q "$EXT4" && umount "$EXT4"
+    [ -n "$LOOP" ] && losetup -d "$LOOP"
+    rm -rf "$WORK" "$SHM"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# Room for the merged file, the ceiling's 1 GiB file and fio's, plus slack.
+truncate -s $((2 * BYTES + (3 << 29))) "$IMG"
+LOOP=$(losetup -f --show --direct-io=on "$IMG")
+mkfs.ext4 -q -F "$LOOP"
+mkdir -p "$EXT4" "$SHM"
+mount "$LOOP" "$EXT4"
+
+declare -A S   # samples: S[fs/what]="x y z"
+
+echo "compare-merge: $(uname -r), $(nproc) CPUs; $P producers x $F x 2 MiB = $((BYTES >> 20)) MiB per run, $REPS reps; raw output in $OUT" >&2
+for rep in $(seq "$REPS"); do
+    for fs in shm ext4; do
+        dir=$SHM; fio_extra=(); [ $fs = ext4 ] && { dir=$EXT4; fio_extra=(--end_fsync=1); }
+        echo "compare-merge: rep $rep/$REPS, $fs" >&2
+        "$ACCIO" bench merge "$dir" --backend shm,tcp --producers "$P" --buffers "$F" \
+            --placement processes --no-naive --repetitions 1 --json "$OUT/accio.json" \
+            >/dev/null 2>>"$OUT/accio.log"
+        for b in shm tcp; do
+            S[$fs/$b]+="$(jq -r --arg b "$b" '[.figures[] | select(.bench=="merge" and .metric=="merge" and .params.backend==$b)][0].summary.median' "$OUT/accio.json") "
+        done
+        S[$fs/ceiling]+="$(jq -r '[.figures[] | select(.bench=="merge" and .metric=="merge")][0].ceiling.value' "$OUT/accio.json") "
+        mkdir -p "$dir/fio"
+        fio --name=fio --directory="$dir/fio" --rw=write --bs=2M --size="$BYTES" --numjobs=1 \
+            --ioengine=psync --iomem_align=4096 --fallocate=none --scramble_buffers=0 \
+            --fadvise_hint=0 --thread --output-format=json "${fio_extra[@]}" > "$OUT/fio.json"
+        S[$fs/fio]+="$(jq -r '.jobs[0].write.bw_bytes / 1e9' "$OUT/fio.json") "
+        rm -rf "$dir/fio"
+    done
+done
+
+# "median min max" of a list of numbers.
+stats() { printf '%s\n' $1 | sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.3f %.3f %.3f\n", m, v[1], v[NR]}'; }
+fmt() { set -- $1; printf '%.2f (%.2f–%.2f)' "$1" "$2" "$3"; }
+med() { set -- $1; echo "$1"; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
+
+echo
+echo "merge of $P producer processes x $F x 2 MiB, GB/s: median (min–max) over $REPS runs"
+printf '%-9s %-20s %-20s %-20s %-20s %-9s %-9s %s\n' "fs" "merge shm" "merge tcp" "ceiling (bench fs)" "fio 1 job" "shm/ceil" "shm/fio" "shm/tcp"
+for fs in shm ext4; do
+    sh=$(stats "${S[$fs/shm]}"); tc=$(stats "${S[$fs/tcp]}")
+    ce=$(stats "${S[$fs/ceiling]}"); fi=$(stats "${S[$fs/fio]}")
+    label=/dev/shm; [ $fs = ext4 ] && label="ext4+sync"
+    printf '%-9s %-20s %-20s %-20s %-20s %-9s %-9s %s\n' "$label" "$(fmt "$sh")" "$(fmt "$tc")" \
+        "$(fmt "$ce")" "$(fmt "$fi")" "$(ratio "$(med "$sh")" "$(med "$ce")")" \
+        "$(ratio "$(med "$sh")" "$(med "$fi")")" "$(ratio "$(med "$sh")" "$(med "$tc")")"
+done
+echo "targets: shm merge >= 0.9x the tmpfs write ceiling; ext4 merge with sync >= 0.9x fio write+sync; shm >= 2x tcp"
