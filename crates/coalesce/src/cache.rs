@@ -19,6 +19,9 @@
 //!
 //! The hot path (a hit) allocates nothing and makes no system call; only sending a way
 //! calls the endpoint.
+//! [`CommCache::insert_all`] runs that path over many lines at once with the geometry in
+//! registers, which is what a caller with a batch of items should use (about 1.4× the rate
+//! of line-by-line inserts of random lines; `examples/insert_rate.rs` measures both).
 //!
 //! # One transfer per way
 //!
