@@ -564,12 +564,19 @@ impl MergeBench {
         let mut samples = Vec::new();
         let mut rss = 0u64;
         let mut stats = None;
+        let (mut writing, mut idle) = (Vec::new(), Vec::new());
         for _ in 0..self.repeats {
             let r = self.merge_once(&info.path, backend, placement, p, f, sync)?;
             samples.push(r.gbps);
+            writing.push(r.writing);
+            idle.push(r.idle);
             rss = rss.max(r.peak_rss);
             stats = Some(r.stats);
         }
+        // Where the merger thread's time went, for the run with the median throughput.
+        let mid = crate::stats::median_index(&samples).expect("at least one repeat");
+        let (writing, idle) = (writing[mid], idle[mid]);
+        let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
         let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
             return Ok(());
         };
@@ -582,6 +589,9 @@ impl MergeBench {
             .param("merger_peak_rss_bytes", rss)
             .param("peak_slots", stats.peak_slots)
             .param("slot_moves", stats.moves)
+            .param("merger_writing_share", writing)
+            .param("merger_idle_share", idle)
+            .param("merger_write_gbps", write_gbps)
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
             .method(format!(
                 "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
@@ -595,7 +605,8 @@ impl MergeBench {
                 if sync { ", file fsynced" } else { "" }
             ));
         log(&format!(
-            "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}",
+            "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}; \
+             merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%",
             info.path.display(),
             placement.name(),
             fmt3(fig.summary.median),
@@ -606,7 +617,10 @@ impl MergeBench {
                     " ({:.0}% of the ceiling)",
                     r * 100.0
                 )),
-            probe::human_bytes(rss)
+            probe::human_bytes(rss),
+            writing * 100.0,
+            fmt3(write_gbps),
+            idle * 100.0
         ));
         rec.push(fig).map_err(MergeBenchError::Record)
     }
@@ -654,7 +668,7 @@ impl MergeBench {
             .map_err(merr("starting the merger"))?;
         let addr = merger.addr().to_string();
         reset_peak_rss();
-        let (t0, spawned) = match placement {
+        let (t0, before, spawned) = match placement {
             Placement::Threads => {
                 let src = Arc::new(source_buffer(self.buffer_bytes, 1));
                 let go = Arc::new(Barrier::new(p + 1));
@@ -679,6 +693,7 @@ impl MergeBench {
                     })
                     .collect();
                 wait_warm(&merger, p);
+                let before = merger.stats();
                 go.wait();
                 let t0 = Instant::now();
                 for h in handles {
@@ -686,7 +701,7 @@ impl MergeBench {
                         .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))?
                         .map_err(merr("a producer thread"))?;
                 }
-                (t0, Vec::new())
+                (t0, before, Vec::new())
             }
             Placement::Processes => {
                 let cmd = self.command.as_ref().expect("filtered in run");
@@ -727,6 +742,7 @@ impl MergeBench {
                     }
                 }
                 wait_warm(&merger, p);
+                let before = merger.stats();
                 let t0 = Instant::now();
                 for k in &mut kids {
                     // Best effort: a producer that died is reported by its exit status.
@@ -743,7 +759,7 @@ impl MergeBench {
                         });
                     }
                 }
-                (t0, kids)
+                (t0, before, kids)
             }
         };
         drop(spawned);
@@ -765,10 +781,13 @@ impl MergeBench {
                 )),
             });
         }
+        let (end, ns) = (summary.stats, secs * 1e9);
         Ok(RunResult {
             gbps: summary.sink.payload_bytes as f64 / secs / 1e9,
             peak_rss,
             stats: summary.stats,
+            writing: end.sink_write_ns.saturating_sub(before.sink_write_ns) as f64 / ns,
+            idle: end.idle_ns.saturating_sub(before.idle_ns) as f64 / ns,
         })
     }
 }
@@ -800,6 +819,9 @@ struct RunResult {
     gbps: f64,
     peak_rss: u64,
     stats: accio_merge::MergerStats,
+    /// Shares of the timed wall time the merger thread spent in file writes and idle.
+    writing: f64,
+    idle: f64,
 }
 
 /// A producer process, killed if the bench stops early.

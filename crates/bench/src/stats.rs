@@ -59,6 +59,14 @@ impl Summary {
     }
 }
 
+/// Index of the median sample (the lower of the two middle ones for an even count), to
+/// report other measurements of the same run beside a median; `None` when empty.
+pub fn median_index(samples: &[f64]) -> Option<usize> {
+    let mut order: Vec<usize> = (0..samples.len()).collect();
+    order.sort_by(|&a, &b| samples[a].total_cmp(&samples[b]));
+    order.get(samples.len().saturating_sub(1) / 2).copied()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -78,5 +86,12 @@ mod tests {
         let s = Summary::of(&[1.0, 2.0, 4.0]).unwrap().map(|t| 100.0 / t);
         assert_eq!((s.min, s.median, s.max), (25.0, 50.0, 100.0));
         assert!((s.spread() - 1.5).abs() < 1e-12);
+    }
+
+    #[test]
+    fn median_index_points_at_the_median_sample() {
+        assert_eq!(median_index(&[3.0, 1.0, 2.0]), Some(2));
+        assert_eq!(median_index(&[4.0, 1.0, 3.0, 2.0]), Some(3));
+        assert_eq!(median_index(&[]), None);
     }
 }
