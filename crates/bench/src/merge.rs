@@ -564,18 +564,19 @@ impl MergeBench {
         let mut samples = Vec::new();
         let mut rss = 0u64;
         let mut stats = None;
-        let (mut writing, mut idle) = (Vec::new(), Vec::new());
+        let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..self.repeats {
             let r = self.merge_once(&info.path, backend, placement, p, f, sync)?;
             samples.push(r.gbps);
             writing.push(r.writing);
             idle.push(r.idle);
+            sched.push(r.sched);
             rss = rss.max(r.peak_rss);
             stats = Some(r.stats);
         }
         // Where the merger thread's time went, for the run with the median throughput.
         let mid = crate::stats::median_index(&samples).expect("at least one repeat");
-        let (writing, idle) = (writing[mid], idle[mid]);
+        let (writing, idle, sched) = (writing[mid], idle[mid], sched[mid]);
         let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
         let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
             return Ok(());
@@ -592,6 +593,14 @@ impl MergeBench {
             .param("merger_writing_share", writing)
             .param("merger_idle_share", idle)
             .param("merger_write_gbps", write_gbps)
+            .param(
+                "merger_on_cpu_share",
+                sched.map_or(Value::Null, |s| s.0.into()),
+            )
+            .param(
+                "merger_runqueue_share",
+                sched.map_or(Value::Null, |s| s.1.into()),
+            )
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
             .method(format!(
                 "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
@@ -606,7 +615,7 @@ impl MergeBench {
             ));
         log(&format!(
             "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}; \
-             merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%",
+             merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
             info.path.display(),
             placement.name(),
             fmt3(fig.summary.median),
@@ -620,7 +629,12 @@ impl MergeBench {
             probe::human_bytes(rss),
             writing * 100.0,
             fmt3(write_gbps),
-            idle * 100.0
+            idle * 100.0,
+            sched.map_or(String::new(), |(on, wait)| format!(
+                ", on a CPU {:.0}%, waiting for one {:.0}%",
+                on * 100.0,
+                wait * 100.0
+            ))
         ));
         rec.push(fig).map_err(MergeBenchError::Record)
     }
@@ -693,7 +707,7 @@ impl MergeBench {
                     })
                     .collect();
                 wait_warm(&merger, p);
-                let before = merger.stats();
+                let before = (merger.stats(), merger_sched());
                 go.wait();
                 let t0 = Instant::now();
                 for h in handles {
@@ -742,7 +756,7 @@ impl MergeBench {
                     }
                 }
                 wait_warm(&merger, p);
-                let before = merger.stats();
+                let before = (merger.stats(), merger_sched());
                 let t0 = Instant::now();
                 for k in &mut kids {
                     // Best effort: a producer that died is reported by its exit status.
@@ -763,6 +777,18 @@ impl MergeBench {
             }
         };
         drop(spawned);
+        // The progress thread's scheduler counters while the producers ran (it is gone
+        // once close returns).
+        let (before, sched_before) = before;
+        let sched = merger_sched()
+            .zip(sched_before)
+            .map(|((run, wait), (run0, wait0))| {
+                let ns = t0.elapsed().as_nanos() as f64;
+                (
+                    run.saturating_sub(run0) as f64 / ns,
+                    wait.saturating_sub(wait0) as f64 / ns,
+                )
+            });
         let summary = merger.close().map_err(merr("closing the merger"))?;
         let secs = t0.elapsed().as_secs_f64();
         let peak_rss = peak_rss();
@@ -788,6 +814,7 @@ impl MergeBench {
             stats: summary.stats,
             writing: end.sink_write_ns.saturating_sub(before.sink_write_ns) as f64 / ns,
             idle: end.idle_ns.saturating_sub(before.idle_ns) as f64 / ns,
+            sched,
         })
     }
 }
@@ -822,6 +849,9 @@ struct RunResult {
     /// Shares of the timed wall time the merger thread spent in file writes and idle.
     writing: f64,
     idle: f64,
+    /// Shares of the time until the producers finished that the merger thread was on a
+    /// CPU, and runnable but waiting for one (Linux schedstat; `None` elsewhere).
+    sched: Option<(f64, f64)>,
 }
 
 /// A producer process, killed if the bench stops early.
@@ -941,6 +971,22 @@ fn reset_peak_rss() {
 }
 
 /// This process's peak RSS in bytes (`VmHWM`), 0 where unreadable.
+/// The merger progress thread's scheduler counters, `/proc/self/task/TID/schedstat`:
+/// nanoseconds on a CPU and nanoseconds runnable but waiting for one.
+fn merger_sched() -> Option<(u64, u64)> {
+    for entry in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        let dir = entry.path();
+        let comm = std::fs::read_to_string(dir.join("comm")).unwrap_or_default();
+        if comm.trim() != "accio-merge" {
+            continue;
+        }
+        let stat = std::fs::read_to_string(dir.join("schedstat")).ok()?;
+        let mut v = stat.split_whitespace().map(|x| x.parse::<u64>().ok());
+        return Some((v.next()??, v.next()??));
+    }
+    None
+}
+
 fn peak_rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
