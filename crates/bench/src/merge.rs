@@ -92,6 +92,8 @@ pub struct ProducerConfig {
     pub buffers: u64,
     /// Bytes per block.
     pub size: usize,
+    /// CPU priority (`nice`) to run at.
+    pub nice: i32,
 }
 
 impl ProducerConfig {
@@ -106,6 +108,8 @@ impl ProducerConfig {
             self.buffers.to_string(),
             "--size".into(),
             self.size.to_string(),
+            "--nice".into(),
+            self.nice.to_string(),
         ]
     }
 }
@@ -160,6 +164,7 @@ pub struct MergeBench {
     sync_persistent: bool,
     naive: bool,
     ceilings: bool,
+    producer_nice: i32,
     command: Option<ProducerCommand>,
 }
 
@@ -186,6 +191,7 @@ impl MergeBench {
             sync_persistent: true,
             naive: true,
             ceilings: true,
+            producer_nice: 0,
             command: None,
         }
     }
@@ -251,6 +257,16 @@ impl MergeBench {
     /// [`MergeBench::run_bytes`]).
     pub fn buffers(mut self, f: Option<u64>) -> Self {
         self.buffers = f;
+        self
+    }
+
+    /// CPU priority (`nice`, 0–19) of every producer thread or process (default 0, the
+    /// merger's). With more producers than cores, the scheduler shares the CPUs out
+    /// evenly, so the merger thread gets one share among P + 1; a high nice value models
+    /// the seed's layout, where producers ran on the coprocessor and never took the
+    /// merger's CPU. On a machine with a core to spare it changes nothing.
+    pub fn producer_nice(mut self, nice: i32) -> Self {
+        self.producer_nice = nice;
         self
     }
 
@@ -593,6 +609,7 @@ impl MergeBench {
             .param("merger_writing_share", writing)
             .param("merger_idle_share", idle)
             .param("merger_write_gbps", write_gbps)
+            .param("producer_nice", self.producer_nice)
             .param(
                 "merger_on_cpu_share",
                 sched.map_or(Value::Null, |s| s.0.into()),
@@ -602,7 +619,8 @@ impl MergeBench {
                 sched.map_or(Value::Null, |s| s.1.into()),
             )
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
-            .method(format!(
+            .method(
+                format!(
                 "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
                  start together, write_block F times ({}), finish; timed until Merger::close \
                  returned (index written{})",
@@ -612,7 +630,12 @@ impl MergeBench {
                     "vwrite_to over the socket, commit by message"
                 },
                 if sync { ", file fsynced" } else { "" }
-            ));
+            ) + &if self.producer_nice != 0 {
+                    format!("; producers at nice {}", self.producer_nice)
+                } else {
+                    String::new()
+                },
+            );
         log(&format!(
             "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}; \
              merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
@@ -689,7 +712,11 @@ impl MergeBench {
                 let handles: Vec<_> = (0..p)
                     .map(|i| {
                         let (addr, go, src) = (addr.clone(), go.clone(), src.clone());
+                        let nice = self.producer_nice;
                         std::thread::spawn(move || -> accio_merge::Result<()> {
+                            set_nice(nice).map_err(|e| {
+                                accio_merge::MergeError::Config(format!("producer {i}: {e}"))
+                            })?;
                             let prod = Producer::connect_with(
                                 &addr,
                                 ProducerOptions {
@@ -726,6 +753,7 @@ impl MergeBench {
                         id: i as u32,
                         buffers: f,
                         size: self.buffer_bytes,
+                        nice: self.producer_nice,
                     };
                     let child = Command::new(&cmd.program)
                         .args(&cmd.args)
@@ -987,6 +1015,28 @@ fn merger_sched() -> Option<(u64, u64)> {
     None
 }
 
+/// Sets the calling thread's CPU priority (on Linux `setpriority` on a thread id applies to
+/// that thread only); 0 leaves it alone.
+fn set_nice(nice: i32) -> std::io::Result<()> {
+    if nice == 0 {
+        return Ok(());
+    }
+    // SAFETY: plain system calls with no pointers.
+    let rc = unsafe {
+        let tid = libc::syscall(libc::SYS_gettid) as libc::id_t;
+        libc::setpriority(libc::PRIO_PROCESS, tid, nice)
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        let e = std::io::Error::last_os_error();
+        Err(std::io::Error::new(
+            e.kind(),
+            format!("setting nice {nice}: {e}"),
+        ))
+    }
+}
+
 fn peak_rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
@@ -1014,6 +1064,7 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
         },
     )?;
     let src = source_buffer(cfg.size, cfg.id as u8);
+    set_nice(cfg.nice).map_err(|e| accio_merge::MergeError::Config(e.to_string()))?;
     println!("ready");
     let _ = std::io::stdout().flush();
     let mut line = String::new();

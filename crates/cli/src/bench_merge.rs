@@ -49,6 +49,11 @@ pub struct MergeArgs {
     /// Do not measure the naive alternative (one file per producer, then concatenated).
     #[arg(long)]
     no_naive: bool,
+    /// CPU priority (nice, 0-19) of the producers [default: 0, the merger's]. With more
+    /// producers than cores the merger thread gets one CPU share among P + 1; 19 models
+    /// producers that never take the merger's CPU (the seed's coprocessor workers).
+    #[arg(long, value_name = "NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
+    producer_nice: Option<i32>,
 }
 
 fn parse_placement(s: &str) -> Result<Placement, String> {
@@ -83,6 +88,7 @@ impl MergeArgs {
             repetitions: None,
             no_sync: false,
             no_naive: false,
+            producer_nice: None,
         }
     }
 
@@ -130,6 +136,9 @@ impl MergeArgs {
         if let Some(r) = self.repetitions {
             b = b.repeats(r as usize);
         }
+        if let Some(n) = self.producer_nice {
+            b = b.producer_nice(n);
+        }
         b.sync_persistent(!self.no_sync).naive(!self.no_naive)
     }
 }
@@ -150,6 +159,9 @@ pub struct ProducerArgs {
     /// Bytes per buffer.
     #[arg(long)]
     size: usize,
+    /// CPU priority to run at.
+    #[arg(long, default_value_t = 0)]
+    nice: i32,
 }
 
 /// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
@@ -193,6 +205,7 @@ pub fn run_producer(args: ProducerArgs) -> anyhow::Result<()> {
         id: args.id,
         buffers: args.buffers,
         size: args.size,
+        nice: args.nice,
     };
     merge::producer_main(&cfg)
         .with_context(|| format!("merge producer {} connected to {}", cfg.id, cfg.addr))
@@ -216,6 +229,8 @@ mod tests {
             "processes",
             "--budget",
             "64M",
+            "--producer-nice",
+            "19",
             "--quick",
         ])
         .unwrap();
@@ -229,6 +244,7 @@ mod tests {
         assert_eq!(a.producers, Some(vec![1, 60]));
         assert_eq!(a.placement, Some(vec![Placement::Processes]));
         assert_eq!(a.budget, Some(64 << 20));
+        assert_eq!(a.producer_nice, Some(19));
         assert!(a.common.quick);
         assert_eq!(a.targets(), vec![PathBuf::from("/dev/shm")]);
         let cfg = ProducerConfig {
@@ -236,6 +252,7 @@ mod tests {
             id: 3,
             buffers: 7,
             size: 4096,
+            nice: 19,
         };
         let mut argv = vec!["accio".to_string(), PRODUCER_SUBCOMMAND.into()];
         argv.extend(cfg.to_args());
@@ -244,8 +261,12 @@ mod tests {
             panic!("not parsed as the producer");
         };
         assert_eq!(
-            (p.addr.as_str(), p.id, p.buffers, p.size),
-            ("tcp://127.0.0.1:5", 3, 7, 4096)
+            (p.addr.as_str(), p.id, p.buffers, p.size, p.nice),
+            ("tcp://127.0.0.1:5", 3, 7, 4096, 19)
+        );
+        assert!(
+            crate::Cli::try_parse_from(["accio", "bench", "merge", "--producer-nice", "-1"])
+                .is_err()
         );
     }
 }
