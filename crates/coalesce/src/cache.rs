@@ -432,12 +432,13 @@ pub struct CommCache<'e> {
     nbuf: usize,
     free: Vec<u32>,
     out: usize,
-    /// Per block of the peer window: the way holding it, or `NONE`.
+    /// Per block of the peer window: the buffer of the way holding it, or `NONE`.
     dir: Vec<u32>,
     /// Per way: the block it holds, or `EMPTY`.
     tags: Vec<u64>,
     /// Per way: its buffer, or `NONE`.
     bufs: Vec<u32>,
+    /// Per buffer: a bit per line, set when the line holds data (`words` words each).
     valid: Vec<u64>,
     /// Per set: where round-robin placement looks first.
     rr: Vec<u32>,
@@ -551,7 +552,7 @@ impl<'e> CommCache<'e> {
             dir: vec![NONE; blocks as usize],
             tags: vec![EMPTY; ways_total],
             bufs: vec![NONE; ways_total],
-            valid: vec![0; ways_total * words],
+            valid: vec![0; nbuf * words],
             rr: vec![0; geo.sets],
             taint: vec![0; (blocks as usize).div_ceil(64)],
             pack: PageBuf::new(max_msg)?,
@@ -624,7 +625,6 @@ impl<'e> CommCache<'e> {
         // Raw pointers, so that the loop reads the tables without reloading the vectors
         // from `self`; the tables are sized at construction and never reallocated.
         let dir = self.dir.as_ptr();
-        let bufs = self.bufs.as_ptr();
         let valid = self.valid.as_mut_ptr();
         let mut cached = 0u64;
         let mut outcome = Ok(());
@@ -643,28 +643,30 @@ impl<'e> CommCache<'e> {
             let idx = (li & lpw_mask) as usize;
             // SAFETY: `offset + line_len <= window_len`, so `block` is below the number of
             // blocks of the window, which is `dir`'s length.
-            let mut way = unsafe { *dir.add(block) };
-            if way == NONE {
+            // The buffer straight from the directory: the store's address hangs off one
+            // load, not two.
+            let mut buf = unsafe { *dir.add(block) };
+            if buf == NONE {
                 match self.miss(block) {
-                    Ok(w) => way = w,
+                    Ok(b) => buf = b,
                     Err(e) => {
                         outcome = Err(e);
                         break;
                     }
                 }
             }
-            let way = way as usize;
-            // SAFETY: `way` is a way that holds a block (from `dir` or `miss`), so it indexes
-            // `bufs` and its buffer is one of the `nbuf`; `idx < lines_per_way`, so `at +
-            // line_len` lies inside the `nbuf * way_bytes` bytes at `base`, and the bitmap
-            // word inside `valid`. The buffer is not in flight, so the peer does not read it
-            // now (pull protocol), and `line` is caller memory, not the storage.
+            let buf = buf as usize;
+            // SAFETY: `buf` is the buffer of a way holding `block` (from `dir` or `miss`),
+            // one of the `nbuf`; `idx < lines_per_way`, so `at + line_len` lies inside the
+            // `nbuf * way_bytes` bytes at `base`, and the bitmap word inside `valid`. The
+            // buffer is not in flight, so the peer does not read it now (pull protocol),
+            // and `line` is caller memory, not the storage.
             unsafe {
-                let at = *bufs.add(way) as usize * way_bytes + (idx << line_shift);
+                let at = buf * way_bytes + (idx << line_shift);
                 debug_assert!(at + line_len <= self.nbuf * way_bytes);
                 copy_line(base.add(at), line.as_ptr(), line_len);
                 // No branch on "was it valid already": random writers make it unpredictable.
-                *valid.add(way * words + idx / 64) |= 1u64 << (idx % 64);
+                *valid.add(buf * words + idx / 64) |= 1u64 << (idx % 64);
             }
             cached += 1;
         }
@@ -715,7 +717,7 @@ impl<'e> CommCache<'e> {
     }
 
     /// `block` is not cached: take a free way of its set, or send the fullest; give the
-    /// way a buffer.
+    /// way a buffer, which is returned (and entered in the directory).
     #[cold]
     #[inline(never)]
     fn miss(&mut self, block: usize) -> Result<u32> {
@@ -746,9 +748,9 @@ impl<'e> CommCache<'e> {
         let buf = self.take_buffer()?;
         self.tags[chosen] = block as u64;
         self.bufs[chosen] = buf;
-        self.dir[block] = chosen as u32;
+        self.dir[block] = buf;
         self.rr[set] = ((chosen - first + 1) % self.ways) as u32;
-        Ok(chosen as u32)
+        Ok(buf)
     }
 
     /// A free buffer, waiting for the receiver to return one if all are out.
@@ -839,9 +841,17 @@ impl<'e> CommCache<'e> {
         }
     }
 
+    /// The validity bitmap of way `way`'s buffer (empty for a way without one).
+    fn bitmap(&self, way: usize) -> &[u64] {
+        match self.bufs[way] {
+            NONE => &[],
+            b => &self.valid[b as usize * self.words..(b as usize + 1) * self.words],
+        }
+    }
+
     /// Valid lines of way `way`.
     fn count(&self, way: usize) -> usize {
-        self.valid[way * self.words..(way + 1) * self.words]
+        self.bitmap(way)
             .iter()
             .map(|w| w.count_ones() as usize)
             .sum()
@@ -849,7 +859,7 @@ impl<'e> CommCache<'e> {
 
     /// Count and extent of way `way`'s valid lines (`n == 0`: none).
     fn extent(&self, way: usize) -> WayMeta {
-        let words = &self.valid[way * self.words..(way + 1) * self.words];
+        let words = self.bitmap(way);
         let Some(first) = words.iter().position(|&w| w != 0) else {
             return WayMeta { n: 0, lo: 0, hi: 0 };
         };
@@ -900,7 +910,7 @@ impl<'e> CommCache<'e> {
             } else if self.pull && payload >= PULL_MIN.min(self.way_bytes as u64 / 2) {
                 let words = if contiguous { 0 } else { hi / 64 - lo / 64 + 1 };
                 let len = EVICT_HEADER + 8 * words;
-                let w0 = way * self.words + lo / 64;
+                let w0 = buf * self.words + lo / 64;
                 let bitmap = &self.valid[w0..w0 + words];
                 let pack = self.pack.as_mut_slice();
                 wire::evict_header(
@@ -924,7 +934,7 @@ impl<'e> CommCache<'e> {
                 self.stats.pull_transfers += 1;
                 self.stats.wire_bytes += payload + len as u64;
             } else {
-                let total = self.pack_way(way, m, buf, block_off);
+                let total = self.pack_way(m, buf, block_off);
                 self.ep.send(&self.pack.as_slice()[..total])?;
                 self.msg_epoch = self.epoch + 1;
                 self.taint[(block / 64) as usize] |= 1 << (block % 64);
@@ -934,7 +944,7 @@ impl<'e> CommCache<'e> {
             self.stats.transfers += 1;
             self.stats.lines_sent += n as u64;
             self.stats.payload_bytes += payload;
-            let words = &mut self.valid[way * self.words..(way + 1) * self.words];
+            let words = &mut self.valid[buf * self.words..(buf + 1) * self.words];
             words[lo / 64..=hi / 64].fill(0);
         }
         if !handed_over {
@@ -946,9 +956,9 @@ impl<'e> CommCache<'e> {
         Ok(())
     }
 
-    /// Packs way `way`'s valid lines (in buffer `buf`) into the message buffer; returns the
-    /// message length.
-    fn pack_way(&mut self, way: usize, m: WayMeta, buf: usize, block_off: u64) -> usize {
+    /// Packs the valid lines of buffer `buf` into the message buffer; returns the message
+    /// length.
+    fn pack_way(&mut self, m: WayMeta, buf: usize, block_off: u64) -> usize {
         let (n, line) = (m.n, self.line);
         let layout = WayLayout::new(n, line, self.checked.is_some()).expect("fits max message");
         let storage = self.base as *const u8;
@@ -957,7 +967,7 @@ impl<'e> CommCache<'e> {
         // Zero the index padding so messages are deterministic.
         pack[layout.meta_at - 8..layout.meta_at].fill(0);
         let base = buf * self.way_bytes;
-        let words = &self.valid[way * self.words..(way + 1) * self.words];
+        let words = &self.valid[buf * self.words..(buf + 1) * self.words];
         let mut i = 0usize;
         for (wi, &word) in words.iter().enumerate().take(m.hi / 64 + 1).skip(m.lo / 64) {
             let mut bits = word;
