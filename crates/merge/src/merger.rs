@@ -289,6 +289,7 @@ impl MergerBuilder {
         });
         let shared = Arc::new(Shared {
             closing: AtomicBool::new(false),
+            close_deadline: Mutex::new(None),
             abandoned: AtomicBool::new(false),
             handshake_drops: AtomicUsize::new(0),
             inbox: Mutex::new(Vec::new()),
@@ -339,6 +340,8 @@ impl MergerBuilder {
 /// State shared between the merger handle and its threads.
 struct Shared {
     closing: AtomicBool,
+    /// Set with `closing` by `close_within`: when the producers still connected are cut off.
+    close_deadline: Mutex<Option<Instant>>,
     /// Set by `Drop`: stop at once and leave the output unclosed.
     abandoned: AtomicBool,
     /// Connections that failed their transport handshake (counted by the accept thread).
@@ -410,8 +413,22 @@ impl Merger {
 
     /// Stops accepting producers, waits for the connected ones to finish (or die), then
     /// closes the output (index and trailer; synced unless [`SyncPolicy::Never`]).
-    /// Returns the first sink error, if the output failed.
-    pub fn close(mut self) -> Result<MergeSummary> {
+    /// Returns the first sink error, if the output failed. A producer that neither
+    /// finishes nor dies keeps this waiting: [`Merger::close_within`] bounds the wait.
+    pub fn close(self) -> Result<MergeSummary> {
+        self.close_with_deadline(None)
+    }
+
+    /// [`Merger::close`], waiting at most `patience` for the connected producers: those
+    /// still connected then are cut off as if they had died (an [`Event::Lost`] each; they
+    /// are told why, and their next call fails). Every block they committed before is in
+    /// the output; their uncommitted slots are dropped.
+    pub fn close_within(self, patience: Duration) -> Result<MergeSummary> {
+        self.close_with_deadline(Some(Instant::now() + patience))
+    }
+
+    fn close_with_deadline(mut self, deadline: Option<Instant>) -> Result<MergeSummary> {
+        *self.shared.close_deadline.lock().expect("close deadline") = deadline;
         self.shared.closing.store(true, Ordering::SeqCst);
         if let Some(a) = self.accept.take() {
             let _ = a.join();
@@ -570,6 +587,7 @@ impl Core {
             }
             let work = self.round();
             self.flush_unsynced();
+            self.cut_off_at_deadline();
             self.reap();
             self.publish();
             if self.shared.abandoned.load(Ordering::SeqCst) {
@@ -1050,6 +1068,30 @@ impl Core {
     }
 
     /// Removes connections that are gone or broke the protocol, reclaiming their slots.
+    /// Past `close_within`'s deadline, marks every connection still open for dropping
+    /// (`reap` then reclaims its slots and reports it lost), after telling its producer.
+    fn cut_off_at_deadline(&mut self) {
+        if !self.shared.closing.load(Ordering::SeqCst) || self.conns.is_empty() {
+            return;
+        }
+        let deadline = *self.shared.close_deadline.lock().expect("close deadline");
+        if deadline.is_none_or(|d| Instant::now() < d) {
+            return;
+        }
+        let reason = "the merger closed before this producer finished".to_string();
+        for c in self.conns.values_mut().filter(|c| c.drop_reason.is_none()) {
+            if !c.done {
+                self.tx.clear();
+                Msg::Fail {
+                    reason: reason.clone(),
+                }
+                .encode(&mut self.tx);
+                let _ = c.ep.try_send(&self.tx);
+            }
+            c.drop_reason = Some(Why::Gone(reason.clone()));
+        }
+    }
+
     fn reap(&mut self) {
         let dead: Vec<u64> = self
             .conns

@@ -382,3 +382,77 @@ fn a_taken_producer_id_is_refused_with_a_reason() {
     merger.close().unwrap();
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn close_within_cuts_off_a_producer_that_never_finishes() {
+    for backend in ["shm", "tcp"] {
+        let path = tmp(&format!("close-within-{backend}"));
+        let (seen, on_event) = collect_events();
+        let merger = Merger::builder()
+            .budget(4 * (64 << 10))
+            .slot_bytes(64 << 10)
+            .on_event(on_event)
+            .listen(&addr(backend, "close-within"), sink(&path))
+            .unwrap();
+        let a = merger.addr().to_string();
+        let mut done = Producer::connect(&a).unwrap();
+        let mut stuck = Producer::connect(&a).unwrap();
+        for seq in 0..2 {
+            done.write_block(&payload(done.id(), seq, 1000)).unwrap();
+        }
+        done.finish().unwrap();
+        stuck.write_block(&payload(stuck.id(), 0, 700)).unwrap();
+        let stuck_id = stuck.id();
+        // The stuck producer holds a buffer it never commits and never finishes.
+        let mut held = stuck.buffer().unwrap();
+        held.as_mut_slice()[..4].copy_from_slice(b"lost");
+        wait_for(|| merger.stats().blocks >= 3);
+
+        let t = std::time::Instant::now();
+        let s = merger.close_within(Duration::from_millis(300)).unwrap();
+        let waited = t.elapsed();
+        assert!(
+            waited >= Duration::from_millis(300),
+            "{backend}: closed early, {waited:?}"
+        );
+        assert!(waited < Duration::from_secs(5), "{backend}: {waited:?}");
+        assert_eq!((s.stats.finished, s.stats.lost), (1, 1), "{backend}");
+        assert!(
+            seen.lock().unwrap().iter().any(
+                |e| matches!(e, Event::Lost { producer, blocks: 1, .. } if *producer == stuck_id)
+            ),
+            "{backend}: {:?}",
+            seen.lock().unwrap()
+        );
+        // Everything committed is in a whole file; the held buffer is not.
+        let r = ContainerReader::open(&path).unwrap();
+        assert!(r.verify().unwrap().is_whole(), "{backend}");
+        let blocks: Vec<_> = r
+            .blocks()
+            .iter()
+            .map(|b| {
+                (
+                    b.header.producer,
+                    b.header.seq,
+                    r.read_payload(b).unwrap().len(),
+                )
+            })
+            .collect();
+        assert_eq!(blocks.len(), 3, "{backend}: {blocks:?}");
+        assert!(
+            blocks.contains(&(stuck_id, 0, 700)),
+            "{backend}: {blocks:?}"
+        );
+        // The cut-off producer learns it when it next waits for the merger (a commit may
+        // still go out into the dead connection, as a socket write would).
+        let _ = held.commit(4);
+        let e = stuck.finish().unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("closed before this producer finished")
+                || e.to_string().contains("gone"),
+            "{backend}: {e}"
+        );
+        std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+    }
+}
