@@ -26,6 +26,15 @@
 //!   the merger's process is this one and nothing else runs in it; with producer threads
 //!   it includes the producers (and shm slots mapped twice in one process), so compare
 //!   the budget with the process figures. Shared memory (slots, rings) counts.
+//! - **where the merger's time went**, for the repetition with the median throughput:
+//!   `merger_writing_share` (its thread in file writes, over the timed wall time, and
+//!   `merger_write_gbps`, the rate while writing), `merger_idle_share` (backing off
+//!   between empty polling rounds), and from Linux schedstat `merger_on_cpu_share` and
+//!   `merger_runqueue_share` (runnable but waiting for a CPU: with more producers than
+//!   cores, the scheduler gives the merger one share among P + 1). Writing at the
+//!   ceiling's rate but for 70% of the time points at CPU share; writing all the time
+//!   at a lower rate points at the file system.
+//! - **`producer_nice`**: the producers' CPU priority (`--producer-nice`, default 0).
 //!
 //! # Defaults
 //!
@@ -598,6 +607,20 @@ impl MergeBench {
             return Ok(());
         };
         let stats = stats.expect("at least one repeat");
+        let mut method = format!(
+            "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
+             start together, write_block F times ({}), finish; timed until Merger::close \
+             returned (index written{})",
+            if backend == "shm" {
+                "one copy into the merger's shared slot, commit by message"
+            } else {
+                "vwrite_to over the socket, commit by message"
+            },
+            if sync { ", file fsynced" } else { "" }
+        );
+        if self.producer_nice != 0 {
+            method += &format!("; producers at nice {}", self.producer_nice);
+        }
         fig = fig
             .param("backend", backend)
             .param("placement", placement.name())
@@ -619,23 +642,7 @@ impl MergeBench {
                 sched.map_or(Value::Null, |s| s.1.into()),
             )
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
-            .method(
-                format!(
-                "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
-                 start together, write_block F times ({}), finish; timed until Merger::close \
-                 returned (index written{})",
-                if backend == "shm" {
-                    "one copy into the merger's shared slot, commit by message"
-                } else {
-                    "vwrite_to over the socket, commit by message"
-                },
-                if sync { ", file fsynced" } else { "" }
-            ) + &if self.producer_nice != 0 {
-                    format!("; producers at nice {}", self.producer_nice)
-                } else {
-                    String::new()
-                },
-            );
+            .method(method);
         log(&format!(
             "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}; \
              merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
@@ -998,7 +1005,6 @@ fn reset_peak_rss() {
     let _ = std::fs::write("/proc/self/clear_refs", "5");
 }
 
-/// This process's peak RSS in bytes (`VmHWM`), 0 where unreadable.
 /// The merger progress thread's scheduler counters, `/proc/self/task/TID/schedstat`:
 /// nanoseconds on a CPU and nanoseconds runnable but waiting for one.
 fn merger_sched() -> Option<(u64, u64)> {
@@ -1037,6 +1043,7 @@ fn set_nice(nice: i32) -> std::io::Result<()> {
     }
 }
 
+/// This process's peak RSS in bytes (`VmHWM`), 0 where unreadable.
 fn peak_rss() -> u64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
