@@ -14,8 +14,9 @@
 #   cold read   drop_caches (root), then read       sync; echo 3 > drop_caches; --rw=read
 #   re-read     read again, warm                    --rw=read --invalidate=0
 #
-# Before each tool's turn the script writes and removes as much data as the tool will write
-# (see warm() below), so that both start from the same state of the VM's memory.
+# Write modes run one at a time, each tool right after writing and removing as much data as
+# it will write (see warm() below), so that both start from the same state of the VM's
+# memory; which tool goes first alternates by repetition.
 # The fio options make its job do what accio's does: a page-aligned buffer (glibc's malloc
 # puts fio's 16 bytes past a page, which slows the kernel's copy), files created by the
 # writes (fio preallocates by default, so its writes would land on existing pages), the
@@ -91,12 +92,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# ext4 on a loop device: room for fio's and accio's files (never both at once) plus slack.
+# ext4 on a loop device: room for fio's files, a warm-up's and accio's, plus slack.
 # Written whole, not sparse: a sparse image makes the host allocate on first write, so a
 # file that ext4 places in blocks used before (the host already allocated them) writes
 # several times faster than one in blocks never touched, and which one a tool gets depends
 # on ext4's allocator (new directories go to new block groups), not on the tool.
-dd if=/dev/zero of="$IMG" bs=4M count=$(($((2 * MAX_T * SIZE_B + (256 << 20))) >> 22)) conv=fsync status=none
+dd if=/dev/zero of="$IMG" bs=4M count=$(($((3 * MAX_T * SIZE_B + (512 << 20))) >> 22)) conv=fsync status=none
 LOOP=$(losetup -f --show --direct-io=on "$IMG")
 mkfs.ext4 -q -F "$LOOP"
 mkdir -p "$EXT4" "$RAMFS" "$SHM"
@@ -136,6 +137,17 @@ fio_run() {
 MODES="write write+sync cold-read re-read"
 declare -A A F   # samples: A[fs/n/mode]="x y z"
 
+# accio bench fs for the comma-separated MODES with N threads in DIR; adds to A.
+accio_run() {
+    local modes=$1 n=$2 dir=$3 m v
+    "$ACCIO" bench fs "$dir" --threads "$n" --file-size "$SIZE" --record-size 4M \
+        --repeats 1 --modes "$modes" --json "$OUT/accio.json" >/dev/null 2>>"$OUT/accio.log"
+    for m in ${modes//,/ }; do
+        v=$(jq -r --arg m "$m" '.figures[] | select(.bench=="fs" and .metric==$m) | .summary.median' "$OUT/accio.json")
+        A[$fs/$n/$m]+="$v "
+    done
+}
+
 echo "compare-fs: $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); file size $SIZE per thread, 4M records, $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     for fs in shm ext4; do
@@ -143,15 +155,19 @@ for rep in $(seq "$REPS"); do
         mkdir -p "$dir/fio"
         for n in $THREADS; do
             echo "compare-fs: rep $rep/$REPS, $fs, $n thread(s)" >&2
-            warm "$n" "$dir"
-            "$ACCIO" bench fs "$dir" --threads "$n" --file-size "$SIZE" --record-size 4M \
-                --repeats 1 --json "$OUT/accio.json" >/dev/null 2>>"$OUT/accio.log"
-            for m in $MODES; do
-                v=$(jq -r --arg m "$m" '.figures[] | select(.bench=="fs" and .metric==$m) | .summary.median' "$OUT/accio.json")
-                A[$fs/$n/$m]+="$v "
+            # Write modes one at a time, each tool right after the same warm-up, the tool
+            # that goes first alternating by repetition; then the read modes.
+            for m in write write+sync; do
+                if [ $((rep % 2)) -eq 1 ]; then
+                    warm "$n" "$dir"; accio_run "$m" "$n" "$dir"
+                    warm "$n" "$dir"; F[$fs/$n/$m]+="$(fio_run "$m" "$n" "$dir/fio") "
+                else
+                    warm "$n" "$dir"; F[$fs/$n/$m]+="$(fio_run "$m" "$n" "$dir/fio") "
+                    warm "$n" "$dir"; accio_run "$m" "$n" "$dir"
+                fi
             done
-            warm "$n" "$dir"
-            for m in $MODES; do
+            accio_run cold-read,re-read "$n" "$dir"
+            for m in cold-read re-read; do
                 F[$fs/$n/$m]+="$(fio_run "$m" "$n" "$dir/fio") "
             done
             rm -f "$dir"/fio/fio.*
