@@ -182,6 +182,43 @@ pub struct TcpListener {
     inner: std::net::TcpListener,
     local: Addr,
     opts: TcpOptions,
+    /// Connections accepted from the backlog whose greeting has not fully arrived: a
+    /// client that connects and stays silent waits here, not in front of the others.
+    pending: std::sync::Mutex<Vec<Pending>>,
+}
+
+/// An accepted connection waiting for its greeting.
+struct Pending {
+    stream: TcpStream,
+    peer: Addr,
+    deadline: Instant,
+}
+
+impl Pending {
+    /// Whether the greeting can be read without waiting: all of it has arrived, or the
+    /// peer closed or failed (the handshake then reports why).
+    fn ready(&self) -> bool {
+        let mut buf = [0u8; HELLO_LEN];
+        // SAFETY: `buf` is valid for HELLO_LEN bytes; MSG_PEEK leaves the data queued.
+        let n = unsafe {
+            libc::recv(
+                self.stream.as_raw_fd(),
+                buf.as_mut_ptr().cast(),
+                HELLO_LEN,
+                libc::MSG_PEEK | libc::MSG_DONTWAIT,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            return !matches!(
+                e.kind(),
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
+            );
+        }
+        let n = n as usize;
+        let m = n.min(MAGIC.len());
+        n == 0 || n >= HELLO_LEN || buf[..m] != MAGIC[..m]
+    }
 }
 
 impl fmt::Debug for TcpListener {
@@ -220,10 +257,19 @@ impl TcpListener {
                 .local_addr()
                 .map_err(|e| Error::io("getsockname", addr.to_string(), e))?,
         );
-        Ok(TcpListener { inner, local, opts })
+        Ok(TcpListener {
+            inner,
+            local,
+            opts,
+            pending: std::sync::Mutex::new(Vec::new()),
+        })
     }
 
     /// Waits for the next connection, at most `timeout` (`None`: forever), and greets it.
+    ///
+    /// Connections are greeted in the order their greetings arrive, so one that connects
+    /// and says nothing does not hold up the others: it waits aside until its greeting
+    /// comes or [`TcpOptions::handshake_timeout`] passes.
     ///
     /// Errors: [`Error::Timeout`] if nobody connects in time; [`Error::Protocol`] if the
     /// connecting side is not an accio tcp endpoint (wrong greeting, or none within
@@ -231,47 +277,76 @@ impl TcpListener {
     /// stays usable.
     pub fn accept_tcp(&self, timeout: Option<Duration>) -> Result<TcpEndpoint> {
         let deadline = timeout.map(|t| Instant::now() + t);
-        let stream = loop {
-            match self.inner.accept() {
-                Ok((s, _)) => break s,
-                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
-                    let wait = match deadline {
-                        None => Duration::from_secs(3600),
-                        Some(d) => {
-                            let left = d.saturating_duration_since(Instant::now());
-                            if left.is_zero() {
-                                return Err(Error::Timeout {
-                                    op: "accept",
-                                    resource: self.local.to_string(),
-                                    after: timeout.unwrap_or_default(),
-                                });
-                            }
-                            left
-                        }
-                    };
-                    sys::poll_readable(self.inner.as_raw_fd(), wait)
-                        .map_err(|e| Error::io("poll", self.local.to_string(), e))?;
+        let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            // Everything in the backlog joins the connections waiting for their greeting.
+            loop {
+                match self.inner.accept() {
+                    Ok((stream, _)) => {
+                        let peer = stream
+                            .peer_addr()
+                            .map(tcp_addr)
+                            .unwrap_or_else(|_| self.local.clone());
+                        pending.push(Pending {
+                            stream,
+                            peer,
+                            deadline: Instant::now() + self.opts.handshake_timeout,
+                        });
+                    }
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
+                    // A connection that died in the backlog, or a signal: try again.
+                    Err(e)
+                        if matches!(
+                            e.kind(),
+                            io::ErrorKind::Interrupted
+                                | io::ErrorKind::ConnectionAborted
+                                | io::ErrorKind::ConnectionReset
+                        ) => {}
+                    Err(e) => return Err(Error::io("accept", self.local.to_string(), e)),
                 }
-                // A connection that died in the backlog, or a signal: try again.
-                Err(e)
-                    if matches!(
-                        e.kind(),
-                        io::ErrorKind::Interrupted
-                            | io::ErrorKind::ConnectionAborted
-                            | io::ErrorKind::ConnectionReset
-                    ) => {}
-                Err(e) => return Err(Error::io("accept", self.local.to_string(), e)),
             }
-        };
-        let peer = stream
-            .peer_addr()
-            .map(tcp_addr)
-            .unwrap_or_else(|_| self.local.clone());
+            // The first connection whose greeting is complete (or hopeless) is greeted back;
+            // one silent past its handshake deadline is dropped with the reason.
+            let now = Instant::now();
+            if let Some(i) = pending.iter().position(|p| p.deadline <= now || p.ready()) {
+                let p = pending.swap_remove(i);
+                drop(pending);
+                return self.greet(p);
+            }
+            let mut wait = pending
+                .iter()
+                .map(|p| p.deadline.saturating_duration_since(now))
+                .min()
+                .unwrap_or(Duration::from_secs(3600));
+            if let Some(d) = deadline {
+                let left = d.saturating_duration_since(now);
+                if left.is_zero() {
+                    return Err(Error::Timeout {
+                        op: "accept",
+                        resource: self.local.to_string(),
+                        after: timeout.unwrap_or_default(),
+                    });
+                }
+                wait = wait.min(left);
+            }
+            let mut fds = vec![self.inner.as_raw_fd()];
+            fds.extend(pending.iter().map(|p| p.stream.as_raw_fd()));
+            sys::poll_any_readable(&fds, wait)
+                .map_err(|e| Error::io("poll", self.local.to_string(), e))?;
+        }
+    }
+
+    /// Completes the greeting of an accepted connection and starts its endpoint.
+    fn greet(&self, p: Pending) -> Result<TcpEndpoint> {
+        let Pending {
+            stream,
+            peer,
+            deadline,
+        } = p;
         stream
             .set_nonblocking(false)
             .and_then(|_| stream.set_nodelay(true))
             .map_err(|e| Error::io("setsockopt", peer.to_string(), e))?;
-        let deadline = Instant::now() + self.opts.handshake_timeout;
         let hello = handshake(&stream, &peer, deadline, &self.opts, Side::Accept)?;
         TcpEndpoint::start(stream, self.opts.clone(), hello)
     }

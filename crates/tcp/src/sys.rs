@@ -201,18 +201,20 @@ pub(crate) fn shutdown(fd: RawFd, how: libc::c_int) {
     unsafe { libc::shutdown(fd, how) };
 }
 
-/// Waits until `fd` is readable (or has an error/hang-up), at most `timeout`. Returns
-/// false on timeout.
-pub(crate) fn poll_readable(fd: RawFd, timeout: Duration) -> io::Result<bool> {
-    let mut p = libc::pollfd {
-        fd,
-        events: libc::POLLIN,
-        revents: 0,
-    };
-    // Round up, so that a sub-millisecond rest does not turn into a busy loop.
+/// Waits until one of `fds` is readable (or has hung up), at most `timeout`; `Ok(false)`
+/// if none became so.
+pub(crate) fn poll_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<bool> {
+    let mut ps: Vec<libc::pollfd> = fds
+        .iter()
+        .map(|&fd| libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        })
+        .collect();
     let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
-    // SAFETY: one valid pollfd.
-    let r = unsafe { libc::poll(&mut p, 1, ms) };
+    // SAFETY: `ps` holds `ps.len()` valid pollfds.
+    let r = unsafe { libc::poll(ps.as_mut_ptr(), ps.len() as libc::nfds_t, ms) };
     match r {
         r if r > 0 => Ok(true),
         0 => Ok(false),

@@ -166,6 +166,43 @@ fn silent_connection_is_refused_after_the_handshake_timeout() {
 }
 
 #[test]
+fn a_silent_connection_does_not_hold_up_the_next_one() {
+    let opts = TcpOptions::new().handshake_timeout(Duration::from_secs(3));
+    let l = TcpListener::bind_with(&loopback(), opts).unwrap();
+    let addr = l.local_addr().clone();
+    let Addr::Tcp { port, .. } = addr.clone() else {
+        panic!()
+    };
+    // Connects first and never says a word; a half-sent greeting waits aside as well.
+    let _silent = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    let mut half = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    half.write_all(b"ACCIO").unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let t = std::thread::spawn(move || {
+        let c = TcpEndpoint::connect(&addr, T).unwrap();
+        c.send(b"not held up").unwrap();
+        recv_u64(&c)
+    });
+    let started = Instant::now();
+    let ep = l.accept(Some(T)).unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(1),
+        "the proper connection waited {:?} behind the silent ones",
+        started.elapsed()
+    );
+    let mut buf = Vec::new();
+    ep.recv_timeout(&mut buf, Some(T)).unwrap();
+    assert_eq!(buf, b"not held up");
+    send_u64(&*ep, 9);
+    assert_eq!(t.join().unwrap(), 9);
+    // The silent ones are dropped, with the reason, once their handshake time is up.
+    for _ in 0..2 {
+        let e = expect_kind(l.accept(Some(T)), ErrorKind::Protocol);
+        assert!(e.to_string().contains("no accio greeting"), "{e}");
+    }
+}
+
+#[test]
 fn addresses_and_capabilities() {
     let (a, c) = pair();
     assert_eq!(a.local_addr(), c.peer_addr());
