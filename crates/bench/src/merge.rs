@@ -1084,7 +1084,8 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
     Ok(())
 }
 
-/// The merge figures of `report` as a table: throughput beside the ceiling, the naive
+/// The merge figures of `report` as a table: throughput beside the ceiling, the share of
+/// the time the merger thread spent writing (and its rate meanwhile), the naive
 /// alternative, and the merger's peak RSS against its budget.
 pub fn render_table(report: &Report) -> String {
     let mut rows = Vec::new();
@@ -1125,6 +1126,13 @@ pub fn render_table(report: &Report) -> String {
             c.map_or("-".into(), |c| fmt3(c.value)),
             c.and_then(|c| c.ratio)
                 .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            match (
+                f.params.get("merger_writing_share").and_then(Value::as_f64),
+                f.params.get("merger_write_gbps").and_then(Value::as_f64),
+            ) {
+                (Some(share), Some(rate)) => format!("{:.0}% at {}", share * 100.0, fmt3(rate)),
+                _ => "-".into(),
+            },
             naive.map_or("-".into(), fmt3),
             format!("{}", rss >> 20),
             format!("{}", budget >> 20),
@@ -1144,6 +1152,7 @@ pub fn render_table(report: &Report) -> String {
             "GB/s",
             "ceiling",
             "of ceiling",
+            "merger writing",
             "naive GB/s",
             "merger RSS MiB",
             "budget MiB",
@@ -1234,10 +1243,25 @@ mod tests {
             assert_eq!(f.param_str("bytes"), (2u64 * 8 * (256 << 10)).to_string());
             assert!(f.params["merger_peak_rss_bytes"].as_u64().unwrap() > 0);
             assert!(f.summary.median > 0.0);
+            // Where the merger's time went: shares of the wall time, and the write rate.
+            let writing = f.params["merger_writing_share"].as_f64().unwrap();
+            assert!(writing > 0.0 && writing <= 1.0, "{writing}");
+            let idle = f.params["merger_idle_share"].as_f64().unwrap();
+            assert!(
+                (0.0..=1.0).contains(&(writing + idle)),
+                "{writing} + {idle}"
+            );
+            assert!(f.params["merger_write_gbps"].as_f64().unwrap() >= f.summary.min);
+            if let Some(on_cpu) = f.params["merger_on_cpu_share"].as_f64() {
+                assert!(on_cpu > 0.0 && on_cpu <= 1.05, "{on_cpu}");
+            }
         }
         assert_eq!(r.select("merge", "naive").count(), 1);
         let t = render_table(r);
-        assert!(t.contains("shm") && t.contains("tcp"), "{t}");
+        assert!(
+            t.contains("shm") && t.contains("tcp") && t.contains("merger writing"),
+            "{t}"
+        );
         assert!(checks(r).iter().any(|l| l.starts_with("shm/tcp = ")));
         // Every output and part file was removed.
         assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
