@@ -62,6 +62,11 @@
 //! - A full file system fails the write: the file is cut back to its last whole block and
 //!   every producer gets an error naming the file and the cause.
 //! - Bytes that break the protocol cost only the connection that sent them.
+//! - A producer that neither finishes nor dies holds up [`Merger::close`];
+//!   [`Merger::close_within`] bounds that wait and cuts such producers off as lost, keeping
+//!   what they committed.
+//! - Over tcp, a client that connects and never greets waits aside: it does not hold up
+//!   the producers connecting after it.
 
 #[cfg(feature = "arrow")]
 mod arrow;
