@@ -13,10 +13,12 @@
 #
 # Every figure is the median and min–max over REPS runs. The ratios are of the medians.
 #
-# Usage: scripts/compare-merge.sh [--reps N] [--producers P] [--buffers F] [--accio PATH] [--out DIR]
+# Usage: scripts/compare-merge.sh [--reps N] [--producers P] [--buffers F] [--producer-nice N]
+#                                 [--accio PATH] [--out DIR]
 #   --reps N        repetitions (default 5)
 #   --producers P   producer processes (default 60, the seed's worker count)
 #   --buffers F     buffers per producer (default 8: 60 x 8 x 2 MiB = 960 MiB per run)
+#   --producer-nice N  the producers' CPU priority, 0-19 (default 0; see accio bench merge --help)
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
 #   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # Needs root (loop device), fio, jq, mkfs.ext4, losetup.
@@ -26,6 +28,7 @@ set -euo pipefail
 REPS=5
 P=60
 F=8
+NICE=0
 ACCIO=""
 OUT=""
 while [ $# -gt 0 ]; do
@@ -33,14 +36,15 @@ while [ $# -gt 0 ]; do
         --reps) REPS="$2"; shift 2 ;;
         --producers) P="$2"; shift 2 ;;
         --buffers) F="$2"; shift 2 ;;
+        --producer-nice) NICE="$2"; shift 2 ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare-merge: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for v in "$REPS" "$P" "$F"; do
-    case "$v" in ''|*[!0-9]*) echo "compare-merge: --reps, --producers and --buffers need numbers" >&2; exit 2 ;; esac
+for v in "$REPS" "$P" "$F" "$NICE"; do
+    case "$v" in ''|*[!0-9]*) echo "compare-merge: --reps, --producers, --buffers and --producer-nice need numbers" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "compare-merge: needs root (loop device)" >&2; exit 2; }
 for t in fio jq mkfs.ext4 losetup; do
@@ -87,7 +91,8 @@ for rep in $(seq "$REPS"); do
         dir=$SHM; fio_extra=(); [ $fs = ext4 ] && { dir=$EXT4; fio_extra=(--end_fsync=1); }
         echo "compare-merge: rep $rep/$REPS, $fs" >&2
         "$ACCIO" bench merge "$dir" --backend shm,tcp --producers "$P" --buffers "$F" \
-            --placement processes --no-naive --repetitions 1 --json "$OUT/accio.json" \
+            --placement processes --no-naive --repetitions 1 --producer-nice "$NICE" \
+            --json "$OUT/accio.json" \
             >/dev/null 2>>"$OUT/accio.log"
         for b in shm tcp; do
             S[$fs/$b]+="$(jq -r --arg b "$b" '[.figures[] | select(.bench=="merge" and .metric=="merge" and .params.backend==$b)][0].summary.median' "$OUT/accio.json") "
@@ -109,7 +114,7 @@ med() { set -- $1; echo "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
 
 echo
-echo "merge of $P producer processes x $F x 2 MiB, GB/s: median (min–max) over $REPS runs"
+echo "merge of $P producer processes (nice $NICE) x $F x 2 MiB, GB/s: median (min–max) over $REPS runs"
 printf '%-9s %-20s %-20s %-20s %-20s %-9s %-9s %s\n' "fs" "merge shm" "merge tcp" "ceiling (bench fs)" "fio 1 job" "shm/ceil" "shm/fio" "shm/tcp"
 for fs in shm ext4; do
     sh=$(stats "${S[$fs/shm]}"); tc=$(stats "${S[$fs/tcp]}")
