@@ -11,7 +11,9 @@
 #   - and the ceiling `accio bench merge` measures itself (`bench fs` write, or write+sync,
 #     one stream, 2 MiB records, same path, same run).
 #
-# Every figure is the median and min–max over REPS runs. The ratios are of the medians.
+# Each tool's turn starts right after the same untimed write-and-remove of a run's worth of
+# data in /dev/shm (see warm() below). Every figure is the median and min–max over REPS
+# runs. The ratios are of the medians.
 #
 # Usage: scripts/compare-merge.sh [--reps N] [--producers P] [--buffers F] [--producer-nice N]
 #                                 [--accio PATH] [--out DIR]
@@ -85,11 +87,22 @@ mount "$LOOP" "$EXT4"
 
 declare -A S   # samples: S[fs/what]="x y z"
 
+# Writes and removes a run's worth of data in /dev/shm, untimed, right before each tool's
+# turn. On VMs that hand freed memory back to the host, the first touch of a page is slow
+# (MACHINE_NOTES trait 2), and the page cache a file system writes into comes from the same
+# free pages: without this, whichever tool runs right after another tool freed its files
+# writes into pages the host still backs and looks several times faster.
+warm() {
+    dd if=/dev/zero of="$SHM/warm" bs=4M count=$(((BYTES + (1 << 30)) >> 22)) status=none
+    rm -f "$SHM/warm"
+}
+
 echo "compare-merge: $(uname -r), $(nproc) CPUs; $P producers x $F x 2 MiB = $((BYTES >> 20)) MiB per run, $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     for fs in shm ext4; do
         dir=$SHM; fio_extra=(); [ $fs = ext4 ] && { dir=$EXT4; fio_extra=(--end_fsync=1); }
         echo "compare-merge: rep $rep/$REPS, $fs" >&2
+        warm
         "$ACCIO" bench merge "$dir" --backend shm,tcp --producers "$P" --buffers "$F" \
             --placement processes --no-naive --repetitions 1 --producer-nice "$NICE" \
             --json "$OUT/accio.json" \
@@ -99,6 +112,7 @@ for rep in $(seq "$REPS"); do
         done
         S[$fs/ceiling]+="$(jq -r '[.figures[] | select(.bench=="merge" and .metric=="merge")][0].ceiling.value' "$OUT/accio.json") "
         mkdir -p "$dir/fio"
+        warm
         fio --name=fio --directory="$dir/fio" --rw=write --bs=2M --size="$BYTES" --numjobs=1 \
             --ioengine=psync --iomem_align=4096 --fallocate=none --scramble_buffers=0 \
             --fadvise_hint=0 --thread --output-format=json "${fio_extra[@]}" > "$OUT/fio.json"
