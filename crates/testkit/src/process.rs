@@ -135,6 +135,33 @@ fn kill_when(pid: u32, progress: &AtomicU64, needed: u64, stop: &AtomicBool) -> 
     Some(at)
 }
 
+/// Calls `step(n)` for n = 0, 1, 2, … until it fails, while a second thread sends `SIGKILL`
+/// to `pid` once `after` steps have succeeded. Returns the first error, when it came, and
+/// when the kill was sent (`None` if it never was).
+fn until_killed(
+    pid: u32,
+    after: u64,
+    mut step: impl FnMut(u64) -> Result<(), accio::Error>,
+) -> (accio::Error, Instant, Option<Instant>) {
+    let done = AtomicU64::new(0);
+    let stop = AtomicBool::new(false);
+    std::thread::scope(|s| {
+        let killer = s.spawn(|| kill_when(pid, &done, after, &stop));
+        let mut n = 0u64;
+        let (err, at) = loop {
+            match step(n) {
+                Ok(()) => {
+                    n += 1;
+                    done.store(n, Ordering::Release);
+                }
+                Err(e) => break (e, Instant::now()),
+            }
+        };
+        stop.store(true, Ordering::Release);
+        (err, at, killer.join().unwrap())
+    })
+}
+
 /// Messages of 0 B..8 MiB through a peer process that echoes them.
 pub fn two_processes_echo(b: &Backend) {
     let b = b.clone();
@@ -435,33 +462,13 @@ pub fn peer_death_during_recv(b: &Backend) {
                 mut child,
                 ep,
             } = start_peer(&b, peer::STREAM_SEND);
-            let received = AtomicU64::new(0);
-            let stop = AtomicBool::new(false);
-            let pid = child.id();
-            let (err, err_at, killed_at) = std::thread::scope(|s| {
-                let killer = s.spawn(|| kill_when(pid, &received, 3, &stop));
-                let mut buf = Vec::new();
-                let mut seq = 0u64;
-                let (err, at) = loop {
-                    match ep.recv(&mut buf) {
-                        Ok(_) => {
-                            if let Err(e) =
-                                pattern::check_message(&buf, SEED_STREAM, seq, peer::STREAM_LEN)
-                            {
-                                stop.store(true, Ordering::Release);
-                                panic!(
-                                    "stream from the peer (killed: {}): {e}",
-                                    killer.is_finished()
-                                );
-                            }
-                            seq += 1;
-                            received.store(seq, Ordering::Release);
-                        }
-                        Err(e) => break (e, Instant::now()),
-                    }
-                };
-                stop.store(true, Ordering::Release);
-                (err, at, killer.join().unwrap())
+            let mut buf = Vec::new();
+            let (err, err_at, killed_at) = until_killed(child.id(), 3, |seq| {
+                ep.recv(&mut buf)?;
+                if let Err(e) = pattern::check_message(&buf, SEED_STREAM, seq, peer::STREAM_LEN) {
+                    panic!("stream from the peer, message {seq}: {e}");
+                }
+                Ok(())
             });
             assert_gone_in_time(
                 err,
@@ -497,24 +504,8 @@ pub fn peer_death_during_send(b: &Backend) {
                 mut child,
                 ep,
             } = start_peer(&b, peer::STREAM_RECV);
-            let sent = AtomicU64::new(0);
-            let stop = AtomicBool::new(false);
-            let pid = child.id();
-            let (err, err_at, killed_at) = std::thread::scope(|s| {
-                let killer = s.spawn(|| kill_when(pid, &sent, 3, &stop));
-                let mut seq = 0u64;
-                let (err, at) = loop {
-                    let msg = pattern::message(SEED_STREAM, seq, peer::STREAM_LEN);
-                    match ep.send(&msg) {
-                        Ok(()) => {
-                            seq += 1;
-                            sent.store(seq, Ordering::Release);
-                        }
-                        Err(e) => break (e, Instant::now()),
-                    }
-                };
-                stop.store(true, Ordering::Release);
-                (err, at, killer.join().unwrap())
+            let (err, err_at, killed_at) = until_killed(child.id(), 3, |seq| {
+                ep.send(&pattern::message(SEED_STREAM, seq, peer::STREAM_LEN))
             });
             assert_gone_in_time(
                 err,
@@ -570,43 +561,26 @@ pub fn peer_death_during_rma(b: &Backend) {
             } else {
                 None
             };
-            let ops = AtomicU64::new(0);
-            let stop = AtomicBool::new(false);
-            let pid = child.id();
-            let (err, err_at, killed_at) = std::thread::scope(|s| {
-                let killer = s.spawn(|| kill_when(pid, &ops, 8, &stop));
-                let mut k = 0u64;
-                let (err, at) = loop {
-                    let at = (k as usize * CHUNK) % half;
-                    let r = if k.is_multiple_of(2) {
-                        ep.read_from(lw.offset(), CHUNK, w_off + at as u64, RmaFlags::SYNC)
-                            .map(|()| {
-                                let got = crate::harness::window_bytes(&lw, 0, CHUNK);
-                                pattern::assert_matches(
-                                    &got,
-                                    SEED_CHILD_WINDOW,
-                                    at as u64,
-                                    "read_from the peer",
-                                );
-                            })
-                    } else {
-                        ep.write_to(
-                            lw.offset(),
-                            CHUNK,
-                            w_off + (half + at) as u64,
-                            RmaFlags::SYNC,
-                        )
-                    };
-                    match r {
-                        Ok(()) => {
-                            k += 1;
-                            ops.store(k, Ordering::Release);
-                        }
-                        Err(e) => break (e, Instant::now()),
-                    }
-                };
-                stop.store(true, Ordering::Release);
-                (err, at, killer.join().unwrap())
+            let (err, err_at, killed_at) = until_killed(child.id(), 8, |k| {
+                let at = (k as usize * CHUNK) % half;
+                if k.is_multiple_of(2) {
+                    ep.read_from(lw.offset(), CHUNK, w_off + at as u64, RmaFlags::SYNC)?;
+                    let got = crate::harness::window_bytes(&lw, 0, CHUNK);
+                    pattern::assert_matches(
+                        &got,
+                        SEED_CHILD_WINDOW,
+                        at as u64,
+                        "read_from the peer",
+                    );
+                    Ok(())
+                } else {
+                    ep.write_to(
+                        lw.offset(),
+                        CHUNK,
+                        w_off + (half + at) as u64,
+                        RmaFlags::SYNC,
+                    )
+                }
             });
             assert_gone_in_time(
                 err,
