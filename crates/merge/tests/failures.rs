@@ -13,24 +13,8 @@ use accio::Progress;
 use accio_merge::container::{recover, ContainerOptions, ContainerReader, Layout};
 use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
 
-fn tmp_dir() -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "accio-merge-fail-{}-{}",
-        std::process::id(),
-        std::thread::current()
-            .name()
-            .unwrap_or("t")
-            .replace("::", "-")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
-
-fn payload(p: u32, seq: u64, len: usize) -> Vec<u8> {
-    (0..len)
-        .map(|i| (i as u64 * 7 + seq * 131 + u64::from(p) * 17) as u8)
-        .collect()
-}
+mod common;
+use common::{payload, test_dir};
 
 struct Kid {
     child: Child,
@@ -125,7 +109,7 @@ fn child_main() {
 
 #[test]
 fn killed_producer_loses_only_its_uncommitted_buffer_and_its_slots_come_back() {
-    let path = tmp_dir().join("producer-killed.accio");
+    let path = test_dir().join("producer-killed.accio");
     let addr = format!("shm://accio-merge-kill-p-{}", std::process::id());
     let lost = Arc::new(Mutex::new(Vec::new()));
     let l = lost.clone();
@@ -192,7 +176,7 @@ fn killed_producer_loses_only_its_uncommitted_buffer_and_its_slots_come_back() {
 
 #[test]
 fn killed_merger_leaves_every_acknowledged_block_recoverable() {
-    let path = tmp_dir().join("merger-killed.accio");
+    let path = test_dir().join("merger-killed.accio");
     let addr = format!("shm://accio-merge-kill-m-{}", std::process::id());
     let mut merger = Kid::spawn(
         "merger",
@@ -274,7 +258,7 @@ struct SmallFs {
 
 impl SmallFs {
     fn mount(size: &str) -> Option<SmallFs> {
-        let dir = tmp_dir().join("smallfs");
+        let dir = test_dir().join("smallfs");
         std::fs::create_dir_all(&dir).unwrap();
         let ok = Command::new("mount")
             .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])

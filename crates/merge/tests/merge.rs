@@ -8,33 +8,14 @@ use accio::Progress;
 use accio_merge::container::{split_records, BlockKind, ContainerOptions, ContainerReader};
 use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy};
 
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "accio-merge-it-{}-{}",
-        std::process::id(),
-        std::thread::current()
-            .name()
-            .unwrap_or("t")
-            .replace("::", "-")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
+mod common;
+use common::{payload, tmp};
 
 fn addr(backend: &str, name: &str) -> String {
     match backend {
         "shm" => format!("shm://accio-merge-it-{}-{name}", std::process::id()),
         _ => "tcp://127.0.0.1:0".into(),
     }
-}
-
-/// Deterministic payload of block `seq` of producer `p`, `len` bytes.
-fn payload(p: u32, seq: u64, len: usize) -> Vec<u8> {
-    let mut v = vec![0u8; len];
-    for (i, b) in v.iter_mut().enumerate() {
-        *b = (i as u64 ^ (seq << 8) ^ (u64::from(p) << 16)).wrapping_mul(0x9E37) as u8;
-    }
-    v
 }
 
 fn sink(path: &std::path::Path) -> Box<ContainerSink> {

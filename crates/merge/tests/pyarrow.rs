@@ -16,6 +16,9 @@ use accio_merge::{
     ArrowIpcSink, Merger, ParquetOptions, ParquetSink, Producer, ProducerOptions, Sink,
 };
 
+mod common;
+use common::tmp;
+
 const PRODUCERS: i32 = 3;
 const BATCHES: i64 = 4;
 const ROWS: i64 = 1000;
@@ -122,19 +125,6 @@ for p in prods:
     assert mine == sorted(mine), "order of producer %d" % p
 print(rows, prods, extra)
 "#;
-
-fn tmp(name: &str) -> std::path::PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "accio-merge-pa-{}-{}",
-        std::process::id(),
-        std::thread::current()
-            .name()
-            .unwrap_or("t")
-            .replace("::", "-")
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir.join(name)
-}
 
 #[test]
 fn arrow_ipc_output_opens_in_pyarrow_with_every_row() {
