@@ -99,6 +99,22 @@ fn arrow_err(path: &Path, what: &str, e: impl std::fmt::Display) -> MergeError {
     }
 }
 
+/// The end of both sinks' `finish`, once the footer is written: `file` synced if asked,
+/// its size in the summary.
+fn closed(
+    path: &Path,
+    file: &std::fs::File,
+    sync: bool,
+    mut s: SinkSummary,
+) -> Result<SinkSummary> {
+    if sync {
+        file.sync_all()
+            .map_err(|e| MergeError::file("syncing", path, e))?;
+    }
+    s.file_bytes = file.metadata().map_or(0, |m| m.len());
+    Ok(s)
+}
+
 impl Sink for ArrowIpcSink {
     fn path(&self) -> &Path {
         &self.path
@@ -137,13 +153,7 @@ impl Sink for ArrowIpcSink {
             .map_err(|e| arrow_err(&self.path, "flushing", e))?
             .into_inner()
             .map_err(|e| MergeError::file("flushing", &self.path, e.into_error()))?;
-        if sync {
-            file.sync_all()
-                .map_err(|e| MergeError::file("syncing", &self.path, e))?;
-        }
-        let mut s = self.summary;
-        s.file_bytes = file.metadata().map_or(0, |m| m.len());
-        Ok(s)
+        closed(&self.path, &file, sync, self.summary)
     }
 }
 
@@ -253,17 +263,10 @@ impl Sink for ParquetSink {
     }
 
     fn finish(self: Box<Self>, sync: bool) -> Result<SinkSummary> {
-        let path = self.path.clone();
-        let mut s = self.summary;
         let file = self
             .writer
             .into_inner()
-            .map_err(|e| arrow_err(&path, "writing the footer", e))?;
-        if sync {
-            file.sync_all()
-                .map_err(|e| MergeError::file("syncing", &path, e))?;
-        }
-        s.file_bytes = file.metadata().map_or(0, |m| m.len());
-        Ok(s)
+            .map_err(|e| arrow_err(&self.path, "writing the footer", e))?;
+        closed(&self.path, &file, sync, self.summary)
     }
 }
