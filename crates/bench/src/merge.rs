@@ -1091,17 +1091,9 @@ pub fn render_table(report: &Report) -> String {
     let mut rows = Vec::new();
     for f in report.select("merge", "merge") {
         let c = f.ceiling.as_ref();
-        let rss = f
-            .params
-            .get("merger_peak_rss_bytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let budget = f
-            .params
-            .get("budget_bytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let naive = f.params.get("naive_gbps").and_then(Value::as_f64);
+        let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
+        let budget = f.param_u64("budget_bytes").unwrap_or(0);
+        let naive = f.param_f64("naive_gbps");
         rows.push(vec![
             f.param_str("path"),
             if f.param_str("sync") == "true" {
@@ -1115,20 +1107,15 @@ pub fn render_table(report: &Report) -> String {
             format!(
                 "{}x{}",
                 f.param_str("buffers"),
-                format_size(
-                    f.params
-                        .get("buffer_bytes")
-                        .and_then(Value::as_u64)
-                        .unwrap_or(0)
-                )
+                format_size(f.param_u64("buffer_bytes").unwrap_or(0))
             ),
             crate::fs::median_range(&f.summary),
             c.map_or("-".into(), |c| fmt3(c.value)),
             c.and_then(|c| c.ratio)
                 .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
             match (
-                f.params.get("merger_writing_share").and_then(Value::as_f64),
-                f.params.get("merger_write_gbps").and_then(Value::as_f64),
+                f.param_f64("merger_writing_share"),
+                f.param_f64("merger_write_gbps"),
             ) {
                 (Some(share), Some(rate)) => format!("{:.0}% at {}", share * 100.0, fmt3(rate)),
                 _ => "-".into(),
@@ -1176,16 +1163,8 @@ pub fn checks(report: &Report) -> Vec<String> {
             .entry(key)
             .or_default()
             .insert(f.param_str("backend"), f.summary.median);
-        let rss = f
-            .params
-            .get("merger_peak_rss_bytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
-        let budget = f
-            .params
-            .get("budget_bytes")
-            .and_then(Value::as_u64)
-            .unwrap_or(0);
+        let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
+        let budget = f.param_u64("budget_bytes").unwrap_or(0);
         if f.param_str("placement") == "processes" {
             let ok = rss <= budget + (64 << 20);
             out.push(format!(

@@ -201,6 +201,11 @@ impl Figure {
         self.params.get(key).and_then(Value::as_f64)
     }
 
+    /// A whole-number parameter (byte counts, ...), when present and one.
+    pub fn param_u64(&self, key: &str) -> Option<u64> {
+        self.params.get(key).and_then(Value::as_u64)
+    }
+
     /// The parameters that identify the figure (which backend, path, size, thread count,
     /// mode, ...) rather than describe the environment (`fs_type`, `free_bytes`, ...) or
     /// report a measured or derived quantity. Without a declaration from each bench this is
@@ -249,13 +254,13 @@ impl Figure {
         if self.metric != self.bench {
             parts.push(self.metric.clone());
         }
-        if let Some(s) = self.params.get("size").and_then(Value::as_u64) {
+        if let Some(s) = self.param_u64("size") {
             parts.push(crate::size::format_size(s));
         }
-        if let Some(n) = self.params.get("threads").and_then(Value::as_u64) {
+        if let Some(n) = self.param_u64("threads") {
             parts.push(format!("x{n}"));
         }
-        if let Some(n) = self.params.get("producers").and_then(Value::as_u64) {
+        if let Some(n) = self.param_u64("producers") {
             parts.push(format!("producers={n}"));
         }
         let mut other: Vec<(&str, &Value)> = self
