@@ -359,6 +359,19 @@ pub struct Report {
     pub info: Option<crate::info::NodeInfo>,
 }
 
+/// The values of parameter `key` among `figures`, each once, in order of first appearance
+/// (figures without it are skipped).
+pub fn distinct_param<'a>(figures: impl Iterator<Item = &'a Figure>, key: &str) -> Vec<String> {
+    let mut v: Vec<String> = Vec::new();
+    for f in figures {
+        let p = f.param_str(key);
+        if !p.is_empty() && !v.contains(&p) {
+            v.push(p);
+        }
+    }
+    v
+}
+
 impl Report {
     /// An empty report for this machine and command line.
     pub fn new() -> Report {

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 
 use accio_bench::fs::Mode;
 use accio_bench::info::NodeInfo;
-use accio_bench::model::{CeilingSource, Figure, Report, Unit};
+use accio_bench::model::{distinct_param, CeilingSource, Figure, Report, Unit};
 use accio_bench::size::format_size;
 use accio_bench::table::fmt3;
 use accio_bench::transport::{fmt_small, SEED_004_CONNECT_US, SEED_004_REGISTER_US};
@@ -595,14 +595,7 @@ fn mem_section(report: &Report) -> Option<Section> {
 }
 
 fn fs_paths(report: &Report) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for f in report.figures.iter().filter(|f| is_fs_bench(f)) {
-        let p = f.param_str("path");
-        if !v.contains(&p) {
-            v.push(p);
-        }
-    }
-    v
+    distinct_param(report.figures.iter().filter(|f| is_fs_bench(f)), "path")
 }
 
 fn yes_no(f: &Figure, key: &str) -> String {
@@ -811,18 +804,13 @@ fn fs_section(report: &Report) -> Option<Section> {
 }
 
 fn transport_backends(report: &Report) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for f in report
-        .figures
-        .iter()
-        .filter(|f| f.bench == "transport" && !has_matrix_params(f))
-    {
-        let b = f.param_str("backend");
-        if !b.is_empty() && !v.contains(&b) {
-            v.push(b);
-        }
-    }
-    v
+    distinct_param(
+        report
+            .figures
+            .iter()
+            .filter(|f| f.bench == "transport" && !has_matrix_params(f)),
+        "backend",
+    )
 }
 
 /// Transport figures of one backend and metric that have a size, by size.

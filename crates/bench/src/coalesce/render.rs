@@ -92,14 +92,7 @@ fn bw_of<'a>(r: &'a Report, f: &Figure) -> Option<&'a Figure> {
 }
 
 fn backends(r: &Report) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for f in r.figures.iter().filter(|f| f.bench == BENCH) {
-        let b = f.param_str("backend");
-        if !v.contains(&b) {
-            v.push(b);
-        }
-    }
-    v
+    crate::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
 }
 
 /// One table per backend (items into a window) and one of message aggregation, with the

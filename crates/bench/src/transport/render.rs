@@ -120,14 +120,7 @@ fn ratio_cell(f: Option<&Figure>) -> String {
 
 /// Backends with transport figures, in the order they were measured.
 fn backends(r: &Report) -> Vec<String> {
-    let mut v: Vec<String> = Vec::new();
-    for f in r.figures.iter().filter(|f| f.bench == BENCH) {
-        let b = f.param_str("backend");
-        if !b.is_empty() && !v.contains(&b) {
-            v.push(b);
-        }
-    }
-    v
+    crate::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
 }
 
 /// Renders every transport figure of `report`: per backend a table by message size, the
