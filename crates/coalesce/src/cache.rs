@@ -625,8 +625,8 @@ impl<'e> CommCache<'e> {
         let (way_bytes, words, base) = (self.way_bytes, self.words, self.base);
         // Raw pointers, so that the loop reads the tables without reloading the vectors
         // from `self`; the tables are sized at construction and never reallocated.
-        let dir = self.dir.as_ptr();
-        let valid = self.valid.as_mut_ptr();
+        let mut dir = self.dir.as_ptr();
+        let mut valid = self.valid.as_mut_ptr();
         let mut cached = 0u64;
         let mut outcome = Ok(());
         for (offset, line) in items {
@@ -642,14 +642,20 @@ impl<'e> CommCache<'e> {
             let li = offset >> line_shift;
             let block = (li >> lpw_shift) as usize;
             let idx = (li & lpw_mask) as usize;
-            // SAFETY: `offset + line_len <= window_len`, so `block` is below the number of
-            // blocks of the window, which is `dir`'s length.
             // The buffer straight from the directory: the store's address hangs off one
             // load, not two.
+            // SAFETY: `offset + line_len <= window_len`, so `block` is below the number of
+            // blocks of the window, which is `dir`'s length.
             let mut buf = unsafe { *dir.add(block) };
             if buf == NONE {
                 match self.miss(block) {
-                    Ok(b) => buf = b,
+                    Ok(b) => {
+                        buf = b;
+                        // `miss` wrote the tables through `&mut self`: take the pointers
+                        // again rather than use ones from before those writes.
+                        dir = self.dir.as_ptr();
+                        valid = self.valid.as_mut_ptr();
+                    }
                     Err(e) => {
                         outcome = Err(e);
                         break;
