@@ -20,6 +20,9 @@
 //! memory and exposes it to the peer as a window at an offset chosen by the endpoint
 //! (page aligned, never reused, with an unmapped guard page after each window). The window's
 //! [`Access`] says what the *peer* may do. Offset 0 is never valid.
+//! [`Endpoint::register_view`] exposes memory the caller already has instead: the same
+//! memory may back windows on several endpoints, at once or in turn (a pool lent to many
+//! peers, faulted in once), and nothing is zeroed.
 //!
 //! **RMA.** `write_to(local_off, len, remote_off)` copies `len` bytes from the local
 //! registered space to the peer's; `read_from` copies the other way; the `v` variants use
@@ -67,7 +70,7 @@ use std::time::Duration;
 
 use crate::addr::Addr;
 use crate::error::Result;
-use crate::memory::{RemoteMap, Window};
+use crate::memory::{MemView, RemoteMap, Window};
 use crate::types::{Access, Capabilities, Mark, Progress, RmaFlags};
 
 /// One end of a connection. See the [module docs](self) for the semantics.
@@ -110,6 +113,18 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// Registers `len` bytes of fresh zeroed memory as a window the peer may access with
     /// `access`.
     fn register(&self, len: usize, access: Access) -> Result<Window>;
+
+    /// Registers `view`, memory the caller already has, as a window the peer may access
+    /// with `access`. The view must start on a page boundary ([`crate::PAGE`]) and not be
+    /// empty. Backends whose peer maps the memory (`shm`) need a view of a
+    /// [`crate::Region::shareable`] region and refuse others with
+    /// [`crate::Error::InvalidArgument`]. Such a peer receives the region's memory object,
+    /// so one that broke the contract could reach the whole region, not only the view:
+    /// give memory meant for different peers its own regions.
+    /// The endpoint keeps the memory mapped while the window is registered; several
+    /// windows (on this or other endpoints) may share it, and who writes when is the
+    /// caller's business.
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window>;
 
     /// Withdraws the window starting at `offset`. Later peer RMA to it fails; memory stays
     /// valid for handles that still hold it.

@@ -28,6 +28,9 @@ pub struct Region {
     _map: MmapMut,
     ptr: *mut u8,
     len: usize,
+    /// The memory object of a [`Region::shareable`] region, which a backend may hand to a
+    /// peer process.
+    file: Option<File>,
 }
 
 // SAFETY: `Region` is a plain mapping; all access goes through raw pointers whose
@@ -54,15 +57,40 @@ impl Region {
         Ok(Region::from_map(map, len))
     }
 
-    /// Maps `len` bytes of `file` shared (`MAP_SHARED`), pre-faulted when `populate` is set.
-    pub fn shared(file: &File, len: usize, populate: bool, what: &str) -> Result<Region> {
+    /// Maps `len` bytes of zeroed memory that other processes can map too: a memfd named
+    /// `name` (seen only in `/proc/*/maps`) whose size is sealed, so no one can shrink it
+    /// under a mapping. Pre-faulted when `populate` is set. Backends that share memory with
+    /// their peer (`shm`) register such regions; [`Region::file`] gives the memory object.
+    pub fn shareable(len: usize, name: &str, populate: bool) -> Result<Region> {
+        let file = sealed_memfd(name, len).map_err(|e| {
+            Error::io(
+                "memfd_create",
+                format!("{len} bytes of shared memory ({name})"),
+                e,
+            )
+        })?;
+        let mut region = Region::shared(&file, 0, len, populate, name)?;
+        region.file = Some(file);
+        Ok(region)
+    }
+
+    /// Maps `len` bytes of `file` from byte `offset` (a multiple of [`PAGE`]) shared
+    /// (`MAP_SHARED`), pre-faulted when `populate` is set.
+    pub fn shared(
+        file: &File,
+        offset: u64,
+        len: usize,
+        populate: bool,
+        what: &str,
+    ) -> Result<Region> {
         let mut opts = MmapOptions::new();
-        opts.len(len.max(1));
+        opts.offset(offset).len(len.max(1));
         if populate {
             opts.populate();
         }
-        // SAFETY: the file is a memfd (or similar) owned by accio; nobody truncates it while
-        // mapped, which is the requirement memmap2 states for file mappings.
+        // SAFETY: the file is a size-sealed memfd (or similar) owned by accio; nobody
+        // truncates it while mapped, which is the requirement memmap2 states for file
+        // mappings.
         let map =
             unsafe { opts.map_mut(file) }.map_err(|e| Error::io("mmap", what.to_string(), e))?;
         Ok(Region::from_map(map, len))
@@ -74,7 +102,13 @@ impl Region {
             _map: map,
             ptr,
             len,
+            file: None,
         }
+    }
+
+    /// The memory object of a [`Region::shareable`] region; `None` for other regions.
+    pub fn file(&self) -> Option<&File> {
+        self.file.as_ref()
     }
 
     /// Start of the mapping.
@@ -127,6 +161,11 @@ impl MemView {
     /// The region this view belongs to.
     pub fn region(&self) -> &Arc<Region> {
         &self.region
+    }
+
+    /// Where the view starts in its region, in bytes.
+    pub fn start(&self) -> usize {
+        self.ptr as usize - self.region.as_ptr() as usize
     }
 
     /// First byte of the view.
@@ -333,4 +372,27 @@ impl std::ops::Deref for RemoteMap {
     fn deref(&self) -> &MemView {
         &self.view
     }
+}
+
+/// Creates a memfd of `len` bytes named `name` whose size can never change again, so a
+/// peer that maps it can never see it shrink under the mapping (which would turn the next
+/// access into SIGBUS).
+fn sealed_memfd(name: &str, len: usize) -> std::io::Result<File> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    let cname = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
+    // SAFETY: `cname` is a valid NUL-terminated string; flags are valid memfd flags.
+    let fd =
+        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    file.set_len(len as u64)?;
+    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
+    // SAFETY: fcntl on an fd we own with a valid command and argument.
+    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(file)
 }

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use accio_core::{
     copy_bytes, Access, Addr, Capabilities, Endpoint, Error, Listener, Mark, MemView,
     OffsetAllocator, Progress, Region, RemoteMap, Result, RmaFlags, Side, Window, WindowTable,
+    PAGE,
 };
 
 use crate::link::{Entry, Geometry, Link, TABLE_SLOTS};
@@ -67,7 +68,7 @@ const LIVENESS_TICK: Duration = Duration::from_millis(50);
 /// a second, rarely enough that polling stays free of system calls almost always.
 const POLL_PROBE_NS: u64 = 10_000_000;
 /// Control-socket record: kind, access, offset, len.
-const CTL_RECORD: usize = 24;
+const CTL_RECORD: usize = 32;
 const CTL_WINDOW: u32 = 1;
 /// First bytes of the connect hello.
 const HELLO: &[u8; 8] = b"ACCIOSH1";
@@ -166,7 +167,7 @@ impl ShmListener {
                 "link segment is not size-sealed or too small",
             ));
         }
-        let region = Arc::new(Region::shared(&file, len, false, "shm link segment")?);
+        let region = Arc::new(Region::shared(&file, 0, len, false, "shm link segment")?);
         // SAFETY: the region maps `len` bytes and lives in the endpoint as long as the link.
         let link =
             unsafe { Link::open(region.as_ptr(), len) }.map_err(|r| Error::protocol(&what, r))?;
@@ -213,8 +214,9 @@ struct PeerWin {
 
 #[derive(Debug, Default)]
 struct Ctl {
-    /// Window descriptors received from the peer, by offset, not yet mapped.
-    pending: HashMap<u64, OwnedFd>,
+    /// Window memory received from the peer, by window offset, not yet mapped: the memory
+    /// object and where in it the window starts.
+    pending: HashMap<u64, (OwnedFd, u64)>,
 }
 
 /// An endpoint connected over shared memory. See the crate docs for the design.
@@ -279,9 +281,14 @@ impl ShmEndpoint {
             max_chunk: opts.chunk_bytes,
         };
         let len = geo.segment_bytes();
-        let file = sys::memfd(&format!("accio-link-{name}"), len)
-            .map_err(|e| Error::io("memfd_create", &*what, e))?;
-        let region = Arc::new(Region::shared(&file, len, false, "shm link segment")?);
+        let region = Arc::new(Region::shareable(
+            len,
+            &format!("accio-link-{name}"),
+            false,
+        )?);
+        let file = region
+            .file()
+            .expect("a shareable region has its memory object");
         // SAFETY: the fresh memfd mapping is zeroed, `len` bytes, kept in the endpoint.
         let link = unsafe { Link::init(region.as_ptr(), geo) };
         let mut hello = [0u8; 16];
@@ -289,7 +296,6 @@ impl ShmEndpoint {
         hello[8..].copy_from_slice(&(len as u64).to_le_bytes());
         sys::send_with_fd(stream.as_raw_fd(), &hello, Some(file.as_raw_fd()))
             .map_err(|e| Error::io("sendmsg", &*what, e))?;
-        drop(file);
         stream
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
@@ -574,23 +580,29 @@ impl ShmEndpoint {
         let region = match cache.get(&entry.desc.offset) {
             Some(pw) if pw.entry.stamp == entry.stamp => pw.view.region().clone(),
             _ => {
-                let fd = self.take_window_fd(entry.desc.offset)?;
+                let (fd, file_off) = self.take_window_fd(entry.desc.offset)?;
                 let file = File::from(fd);
                 let size = file
                     .metadata()
                     .map_err(|e| Error::io("fstat", self.addr.to_string(), e))?
                     .len();
-                if !sys::is_size_sealed(&file) || size < entry.desc.len {
+                let fits = file_off.is_multiple_of(PAGE as u64)
+                    && file_off
+                        .checked_add(entry.desc.len)
+                        .is_some_and(|end| end <= size);
+                if !sys::is_size_sealed(&file) || !fits {
                     return Err(Error::protocol(
                         &self.addr,
                         format!(
-                            "window {} memory is not size-sealed or too small",
-                            entry.desc
+                            "window {} memory is not size-sealed, or {} bytes at {file_off:#x} \
+                             do not fit in its {size} bytes",
+                            entry.desc, entry.desc.len
                         ),
                     ));
                 }
                 let region = Arc::new(Region::shared(
                     &file,
+                    file_off,
                     entry.desc.len as usize,
                     false,
                     "peer window",
@@ -609,12 +621,13 @@ impl ShmEndpoint {
         Ok(MemView::sub(region, start, len).expect("inside the window"))
     }
 
-    /// The memory descriptor of the peer window at `offset`, read from the control socket.
-    fn take_window_fd(&self, offset: u64) -> Result<OwnedFd> {
+    /// The memory object of the peer window at `offset` and where in it the window starts,
+    /// read from the control socket.
+    fn take_window_fd(&self, offset: u64) -> Result<(OwnedFd, u64)> {
         let mut ctl = self.ctl.lock().expect("control socket lock");
         loop {
-            if let Some(fd) = ctl.pending.remove(&offset) {
-                return Ok(fd);
+            if let Some(got) = ctl.pending.remove(&offset) {
+                return Ok(got);
             }
             let mut rec = [0u8; CTL_RECORD];
             let mut fds = Vec::new();
@@ -638,9 +651,10 @@ impl ShmEndpoint {
             }
             let kind = u32::from_le_bytes(rec[..4].try_into().expect("4 bytes"));
             let off = u64::from_le_bytes(rec[8..16].try_into().expect("8 bytes"));
+            let file_off = u64::from_le_bytes(rec[24..32].try_into().expect("8 bytes"));
             match (kind, fds.pop()) {
                 (CTL_WINDOW, Some(fd)) => {
-                    ctl.pending.insert(off, fd);
+                    ctl.pending.insert(off, (fd, file_off));
                 }
                 _ => {
                     return Err(Error::protocol(
@@ -761,6 +775,35 @@ impl Endpoint for ShmEndpoint {
             ));
         }
         self.check_not_gone()?;
+        let name = format!("accio-window-of-{}", self.addr);
+        let region = Region::shareable(len, &name, true)?;
+        self.register_view(&MemView::whole(Arc::new(region)), access)
+    }
+
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window> {
+        let Some(file) = view.region().file() else {
+            return Err(Error::invalid(
+                "register_view",
+                format!(
+                    "{} shares window memory with its peer process: register a view of a \
+                     Region::shareable region, not of private memory",
+                    self.addr
+                ),
+            ));
+        };
+        if view.is_empty() || !view.start().is_multiple_of(PAGE) {
+            return Err(Error::invalid(
+                "register_view",
+                format!(
+                    "a window must start on a page boundary and hold at least 1 byte \
+                     (got {} bytes at byte {:#x} of its region)",
+                    view.len(),
+                    view.start()
+                ),
+            ));
+        }
+        self.check_not_gone()?;
+        let len = view.len();
         let mut space = self.local.write().expect("local windows lock");
         let slot = ShmEndpoint::alloc_slot(&mut space).ok_or_else(|| {
             Error::invalid(
@@ -772,15 +815,7 @@ impl Endpoint for ShmEndpoint {
             )
         })?;
         let offset = space.alloc.allocate(len);
-        let file = sys::memfd(&format!("accio-win-{offset:x}"), len).map_err(|e| {
-            Error::io(
-                "memfd_create",
-                format!("window of {len} bytes on {}", self.addr),
-                e,
-            )
-        })?;
-        let region = Arc::new(Region::shared(&file, len, true, "window memory")?);
-        let window = Window::new(MemView::whole(region), offset, access);
+        let window = Window::new(view.clone(), offset, access);
         // The descriptor goes out before the table entry is published, so a peer that
         // sees the entry always finds the descriptor queued.
         let mut rec = [0u8; CTL_RECORD];
@@ -788,6 +823,7 @@ impl Endpoint for ShmEndpoint {
         rec[4] = access.bits();
         rec[8..16].copy_from_slice(&offset.to_le_bytes());
         rec[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+        rec[24..32].copy_from_slice(&(view.start() as u64).to_le_bytes());
         sys::send_with_fd(self.sock.as_raw_fd(), &rec, Some(file.as_raw_fd())).map_err(|e| {
             space.free_slots.push(slot);
             if e.kind() == std::io::ErrorKind::BrokenPipe

@@ -1,4 +1,4 @@
-//! The few Linux calls the shm backend needs that std does not wrap: memfd with seals,
+//! The few Linux calls the shm backend needs that std does not wrap: memfd seals,
 //! futex wait/wake on shared memory, file descriptors over a Unix socket (`SCM_RIGHTS`),
 //! the peer's credentials and a hang-up probe. All raw FFI of the crate lives here.
 
@@ -7,29 +7,6 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::atomic::AtomicU32;
 use std::time::Duration;
-
-/// Creates a sealed-size memfd of `len` bytes named `name` (visible only in
-/// `/proc/*/maps` and `/proc/*/fd`, never in a file-system namespace).
-pub fn memfd(name: &str, len: usize) -> io::Result<File> {
-    let cname = std::ffi::CString::new(name).map_err(io::Error::other)?;
-    // SAFETY: `cname` is a valid NUL-terminated string; flags are valid memfd flags.
-    let fd =
-        unsafe { libc::memfd_create(cname.as_ptr(), libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
-    let file = unsafe { File::from_raw_fd(fd) };
-    file.set_len(len as u64)?;
-    // The size can never change again: a peer cannot shrink the object under our mapping
-    // (which would turn our next access into SIGBUS).
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on an fd we own with a valid command and argument.
-    if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(file)
-}
 
 /// True if the memfd carries the shrink seal (so mapping `len` bytes of it is safe forever).
 pub fn is_size_sealed(file: &File) -> bool {

@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 
 use accio_core::{
     Access, Addr, Capabilities, Endpoint, Error, Mark, MemView, Progress, Region, RemoteMap,
-    Result, RmaFlags, Side, Window,
+    Result, RmaFlags, Side, Window, PAGE,
 };
 
 use crate::frame::{Header, Hello, MAX_RMA};
@@ -444,7 +444,30 @@ impl Endpoint for TcpEndpoint {
                 format!("a window of {len} bytes exceeds the tcp backend's {MAX_RMA}-byte limit"),
             ));
         }
-        let view = MemView::whole(Arc::new(Region::anonymous(len)?));
+        self.register_view(&MemView::whole(Arc::new(Region::anonymous(len)?)), access)
+    }
+
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window> {
+        let s = self.s();
+        s.check_open()?;
+        let len = view.len();
+        if len == 0 || !view.start().is_multiple_of(PAGE) {
+            return Err(Error::invalid(
+                "register_view",
+                format!(
+                    "a window must start on a page boundary and hold at least 1 byte \
+                     (got {len} bytes at byte {:#x} of its region)",
+                    view.start()
+                ),
+            ));
+        }
+        if len as u64 > MAX_RMA {
+            return Err(Error::invalid(
+                "register_view",
+                format!("a window of {len} bytes exceeds the tcp backend's {MAX_RMA}-byte limit"),
+            ));
+        }
+        let view = view.clone();
         let window = {
             let mut space = write(&s.windows);
             let offset = space.alloc.allocate(len);

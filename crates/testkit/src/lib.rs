@@ -20,7 +20,8 @@
 //! - [`rejection`]: out-of-window and wrong-access RMA fail with precise errors and leave
 //!   every byte of the target untouched.
 //! - [`caps`]: advertised capabilities are honest (`map_remote`, `cpu_free_rma`).
-//! - [`registration`]: page-aligned, guarded, zeroed, never-reused windows.
+//! - [`registration`]: page-aligned, guarded, zeroed, never-reused windows; views of the
+//!   caller's memory registered on one endpoint after another.
 //! - [`connection`]: address and connection errors, 64 concurrent endpoints.
 //! - [`process`]: endpoints in two OS processes (the `accio-conformance-peer` binary), and
 //!   peer death by `SIGKILL`: the survivor fails with `PeerGone` within one second and no
@@ -60,7 +61,7 @@ pub use process::{
     cpu_free_rma_with_stopped_peer_process, peer_death_during_recv, peer_death_during_rma,
     peer_death_during_send, peer_death_seen_by_polling, two_processes_echo, two_processes_rma,
 };
-pub use registration::{registration_layout, unregister_rules};
+pub use registration::{registered_views, registration_layout, unregister_rules};
 pub use rejection::{access_is_enforced, fence_signal_arguments, out_of_window_is_rejected};
 pub use rma::{big_rma, fence_ordering, fence_signal_local_and_remote, rma_content};
 
@@ -205,6 +206,7 @@ macro_rules! __with_suite_list {
             cpu_free_rma_needs_no_peer_cpu,
             registration_layout,
             unregister_rules,
+            registered_views,
             local_and_peer_addrs,
             connect_to_nobody_fails_fast,
             accept_times_out,

@@ -2,10 +2,13 @@
 
 use std::time::Duration;
 
-use accio::{Access, ErrorKind, RmaFlags, PAGE};
+use std::sync::Arc;
+
+use accio::{Access, ErrorKind, MemView, Region, RmaFlags, PAGE};
 
 use crate::harness::{
-    assert_window, fill_window, guarded, ok, share_window, sync_point, window_bytes, Isolation,
+    assert_window, expect_err, expect_text, fill_window, guarded, ok, share_window, sync_point,
+    window_bytes, Isolation,
 };
 use crate::Backend;
 
@@ -146,5 +149,117 @@ pub fn unregister_rules(b: &Backend) {
         // The handle keeps the memory.
         ok(w.write_at(5, b"still mapped"), "write_at after unregister");
         assert_eq!(window_bytes(&w, 5, 12), b"still mapped");
+    });
+}
+
+/// `register_view` exposes the caller's memory itself, not a copy: a peer's writes land in
+/// the view's bytes, and the same pages, withdrawn from one endpoint and registered on
+/// another, keep their contents (nothing is zeroed). Views that do not start on a page
+/// boundary, or are empty, are refused; private memory is either accepted (and works) or
+/// refused with a reason naming `Region::shareable`.
+pub fn registered_views(b: &Backend) {
+    let b = b.clone();
+    guarded("registered_views", secs(20), Isolation::Shared, move || {
+        let pool = Arc::new(ok(
+            Region::shareable(3 * PAGE, "accio-test-pool", true),
+            "Region::shareable",
+        ));
+        let page = |i: usize| MemView::sub(pool.clone(), i * PAGE, PAGE).expect("in the pool");
+        let pool_bytes = |i: usize| {
+            let mut v = vec![0u8; PAGE];
+            ok(page(i).read_at(0, &mut v), "read_at on the pool");
+            v
+        };
+
+        // First lent to one peer, which writes it.
+        let (x1, y1) = b.pair();
+        let (x1, y1) = (&*x1, &*y1);
+        let w1 = ok(
+            x1.register_view(&page(1), Access::READ_WRITE),
+            "register_view",
+        );
+        assert_eq!(w1.len(), PAGE, "window length is the view's");
+        let r1 = share_window(x1, y1, &w1);
+        let src = ok(y1.register(PAGE, Access::READ_WRITE), "register");
+        fill_window(&src, 21);
+        ok(
+            y1.write_to(src.offset(), PAGE, r1, RmaFlags::SYNC),
+            "peer write_to",
+        );
+        assert_eq!(
+            pool_bytes(1),
+            window_bytes(&src, 0, PAGE),
+            "the peer's write_to did not land in the registered view's memory"
+        );
+        assert!(
+            pool_bytes(0).iter().chain(&pool_bytes(2)).all(|&b| b == 0),
+            "a write to the window touched pool pages outside the view"
+        );
+        ok(x1.unregister(w1.offset()), "unregister");
+
+        // Then lent to another peer: same bytes, no zeroing, and its writes land too.
+        let (x2, y2) = b.pair();
+        let (x2, y2) = (&*x2, &*y2);
+        let w2 = ok(
+            x2.register_view(&page(1), Access::READ_WRITE),
+            "register_view again",
+        );
+        let r2 = share_window(x2, y2, &w2);
+        let mut seen = vec![0u8; PAGE];
+        ok(
+            y2.vread_from(&mut seen, r2, RmaFlags::SYNC),
+            "peer vread_from",
+        );
+        assert_eq!(
+            seen,
+            pool_bytes(1),
+            "the second peer does not see the pool's bytes"
+        );
+        let dst = ok(y2.register(PAGE, Access::READ_WRITE), "register");
+        fill_window(&dst, 22);
+        ok(
+            y2.write_to(dst.offset(), PAGE, r2, RmaFlags::SYNC),
+            "peer write_to",
+        );
+        assert_window(&w2, 22, None, "window after the second peer's write");
+        assert_eq!(
+            pool_bytes(1),
+            window_bytes(&w2, 0, PAGE),
+            "window and pool disagree"
+        );
+
+        // Refusals.
+        let skewed = MemView::sub(pool.clone(), 8, PAGE).expect("in the pool");
+        let e = expect_err(
+            x2.register_view(&skewed, Access::READ),
+            ErrorKind::InvalidArgument,
+            "register_view of a view off a page boundary",
+        );
+        expect_text(&e, &["page boundary"], "register_view off a page boundary");
+        let empty = MemView::sub(pool.clone(), PAGE, 0).expect("in the pool");
+        expect_err(
+            x2.register_view(&empty, Access::READ),
+            ErrorKind::InvalidArgument,
+            "register_view of an empty view",
+        );
+        let private = MemView::whole(Arc::new(ok(Region::anonymous(PAGE), "anonymous")));
+        match x2.register_view(&private, Access::READ_WRITE) {
+            Ok(w) => {
+                let r = share_window(x2, y2, &w);
+                ok(
+                    y2.write_to(dst.offset(), PAGE, r, RmaFlags::SYNC),
+                    "write_to private",
+                );
+                assert_window(&w, 22, None, "private memory registered as a view");
+            }
+            Err(e) => {
+                assert_eq!(e.kind(), ErrorKind::InvalidArgument, "{e}");
+                expect_text(
+                    &e,
+                    &["Region::shareable"],
+                    "register_view of private memory",
+                );
+            }
+        }
     });
 }

@@ -143,9 +143,11 @@ impl Endpoint for MockEp {
         }
     }
     fn register(&self, len: usize, access: Access) -> Result<Window> {
-        let region = Arc::new(Region::anonymous(len)?);
-        let off = self.mine.alloc.lock().unwrap().allocate(len);
-        let w = Window::new(MemView::whole(region), off, access);
+        self.register_view(&MemView::whole(Arc::new(Region::anonymous(len)?)), access)
+    }
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window> {
+        let off = self.mine.alloc.lock().unwrap().allocate(view.len());
+        let w = Window::new(view.clone(), off, access);
         self.mine.windows.lock().unwrap().insert(off, w.clone());
         Ok(w)
     }
