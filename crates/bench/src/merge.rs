@@ -6,9 +6,10 @@
 //! # What is measured
 //!
 //! - **merge** (`metric = "merge"`): producers connect and prepare their data (an
-//!   S-byte in-memory buffer, like the seed's `TMemFile`); once the merger has registered
+//!   S-byte in-memory buffer, like the seed's `TMemFile`); once the merger has lent them
 //!   the slots they asked for at connect (one-time setup, like creating the naive
-//!   alternative's files, which is untimed too), all start together; each
+//!   alternative's files, which is untimed too; the merger faults its whole budget in
+//!   when it starts listening, before that), all start together; each
 //!   writes its F blocks with `write_block` (over shm: one copy into the merger's slot,
 //!   committed with a small message; over tcp: the bytes cross the socket once) and
 //!   finishes; the clock stops when `Merger::close` has written the index and, on a

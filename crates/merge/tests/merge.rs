@@ -437,3 +437,90 @@ fn close_within_cuts_off_a_producer_that_never_finishes() {
         std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
     }
 }
+
+#[test]
+fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks() {
+    use accio_merge::wire::{Msg, ANY_PRODUCER, PROTOCOL};
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    let path = tmp("rogue");
+    let slot = 64 << 10;
+    // One slot in all: whoever writes after the rogue gets the slot the rogue had.
+    let merger = Merger::builder()
+        .budget(slot)
+        .slot_bytes(slot)
+        .on_event(|_| {})
+        .listen(&addr("shm", "rogue"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+
+    // The rogue: says hello, takes the slot, maps it, then breaks the protocol.
+    let ep = accio::connect(&a, Duration::from_secs(5)).unwrap();
+    let (mut tx, mut rx) = (Vec::new(), Vec::new());
+    let mut say = |m: Msg| {
+        tx.clear();
+        m.encode(&mut tx);
+        ep.send(&tx).unwrap();
+    };
+    say(Msg::Hello {
+        version: PROTOCOL,
+        producer: ANY_PRODUCER,
+    });
+    say(Msg::Acquire);
+    let mut offset = None;
+    while offset.is_none() {
+        ep.recv(&mut rx).unwrap();
+        if let Msg::Grant { offset: o, .. } = Msg::decode(&rx).unwrap() {
+            offset = Some(o);
+        }
+    }
+    let map = ep.map_remote(offset.unwrap(), slot).unwrap();
+    say(Msg::Commit {
+        slot: 999,
+        seq: 0,
+        len: 1,
+        crc: 0,
+        kind: 0,
+    });
+    wait_for(|| merger.stats().dropped == 1);
+
+    // Still running, it scribbles over the memory it was lent, all the time.
+    let stop = Arc::new(AtomicBool::new(false));
+    let scribbler = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::Relaxed) {
+                map.fill(0xEE);
+            }
+        })
+    };
+    let mut p = Producer::connect(&a).unwrap();
+    let id = p.id();
+    let blocks = 50u64;
+    for seq in 0..blocks {
+        let data = payload(id, seq, slot);
+        let mut buf = p.buffer().unwrap();
+        buf.as_mut_slice().copy_from_slice(&data);
+        // Give a scribbler time to strike between the fill and the merger's write.
+        std::thread::sleep(Duration::from_micros(200));
+        buf.commit(data.len()).unwrap();
+    }
+    p.finish().unwrap();
+    stop.store(true, Ordering::Relaxed);
+    scribbler.join().unwrap();
+    drop(ep);
+    let s = merger.close().unwrap();
+    assert_eq!((s.stats.finished, s.stats.dropped), (1, 1), "{:?}", s.stats);
+    let r = ContainerReader::open(&path).unwrap();
+    assert!(r.verify().unwrap().is_whole());
+    assert_eq!(r.blocks().len() as u64, blocks);
+    for b in r.blocks() {
+        assert_eq!(
+            r.read_payload(b).unwrap(),
+            payload(id, b.header.seq, slot),
+            "block {} was written over by the dropped producer",
+            b.header.seq
+        );
+    }
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
