@@ -215,7 +215,7 @@ impl std::str::FromStr for Placement {
 }
 
 /// Settings of a [`CommCache`].
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct CacheConfig {
     geometry: Geometry,
     placement: Placement,
@@ -226,18 +226,6 @@ pub struct CacheConfig {
     flush_timeout: Option<Duration>,
 }
 
-impl Default for CacheConfig {
-    fn default() -> Self {
-        CacheConfig {
-            geometry: Geometry::default(),
-            placement: Placement::default(),
-            transfer: Transfer::default(),
-            in_flight: None,
-            checked: None,
-            flush_timeout: None,
-        }
-    }
-}
 
 /// Who copies an evicted way's scattered lines into the peer window (see the
 /// [module docs](self)); contiguous lines always go as one RMA.
