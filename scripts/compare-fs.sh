@@ -29,11 +29,17 @@
 # The loop device is set up with --direct-io=on, so that a cold read on it reaches the disk
 # instead of the host's page cache of the image file (drop_caches empties both anyway).
 #
-# Usage: scripts/compare-fs.sh [--reps N] [--size SIZE] [--threads "1 2"] [--accio PATH] [--out DIR]
+# With --control, fio runs in accio's place too (an A/A test: the same schedule, warm-ups
+# and alternation, fio against itself). Its table is the noise floor of the comparison on
+# this machine: a row that fio cannot hold within ±10% of itself says nothing about accio.
+#
+# Usage: scripts/compare-fs.sh [--reps N] [--size SIZE] [--threads "1 2"] [--control]
+#                              [--accio PATH] [--out DIR]
 #   --reps N        repetitions (default 5)
 #   --size SIZE     file size per thread, fio syntax (default 1G; small files make
 #                   fio's millisecond runtimes coarse)
 #   --threads LIST  thread counts, space-separated (default "1 2")
+#   --control       fio in both columns (see above); skips the summary table
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
 #   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # Needs root (loop device, ramfs, drop_caches), fio, jq, mkfs.ext4, losetup.
@@ -45,11 +51,13 @@ SIZE=1G
 THREADS="1 2"
 ACCIO=""
 OUT=""
+CONTROL=0
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) REPS="$2"; shift 2 ;;
         --size) SIZE="$2"; shift 2 ;;
         --threads) THREADS="$2"; shift 2 ;;
+        --control) CONTROL=1; shift ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
@@ -137,9 +145,17 @@ fio_run() {
 MODES="write write+sync cold-read re-read"
 declare -A A F   # samples: A[fs/n/mode]="x y z"
 
-# accio bench fs for the comma-separated MODES with N threads in DIR; adds to A.
+# accio bench fs for the comma-separated MODES with N threads in DIR; adds to A. With
+# --control, fio instead, with its files in DIR/ctl.
 accio_run() {
     local modes=$1 n=$2 dir=$3 m v
+    if [ "$CONTROL" -eq 1 ]; then
+        mkdir -p "$dir/ctl"
+        for m in ${modes//,/ }; do
+            A[$fs/$n/$m]+="$(fio_run "$m" "$n" "$dir/ctl") "
+        done
+        return
+    fi
     "$ACCIO" bench fs "$dir" --threads "$n" --file-size "$SIZE" --record-size 4M \
         --repeats 1 --modes "$modes" --json "$OUT/accio.json" >/dev/null 2>>"$OUT/accio.log"
     for m in ${modes//,/ }; do
@@ -170,7 +186,7 @@ for rep in $(seq "$REPS"); do
             for m in cold-read re-read; do
                 F[$fs/$n/$m]+="$(fio_run "$m" "$n" "$dir/fio") "
             done
-            rm -f "$dir"/fio/fio.*
+            rm -f "$dir"/fio/fio.* "$dir"/ctl/fio.*
         done
     done
 done
@@ -179,9 +195,10 @@ done
 stats() { printf '%s\n' $1 | sort -g | awk '{v[NR]=$1} END {m=(NR%2)?v[(NR+1)/2]:(v[NR/2]+v[NR/2+1])/2; printf "%.3f %.3f %.3f\n", m, v[1], v[NR]}'; }
 fmt() { set -- $1; printf '%.2f (%.2f–%.2f)' "$1" "$2" "$3"; }
 
+TOOL=accio; [ "$CONTROL" -eq 1 ] && TOOL="fio (control)"
 echo
-echo "accio bench fs vs fio, GB/s: median (min–max) over $REPS runs; file size $SIZE per thread, 4M records"
-printf '%-9s %-7s %-11s %-22s %-22s %-8s %s\n' "fs" "threads" "mode" "accio" "fio" "accio/fio" "within ±10%"
+echo "$TOOL vs fio, GB/s: median (min–max) over $REPS runs; file size $SIZE per thread, 4M records"
+printf '%-9s %-7s %-11s %-22s %-22s %-8s %s\n' "fs" "threads" "mode" "${TOOL%% *}" "fio" "ratio" "within ±10%"
 for fs in shm ext4; do
     for n in $THREADS; do
         for m in $MODES; do
@@ -194,6 +211,7 @@ for fs in shm ext4; do
     done
 done
 
+[ "$CONTROL" -eq 1 ] && exit 0
 echo
 echo "accio bench fs /dev/shm (tmpfs) + ramfs + ext4 loop, threads $(echo $THREADS | tr ' ' ,), $SIZE per thread:"
 "$ACCIO" bench fs "$SHM" "$RAMFS" "$EXT4" --threads "$(echo $THREADS | tr ' ' ,)" --file-size "$SIZE" \
