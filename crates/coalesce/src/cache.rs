@@ -226,7 +226,6 @@ pub struct CacheConfig {
     flush_timeout: Option<Duration>,
 }
 
-
 /// Who copies an evicted way's scattered lines into the peer window (see the
 /// [module docs](self)); contiguous lines always go as one RMA.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]

@@ -67,7 +67,8 @@ const LIVENESS_TICK: Duration = Duration::from_millis(50);
 /// (one `poll` system call): often enough that a polling loop sees a killed peer well within
 /// a second, rarely enough that polling stays free of system calls almost always.
 const POLL_PROBE_NS: u64 = 10_000_000;
-/// Control-socket record: kind, access, offset, len.
+/// Control-socket record: kind, access, window offset, length, and where the window starts
+/// in the memory object sent with it.
 const CTL_RECORD: usize = 32;
 const CTL_WINDOW: u32 = 1;
 /// First bytes of the connect hello.
