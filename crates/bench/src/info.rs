@@ -147,6 +147,21 @@ pub struct CpuInfo {
     pub sockets: Option<usize>,
 }
 
+impl CpuInfo {
+    /// The model and its counts: `Xeon Gold 6338 (128 logical CPUs, 64 cores, 2 sockets)`.
+    pub fn describe(&self) -> String {
+        let counts = match (self.physical_cores, self.sockets) {
+            (Some(c), Some(s)) => format!(
+                "{} logical CPUs, {c} cores, {s} socket{}",
+                self.logical_cpus,
+                if s == 1 { "" } else { "s" }
+            ),
+            _ => format!("{} logical CPUs", self.logical_cpus),
+        };
+        format!("{} ({counts})", self.model)
+    }
+}
+
 /// One NUMA node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -521,15 +536,7 @@ impl NodeInfo {
             "host     {} (Linux {})\n",
             self.hostname, self.kernel
         ));
-        let cores = match (self.cpu.physical_cores, self.cpu.sockets) {
-            (Some(c), Some(s)) => format!(
-                "{} logical CPUs, {c} cores, {s} socket{}",
-                self.cpu.logical_cpus,
-                if s == 1 { "" } else { "s" }
-            ),
-            _ => format!("{} logical CPUs", self.cpu.logical_cpus),
-        };
-        out.push_str(&format!("cpu      {} ({cores})\n", self.cpu.model));
+        out.push_str(&format!("cpu      {}\n", self.cpu.describe()));
         out.push_str(&format!("memory   {}\n", gib(self.memory_bytes)));
         if self.numa.is_empty() {
             out.push_str("numa     no NUMA information\n");

@@ -11,10 +11,10 @@ use std::time::Duration;
 
 use accio::Progress;
 use accio_merge::container::{recover, ContainerOptions, ContainerReader, Layout};
-use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
+use accio_merge::{ContainerSink, Merger, Producer, SyncPolicy};
 
 mod common;
-use common::{payload, test_dir};
+use common::{connect_as, payload, test_dir};
 
 struct Kid {
     child: Child,
@@ -72,14 +72,7 @@ fn child_main() {
     match role.as_str() {
         // Writes BLOCKS blocks, waits for their acks, then dies in the middle of a buffer.
         "victim" => {
-            let mut p = Producer::connect_with(
-                &var("ADDR"),
-                ProducerOptions {
-                    id: Some(99),
-                    ..Default::default()
-                },
-            )
-            .unwrap();
+            let mut p = connect_as(&var("ADDR"), 99);
             let blocks: u64 = var("BLOCKS").parse().unwrap();
             for seq in 0..blocks {
                 p.write_block(&payload(99, seq, 60_000)).unwrap();
@@ -191,14 +184,7 @@ fn killed_merger_leaves_every_acknowledged_block_recoverable() {
         .map(|id| {
             let (addr, acked) = (addr.clone(), acked.clone());
             std::thread::spawn(move || {
-                let mut p = Producer::connect_with(
-                    &addr,
-                    ProducerOptions {
-                        id: Some(id),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                let mut p = connect_as(&addr, id);
                 for seq in 0.. {
                     if p.write_block(&payload(id, seq, 40_000)).is_err() {
                         break;
@@ -302,14 +288,7 @@ fn full_file_system_gives_producers_a_clear_error_and_keeps_the_file_valid() {
         .map(|id| {
             let addr = addr.clone();
             std::thread::spawn(move || {
-                let mut p = Producer::connect_with(
-                    &addr,
-                    ProducerOptions {
-                        id: Some(id),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                let mut p = connect_as(&addr, id);
                 let mut err = None;
                 for seq in 0..100 {
                     if let Err(e) = p.write_block(&payload(id, seq, 60_000)) {

@@ -9,7 +9,7 @@ use accio_merge::container::{split_records, BlockKind, ContainerOptions, Contain
 use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy};
 
 mod common;
-use common::{payload, tmp};
+use common::{connect_as, payload, tmp};
 
 fn addr(backend: &str, name: &str) -> String {
     match backend {
@@ -57,14 +57,7 @@ fn many_threads_into_one_file(backend: &str) {
         .map(|id| {
             let a = a.clone();
             std::thread::spawn(move || {
-                let mut p = Producer::connect_with(
-                    &a,
-                    accio_merge::ProducerOptions {
-                        id: Some(id),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                let mut p = connect_as(&a, id);
                 assert_eq!(p.id(), id);
                 assert_eq!(p.is_zero_copy(), a.starts_with("shm"));
                 for seq in 0..blocks {
@@ -118,14 +111,7 @@ fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
         .map(|id| {
             let a = a.clone();
             std::thread::spawn(move || {
-                let mut p = Producer::connect_with(
-                    &a,
-                    accio_merge::ProducerOptions {
-                        id: Some(id),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                let mut p = connect_as(&a, id);
                 for seq in 0..blocks {
                     p.write_block(&payload(id, seq, 60_000)).unwrap();
                 }

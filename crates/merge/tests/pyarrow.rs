@@ -12,12 +12,10 @@ use accio_merge::arrow_reexports::arrow_array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use accio_merge::arrow_reexports::arrow_schema::{DataType, Field, Schema, SchemaRef};
-use accio_merge::{
-    ArrowIpcSink, Merger, ParquetOptions, ParquetSink, Producer, ProducerOptions, Sink,
-};
+use accio_merge::{ArrowIpcSink, Merger, ParquetOptions, ParquetSink, Producer, Sink};
 
 mod common;
-use common::tmp;
+use common::{connect_as, tmp};
 
 const PRODUCERS: i32 = 3;
 const BATCHES: i64 = 4;
@@ -60,14 +58,7 @@ fn merge(addr: &str, sink: Box<dyn Sink>) -> accio_merge::MergeSummary {
         .map(|p| {
             let a = a.clone();
             std::thread::spawn(move || {
-                let mut prod = Producer::connect_with(
-                    &a,
-                    ProducerOptions {
-                        id: Some(p as u32),
-                        ..Default::default()
-                    },
-                )
-                .unwrap();
+                let mut prod = connect_as(&a, p as u32);
                 for b in 0..BATCHES {
                     prod.write_batch(&batch(p, b)).unwrap();
                 }

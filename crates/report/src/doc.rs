@@ -378,17 +378,8 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
     let human = accio_bench::fs::probe::human_bytes;
     let mut blocks = Vec::new();
     let mut t = Table::new(&["", ""], &[]);
-    let cores = match (info.cpu.physical_cores, info.cpu.sockets) {
-        (Some(c), Some(s)) => format!(
-            "{} logical CPUs, {c} cores, {s} socket{}",
-            info.cpu.logical_cpus,
-            if s == 1 { "" } else { "s" }
-        ),
-        _ => format!("{} logical CPUs", info.cpu.logical_cpus),
-    };
     t.rows.push(vec!["host".into(), info.hostname.clone()]);
-    t.rows
-        .push(vec!["cpu".into(), format!("{} ({cores})", info.cpu.model)]);
+    t.rows.push(vec!["cpu".into(), info.cpu.describe()]);
     t.rows.push(vec!["memory".into(), human(info.memory_bytes)]);
     t.rows.push(vec![
         "NUMA".into(),

@@ -127,6 +127,20 @@ impl TcpEndpoint {
             .map(|_| ())
     }
 
+    /// Windows hold 1 byte up to the largest RMA a frame can carry.
+    fn window_len(op: &'static str, len: usize) -> Result<()> {
+        if len == 0 {
+            return Err(Error::invalid(op, "a window needs at least 1 byte"));
+        }
+        if len as u64 > MAX_RMA {
+            return Err(Error::invalid(
+                op,
+                format!("a window of {len} bytes exceeds the tcp backend's {MAX_RMA}-byte limit"),
+            ));
+        }
+        Ok(())
+    }
+
     fn nonzero(op: &'static str, len: usize) -> Result<()> {
         if len == 0 {
             return Err(Error::invalid(op, "length is 0"));
@@ -433,17 +447,9 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn register(&self, len: usize, access: Access) -> Result<Window> {
-        let s = self.s();
-        s.check_open()?;
-        if len == 0 {
-            return Err(Error::invalid("register", "a window needs at least 1 byte"));
-        }
-        if len as u64 > MAX_RMA {
-            return Err(Error::invalid(
-                "register",
-                format!("a window of {len} bytes exceeds the tcp backend's {MAX_RMA}-byte limit"),
-            ));
-        }
+        self.s().check_open()?;
+        // Checked before the memory is mapped.
+        Self::window_len("register", len)?;
         self.register_view(&MemView::whole(Arc::new(Region::anonymous(len)?)), access)
     }
 
@@ -451,20 +457,14 @@ impl Endpoint for TcpEndpoint {
         let s = self.s();
         s.check_open()?;
         let len = view.len();
-        if len == 0 || !view.start().is_multiple_of(PAGE) {
+        Self::window_len("register_view", len)?;
+        if !view.start().is_multiple_of(PAGE) {
             return Err(Error::invalid(
                 "register_view",
                 format!(
-                    "a window must start on a page boundary and hold at least 1 byte \
-                     (got {len} bytes at byte {:#x} of its region)",
+                    "a window must start on a page boundary (got byte {:#x} of its region)",
                     view.start()
                 ),
-            ));
-        }
-        if len as u64 > MAX_RMA {
-            return Err(Error::invalid(
-                "register_view",
-                format!("a window of {len} bytes exceeds the tcp backend's {MAX_RMA}-byte limit"),
             ));
         }
         let view = view.clone();

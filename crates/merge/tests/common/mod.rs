@@ -32,3 +32,15 @@ pub fn payload(p: u32, seq: u64, len: usize) -> Vec<u8> {
     }
     v
 }
+
+/// A producer connected to `addr` under id `id`.
+pub fn connect_as(addr: &str, id: u32) -> accio_merge::Producer {
+    accio_merge::Producer::connect_with(
+        addr,
+        accio_merge::ProducerOptions {
+            id: Some(id),
+            ..Default::default()
+        },
+    )
+    .unwrap()
+}
