@@ -402,6 +402,11 @@ fn a_peer_that_ignores_its_credit_is_a_protocol_error() {
     // The first message may exceed what is left (the window is empty); the second may not.
     raw.send(&Header::message(2000), &[1; 2000]);
     raw.send(&Header::message(2000), &[2; 2000]);
+    // Receive only once the endpoint has judged both: a `recv` of the first message before
+    // the second is read would return its credit and make the second legal. The endpoint
+    // shuts the socket down on the protocol error, which the raw peer sees as its end.
+    let mut rest = Vec::new();
+    raw.s.read_to_end(&mut rest).unwrap();
     let mut buf = Vec::new();
     ep.recv_timeout(&mut buf, Some(T)).unwrap();
     assert_eq!(buf, [1; 2000]);
