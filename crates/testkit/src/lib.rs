@@ -54,8 +54,9 @@ pub use connection::{
     listen_twice_is_addr_in_use, local_and_peer_addrs, sixty_four_concurrent_endpoints,
 };
 pub use messages::{
-    concurrent_senders_and_receivers, message_order_and_integrity, nonblocking_calls,
-    one_gib_message, peer_close_is_peer_gone,
+    concurrent_senders_and_receivers, message_order_and_integrity,
+    messages_sent_before_a_close_arrive, nonblocking_calls, one_gib_message,
+    peer_close_is_peer_gone,
 };
 pub use process::{
     cpu_free_rma_with_stopped_peer_process, peer_death_during_recv, peer_death_during_rma,
@@ -194,6 +195,7 @@ macro_rules! __with_suite_list {
             nonblocking_calls,
             one_gib_message,
             peer_close_is_peer_gone,
+            messages_sent_before_a_close_arrive,
             rma_content,
             big_rma,
             fence_ordering,
