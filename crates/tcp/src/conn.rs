@@ -194,10 +194,24 @@ struct Pending {
     deadline: Instant,
 }
 
+/// How far a pending connection's greeting has come.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Greeting {
+    /// Nothing has arrived yet.
+    Nothing,
+    /// Part of it arrived: its socket stays readable, so it is looked at again on a short
+    /// tick instead of polled (which would return at once, and spin).
+    Partial,
+    /// All of it arrived, or the peer closed or failed, or sent something else (the
+    /// handshake then reports why): it can be read without waiting.
+    Ready,
+}
+
+/// How often connections with a partial greeting are looked at again.
+const PARTIAL_GREETING_TICK: Duration = Duration::from_millis(5);
+
 impl Pending {
-    /// Whether the greeting can be read without waiting: all of it has arrived, or the
-    /// peer closed or failed (the handshake then reports why).
-    fn ready(&self) -> bool {
+    fn greeting(&self) -> Greeting {
         let mut buf = [0u8; HELLO_LEN];
         // SAFETY: `buf` is valid for HELLO_LEN bytes; MSG_PEEK leaves the data queued.
         let n = unsafe {
@@ -210,14 +224,18 @@ impl Pending {
         };
         if n < 0 {
             let e = io::Error::last_os_error();
-            return !matches!(
-                e.kind(),
-                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted
-            );
+            return match e.kind() {
+                io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Greeting::Nothing,
+                _ => Greeting::Ready,
+            };
         }
         let n = n as usize;
         let m = n.min(MAGIC.len());
-        n == 0 || n >= HELLO_LEN || buf[..m] != MAGIC[..m]
+        if n == 0 || n >= HELLO_LEN || buf[..m] != MAGIC[..m] {
+            Greeting::Ready
+        } else {
+            Greeting::Partial
+        }
     }
 }
 
@@ -308,7 +326,10 @@ impl TcpListener {
             // The first connection whose greeting is complete (or hopeless) is greeted back;
             // one silent past its handshake deadline is dropped with the reason.
             let now = Instant::now();
-            if let Some(i) = pending.iter().position(|p| p.deadline <= now || p.ready()) {
+            let greetings: Vec<Greeting> = pending.iter().map(Pending::greeting).collect();
+            if let Some(i) = (0..pending.len())
+                .find(|&i| pending[i].deadline <= now || greetings[i] == Greeting::Ready)
+            {
                 let p = pending.swap_remove(i);
                 drop(pending);
                 return self.greet(p);
@@ -318,6 +339,9 @@ impl TcpListener {
                 .map(|p| p.deadline.saturating_duration_since(now))
                 .min()
                 .unwrap_or(Duration::from_secs(3600));
+            if greetings.contains(&Greeting::Partial) {
+                wait = wait.min(PARTIAL_GREETING_TICK);
+            }
             if let Some(d) = deadline {
                 let left = d.saturating_duration_since(now);
                 if left.is_zero() {
@@ -330,7 +354,13 @@ impl TcpListener {
                 wait = wait.min(left);
             }
             let mut fds = vec![self.inner.as_raw_fd()];
-            fds.extend(pending.iter().map(|p| p.stream.as_raw_fd()));
+            fds.extend(
+                pending
+                    .iter()
+                    .zip(&greetings)
+                    .filter(|(_, g)| **g == Greeting::Nothing)
+                    .map(|(p, _)| p.stream.as_raw_fd()),
+            );
             sys::poll_any_readable(&fds, wait)
                 .map_err(|e| Error::io("poll", self.local.to_string(), e))?;
         }
