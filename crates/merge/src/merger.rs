@@ -82,6 +82,10 @@ pub const DEFAULT_CREDIT: u32 = 2;
 const ROUND_MSGS: usize = 8;
 /// How long the merger waits for room in a producer's message queue before dropping it.
 const SEND_PATIENCE: Duration = Duration::from_secs(1);
+/// How long the merger tries to tell a producer it is being dropped: long enough to ride
+/// out a send lock held for a moment (tcp's `try_send` would block then), short enough
+/// that a peer which stopped reading holds the other producers up only briefly.
+const LAST_WORD_PATIENCE: Duration = Duration::from_millis(100);
 /// How often an idle connection is probed for liveness.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// Longest idle sleep of the progress thread.
@@ -571,6 +575,18 @@ enum Why {
 impl Conn {
     fn granted(&self) -> u32 {
         self.slots.iter().filter(|s| s.granted).count() as u32
+    }
+}
+
+/// Tells a producer about to be dropped why, best effort: the connection goes either way,
+/// so a peer that is gone or does not read within [`LAST_WORD_PATIENCE`] is not told.
+fn send_last_word(ep: &dyn Endpoint, msg: &[u8]) {
+    let start = Instant::now();
+    while let Ok(Progress::WouldBlock) = ep.try_send(msg) {
+        if start.elapsed() >= LAST_WORD_PATIENCE {
+            return;
+        }
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -1111,7 +1127,7 @@ impl Core {
                     reason: reason.clone(),
                 }
                 .encode(&mut self.tx);
-                let _ = c.ep.try_send(&self.tx);
+                send_last_word(&*c.ep, &self.tx);
             }
             c.drop_reason = Some(Why::Gone(reason.clone()));
         }
@@ -1144,7 +1160,7 @@ impl Core {
                         reason: format!("merge protocol error: {r}"),
                     }
                     .encode(&mut tx);
-                    let _ = c.ep.try_send(&tx);
+                    send_last_word(&*c.ep, &tx);
                     (self.shared.events)(&Event::Dropped {
                         peer: match c.producer {
                             Some(p) => format!("producer {p} at {}", c.peer),
