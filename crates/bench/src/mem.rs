@@ -351,7 +351,8 @@ mod tests {
     fn threaded_memcpy_gives_positive_samples() {
         let v = memcpy_threads_gbps(64 << 10, 2, 3, Duration::from_millis(2)).unwrap();
         assert_eq!(v.len(), 3);
-        assert!(v.iter().all(|&g| g > 0.01 && g.is_finite()), "{v:?}");
+        // Any positive rate: a thread descheduled for a few ms makes a tiny sample slow.
+        assert!(v.iter().all(|&g| g > 0.0 && g.is_finite()), "{v:?}");
     }
 
     #[test]

@@ -1227,10 +1227,9 @@ mod tests {
             let writing = f.params["merger_writing_share"].as_f64().unwrap();
             assert!(writing > 0.0 && writing <= 1.0, "{writing}");
             let idle = f.params["merger_idle_share"].as_f64().unwrap();
-            assert!(
-                (0.0..=1.0).contains(&(writing + idle)),
-                "{writing} + {idle}"
-            );
+            // An idle sleep under way when the clock starts counts whole: up to 0.5 ms,
+            // more on a loaded machine, which shows in a run of a few ms like this one.
+            assert!(idle >= 0.0 && writing + idle <= 1.25, "{writing} + {idle}");
             assert!(f.params["merger_write_gbps"].as_f64().unwrap() >= f.summary.min);
             if let Some(on_cpu) = f.params["merger_on_cpu_share"].as_f64() {
                 assert!(on_cpu > 0.0 && on_cpu <= 1.05, "{on_cpu}");

@@ -349,11 +349,13 @@ fn inserts_outside_the_window_or_off_a_line_are_refused_and_cache_nothing() {
 #[test]
 fn flush_waits_for_the_applier_and_fails_when_the_receiver_is_gone() {
     let (tx, rx) = pair("shm");
+    let (go, wait) = std::sync::mpsc::channel::<()>();
     let receiver = std::thread::spawn(move || {
         let win = rx.register(1 << 16, Access::WRITE).unwrap();
         Applier::new(&*rx, win).announce().unwrap();
-        // Never applies anything: closes instead.
-        std::thread::sleep(Duration::from_millis(50));
+        // Never applies anything: closes instead, once the cache is set up (which
+        // registers its own window with the peer, so needs it alive).
+        let _ = wait.recv();
         drop(rx);
     });
     let remote = RemoteWindow::receive(&*tx, Some(WAIT)).unwrap();
@@ -361,6 +363,7 @@ fn flush_waits_for_the_applier_and_fails_when_the_receiver_is_gone() {
     let mut cache = CommCache::new(&*tx, remote, cfg).unwrap();
     cache.insert(0, &[1; 64]).unwrap();
     cache.insert(128, &[1; 64]).unwrap(); // a hole: the way goes as a message
+    go.send(()).unwrap();
     receiver.join().unwrap();
     let e = cache.flush().unwrap_err();
     let inner = e.endpoint_error_kind();

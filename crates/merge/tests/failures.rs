@@ -7,7 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, ChildStdout, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use accio::Progress;
 use accio_merge::container::{recover, ContainerOptions, ContainerReader, Layout};
@@ -196,11 +196,14 @@ fn killed_merger_leaves_every_acknowledged_block_recoverable() {
             })
         })
         .collect();
-    // Let them write a while, then kill the merger mid-stream.
-    for _ in 0..500 {
-        if acked.lock().unwrap().iter().all(|&a| a >= 20) {
-            break;
-        }
+    // Let them write a while (however slow the machine), then kill the merger mid-stream.
+    let start = Instant::now();
+    while !acked.lock().unwrap().iter().all(|&a| a >= 20) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "20 acknowledged blocks each never came: {:?}",
+            acked.lock().unwrap()
+        );
         std::thread::sleep(Duration::from_millis(10));
     }
     merger.kill9();
