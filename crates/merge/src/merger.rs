@@ -140,6 +140,17 @@ pub enum Event {
         /// What it did wrong.
         reason: String,
     },
+    /// Slots that a producer dropped for a protocol error may still write could not be
+    /// replaced with fresh memory: they stay out of use, and the budget is that many
+    /// slots smaller from now on.
+    SlotsWithheld {
+        /// The dropped peer.
+        peer: String,
+        /// How many slots.
+        slots: usize,
+        /// Why fresh memory could not be had.
+        reason: String,
+    },
     /// The sink failed; every later commit is refused.
     SinkFailed {
         /// The error, naming the file and the cause.
@@ -159,6 +170,11 @@ impl fmt::Display for Event {
                 "producer {producer} lost after {blocks} blocks ({reason}); its uncommitted slots were reclaimed"
             ),
             Event::Dropped { peer, reason } => write!(f, "dropped connection from {peer}: {reason}"),
+            Event::SlotsWithheld { peer, slots, reason } => write!(
+                f,
+                "{slots} slot(s) that {peer} may still write stay out of use, the budget \
+                 shrinks by as much: fresh memory for them failed: {reason}"
+            ),
             Event::SinkFailed { reason } => write!(f, "output failed, refusing further blocks: {reason}"),
         }
     }
@@ -1198,16 +1214,27 @@ impl Core {
     /// broke the protocol (and may still be running, with them mapped) get fresh memory.
     fn return_slots(&mut self, c: &Conn) {
         let broke = matches!(c.drop_reason, Some(Why::Protocol(_)));
+        let mut withheld = (0, String::new());
         for s in &c.slots {
             if broke {
                 match new_slot(self.slot_bytes) {
                     Ok(fresh) => self.pool[s.pool] = fresh,
                     // Out of memory: the slot stays out of the pool (the budget shrinks
                     // by one slot) rather than lend memory a stranger may write.
-                    Err(_) => continue,
+                    Err(e) => {
+                        withheld = (withheld.0 + 1, e.to_string());
+                        continue;
+                    }
                 }
             }
             self.free.push(s.pool);
+        }
+        if withheld.0 > 0 {
+            (self.shared.events)(&Event::SlotsWithheld {
+                peer: c.peer.clone(),
+                slots: withheld.0,
+                reason: withheld.1,
+            });
         }
     }
 
