@@ -151,15 +151,29 @@ impl CoalesceArgs {
 
 /// Runs the coalescing bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: CoalesceArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    run_with(args, rec, &mut |l| eprintln!("coalesce: {l}"), true)
+}
+
+/// Runs the coalescing bench with its progress lines going to `progress`; `standalone`
+/// also prints the tables on stdout and the closing line on stderr (the default suite
+/// prints its own summary instead).
+pub(crate) fn run_with(
+    args: CoalesceArgs,
+    rec: &mut Recorder,
+    progress: &mut dyn FnMut(&str),
+    standalone: bool,
+) -> anyhow::Result<()> {
     let opts = args.options()?;
-    let result = coalesce::run(&opts, rec, &mut |l| eprintln!("coalesce: {l}"));
-    // Tables of whatever was measured, also when the run failed part-way.
-    let tables = coalesce::render_tables(rec.report());
-    if !tables.is_empty() {
-        print!("\n{tables}");
-    }
-    if let Some(p) = &args.common.json {
-        eprintln!("coalesce: results written to {}", p.display());
+    let result = coalesce::run(&opts, rec, progress);
+    if standalone {
+        // Tables of whatever was measured, also when the run failed part-way.
+        let tables = coalesce::render_tables(rec.report());
+        if !tables.is_empty() {
+            print!("\n{tables}");
+        }
+        if let Some(p) = &args.common.json {
+            eprintln!("coalesce: results written to {}", p.display());
+        }
     }
     result.context("accio bench coalesce")
 }

@@ -167,6 +167,18 @@ pub struct ProducerArgs {
 /// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
 /// `--json FILE`.
 pub fn run(args: MergeArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    run_with(args, rec, &mut |l| eprintln!("{l}"), true)
+}
+
+/// Runs the merge bench with its progress lines going to `progress`; `standalone` also
+/// prints the table and checks on stdout and the closing line on stderr (the default
+/// suite prints its own summary instead).
+pub(crate) fn run_with(
+    args: MergeArgs,
+    rec: &mut Recorder,
+    progress: &mut dyn FnMut(&str),
+    standalone: bool,
+) -> anyhow::Result<()> {
     let program = std::env::current_exe()
         .context("finding the accio executable to start producer processes")?;
     let command = ProducerCommand {
@@ -180,20 +192,22 @@ pub fn run(args: MergeArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     let mut result = Ok(());
     for size in sizes {
         let bench = args.bench(size, command.clone());
-        if let Err(e) = bench.run(rec, &mut |l| eprintln!("{l}")) {
+        if let Err(e) = bench.run(rec, progress) {
             result = Err(e);
             break;
         }
     }
-    let table = merge::render_table(rec.report());
-    if !table.is_empty() {
-        print!("\n{table}");
-        for line in merge::checks(rec.report()) {
-            println!("{line}");
+    if standalone {
+        let table = merge::render_table(rec.report());
+        if !table.is_empty() {
+            print!("\n{table}");
+            for line in merge::checks(rec.report()) {
+                println!("{line}");
+            }
         }
-    }
-    if let Some(p) = &args.common.json {
-        eprintln!("merge: results written to {}", p.display());
+        if let Some(p) = &args.common.json {
+            eprintln!("merge: results written to {}", p.display());
+        }
     }
     result.context("accio bench merge")
 }

@@ -9,7 +9,9 @@
 //! - `report.md`, `report.html`: written at the end, also after a bench failed or Ctrl-C.
 //!
 //! On a terminal each bench shows a bar with its ETA, sized from the bench's plan
-//! (figures, or for fs bytes moved); elsewhere the benches' own progress lines are printed.
+//! (figures, or for fs bytes moved), or for merge and coalesce, whose plans depend on the
+//! machine, a spinner with the latest figure; elsewhere the benches' progress lines are
+//! printed under a header per bench.
 //! A bench that fails is reported, the others still run, and the command exits non-zero at
 //! the end. Presets: `--quick` (the fewest sizes that still give every headline figure,
 //! under a minute on a 2-core VM), the default (full memory and transport sweeps, the
@@ -148,14 +150,6 @@ impl Progress {
                 }
             }
             b.inc(units);
-        }
-    }
-
-    /// Runs `f` with the bar hidden: for benches that print their own progress.
-    fn hidden<T>(&self, f: impl FnOnce() -> T) -> T {
-        match &self.bar {
-            Some(b) => b.suspend(f),
-            None => f(),
         }
     }
 
@@ -353,22 +347,26 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         outcomes.push(finish(p, "transport", r, &rec));
     }
 
-    // merge and coalesce report no progress to a callback: their own output shows.
+    // merge and coalesce: a spinner whose message is the latest figure.
     if !interrupted {
         let p = Progress::start(tty, 4, steps, "merge", 0);
-        let r =
-            p.hidden(|| bench_merge::run(bench_merge::MergeArgs::default_suite(&common), &mut rec));
+        let r = bench_merge::run_with(
+            bench_merge::MergeArgs::default_suite(&common),
+            &mut rec,
+            &mut |line| p.line(line),
+            false,
+        );
         outcomes.push(finish(p, "merge", r, &rec));
         interrupted |= accio_bench::fs::cancel::sigint_received();
     }
     if !interrupted {
         let p = Progress::start(tty, 5, steps, "coalesce", 0);
-        let r = p.hidden(|| {
-            bench_coalesce::run(
-                bench_coalesce::CoalesceArgs::default_suite(&common),
-                &mut rec,
-            )
-        });
+        let r = bench_coalesce::run_with(
+            bench_coalesce::CoalesceArgs::default_suite(&common),
+            &mut rec,
+            &mut |line| p.line(line),
+            false,
+        );
         outcomes.push(finish(p, "coalesce", r, &rec));
         interrupted |= accio_bench::fs::cancel::sigint_received();
     }
