@@ -82,9 +82,9 @@ pub const DEFAULT_CREDIT: u32 = 2;
 const ROUND_MSGS: usize = 8;
 /// How long the merger waits for room in a producer's message queue before dropping it.
 const SEND_PATIENCE: Duration = Duration::from_secs(1);
-/// How long the merger tries to tell a producer it is being dropped: long enough to ride
-/// out a send lock held for a moment (tcp's `try_send` would block then), short enough
-/// that a peer which stopped reading holds the other producers up only briefly.
+/// How long the merger tries to tell the producers it drops in one pass why: long enough
+/// to ride out a send lock held for a moment (tcp's `try_send` would block then), short
+/// enough that peers which stopped reading hold the others up only briefly.
 const LAST_WORD_PATIENCE: Duration = Duration::from_millis(100);
 /// How often an idle connection is probed for liveness.
 const PROBE_EVERY: Duration = Duration::from_millis(100);
@@ -595,11 +595,11 @@ impl Conn {
 }
 
 /// Tells a producer about to be dropped why, best effort: the connection goes either way,
-/// so a peer that is gone or does not read within [`LAST_WORD_PATIENCE`] is not told.
-fn send_last_word(ep: &dyn Endpoint, msg: &[u8]) {
-    let start = Instant::now();
+/// so a peer that is gone, or does not take the message by `until` (shared by everyone
+/// dropped in one pass, see [`LAST_WORD_PATIENCE`]), is not told.
+fn send_last_word(ep: &dyn Endpoint, msg: &[u8], until: Instant) {
     while let Ok(Progress::WouldBlock) = ep.try_send(msg) {
-        if start.elapsed() >= LAST_WORD_PATIENCE {
+        if Instant::now() >= until {
             return;
         }
         std::thread::sleep(Duration::from_micros(50));
@@ -1136,6 +1136,7 @@ impl Core {
             return;
         }
         let reason = "the merger closed before this producer finished".to_string();
+        let until = Instant::now() + LAST_WORD_PATIENCE;
         for c in self.conns.values_mut().filter(|c| c.drop_reason.is_none()) {
             if !c.done {
                 self.tx.clear();
@@ -1143,7 +1144,7 @@ impl Core {
                     reason: reason.clone(),
                 }
                 .encode(&mut self.tx);
-                send_last_word(&*c.ep, &self.tx);
+                send_last_word(&*c.ep, &self.tx, until);
             }
             c.drop_reason = Some(Why::Gone(reason.clone()));
         }
@@ -1159,6 +1160,7 @@ impl Core {
         if dead.is_empty() {
             return;
         }
+        let until = Instant::now() + LAST_WORD_PATIENCE;
         for key in dead {
             let c = self.conns.remove(&key).expect("dead connection");
             self.return_slots(&c);
@@ -1176,7 +1178,7 @@ impl Core {
                         reason: format!("merge protocol error: {r}"),
                     }
                     .encode(&mut tx);
-                    send_last_word(&*c.ep, &tx);
+                    send_last_word(&*c.ep, &tx, until);
                     (self.shared.events)(&Event::Dropped {
                         peer: match c.producer {
                             Some(p) => format!("producer {p} at {}", c.peer),
