@@ -390,6 +390,13 @@ impl ShmEndpoint {
         Ok(())
     }
 
+    /// Makes everything the peer wrote before it marked itself closed visible here (the
+    /// Acquire pairs with its Release of the closed word), for a last look at the ring
+    /// after `gone` was found set, perhaps by another thread with a relaxed store.
+    fn see_peer_close(&self) {
+        self.link.closed(1 - self.side).load(Ordering::Acquire);
+    }
+
     /// For non-blocking calls that would block: [`ShmEndpoint::check_alive`], but at most
     /// once per [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring
     /// simply stays empty) without a system call on every turn.
@@ -429,6 +436,7 @@ impl ShmEndpoint {
             if let Err(gone) = self.check_alive() {
                 // The peer may have made us ready just before it went (a last message,
                 // then close): what it did before going still counts.
+                self.see_peer_close();
                 return if ready() { Ok(()) } else { Err(gone) };
             }
             let mut tick = LIVENESS_TICK;
@@ -770,6 +778,7 @@ impl Endpoint for ShmEndpoint {
             // A peer that sent its last message and closed between the look above and the
             // probe: the message is delivered first (the probe marked the endpoint gone,
             // so with the ring empty this is the peer-gone error).
+            self.see_peer_close();
             return self.recv_locked(&mut rx, buf, None, false);
         }
         Ok(r)
