@@ -667,7 +667,23 @@ impl MergeBench {
                 wait * 100.0
             ))
         ));
-        rec.push(fig).map_err(MergeBenchError::Record)
+        rec.push(fig).map_err(MergeBenchError::Record)?;
+        // The merger's promise, checkable where it runs alone in its process.
+        let allowed = self.budget as u64 + (64 << 20);
+        if placement == Placement::Processes && rss > allowed {
+            warn(
+                rec,
+                log,
+                format!(
+                    "merge {}: the merger's peak RSS, {}, is above its budget of {} + 64 MiB \
+                     ({backend}, {p} producer processes)",
+                    info.path.display(),
+                    probe::human_bytes(rss),
+                    probe::human_bytes(self.budget as u64)
+                ),
+            )?;
+        }
+        Ok(())
     }
 
     fn merge_once(

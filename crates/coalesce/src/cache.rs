@@ -1266,9 +1266,10 @@ mod tests {
     #[test]
     fn flush_async_overlaps_passes_and_wait_returns_once_acknowledged() {
         let (tx, rx) = pair("shm");
-        let len = 32 << 10; // the cache's capacity: no evictions, dense ways at each flush
-                            // The applier starts late, so the second pass finds the one spare buffer gone and
-                            // must wait for a returned one (a prompt applier could return them all in time).
+        // The cache's capacity: no evictions, dense ways at each flush. The applier starts
+        // late, so the second pass finds the one spare buffer gone and must wait for a
+        // returned one (a prompt applier could return them all in time).
+        let len = 32 << 10;
         let server = serve(rx, len, Duration::from_millis(300));
         let remote = RemoteWindow::receive(&*tx, Some(WAIT)).unwrap();
         let g = Geometry {
