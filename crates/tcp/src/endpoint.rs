@@ -447,8 +447,9 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn register(&self, len: usize, access: Access) -> Result<Window> {
+        // Both checked before the memory is mapped and faulted in (`register_view` checks
+        // them again, for callers that come with their own memory).
         self.s().check_open()?;
-        // Checked before the memory is mapped.
         Self::window_len("register", len)?;
         self.register_view(&MemView::whole(Arc::new(Region::anonymous(len)?)), access)
     }

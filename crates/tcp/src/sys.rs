@@ -212,6 +212,7 @@ pub(crate) fn poll_any_readable(fds: &[RawFd], timeout: Duration) -> io::Result<
             revents: 0,
         })
         .collect();
+    // Round up, so that a sub-millisecond rest does not turn into a busy loop.
     let ms = timeout.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int;
     // SAFETY: `ps` holds `ps.len()` valid pollfds.
     let r = unsafe { libc::poll(ps.as_mut_ptr(), ps.len() as libc::nfds_t, ms) };

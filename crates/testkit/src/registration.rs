@@ -1,8 +1,7 @@
 //! Registration: where windows go, what they hold, and what `unregister` accepts.
 
-use std::time::Duration;
-
 use std::sync::Arc;
+use std::time::Duration;
 
 use accio::{Access, ErrorKind, MemView, Region, RmaFlags, PAGE};
 
