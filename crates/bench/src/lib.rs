@@ -16,12 +16,6 @@
 
 pub mod coalesce;
 pub mod fs;
-pub mod info;
 pub mod mem;
 pub mod merge;
-pub mod model;
-pub mod size;
-pub mod stats;
-pub mod table;
 pub mod transport;
-pub mod warnings;

@@ -16,9 +16,9 @@ use std::time::{Duration, Instant};
 
 use accio::{copy_bytes, Region};
 
-use crate::model::{Figure, Recorder, Report, Unit};
-use crate::size::format_size;
-use crate::table::{fmt3, render};
+use accio_results::model::{Figure, Recorder, Unit};
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
 /// Single-thread copy bandwidth of `size`-byte copies in GB/s (10^9 B/s): `samples` batches,
 /// each running for about `batch` of wall time. Uses the same copy routine as accio's data
@@ -250,7 +250,7 @@ impl MemBench {
     /// Combinations whose buffers (2 x size x threads) would take more than half of
     /// `MemAvailable` are skipped with a warning.
     pub fn run(&self, rec: &mut Recorder, log: &mut dyn FnMut(&str)) -> io::Result<()> {
-        let avail = crate::fs::probe::mem_available();
+        let avail = accio_results::node::probe::mem_available();
         for &size in &self.sizes {
             for &n in &self.threads {
                 let need = 2 * size * n as u64;
@@ -259,7 +259,7 @@ impl MemBench {
                         "mem: skipped {} x {n} threads: {} of buffers is more than half of \
                          the available memory",
                         format_size(size),
-                        crate::fs::probe::human_bytes(need)
+                        accio_results::size::human_bytes(need)
                     );
                     log(&format!("warning: {w}"));
                     rec.warn(w)?;
@@ -294,46 +294,6 @@ impl MemBench {
     }
 }
 
-/// The `mem` figures as a table: one row per size, one column per thread count, each cell
-/// `median (min–max)` in GB/s of bytes copied.
-pub fn mem_table(report: &Report) -> String {
-    let figs: Vec<&Figure> = report.select("mem", "memcpy").collect();
-    let num = |f: &Figure, k: &str| f.params.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    let mut sizes: Vec<u64> = figs.iter().map(|f| num(f, "size")).collect();
-    let mut threads: Vec<u64> = figs.iter().map(|f| num(f, "threads")).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    threads.sort_unstable();
-    threads.dedup();
-    let headers: Vec<String> = std::iter::once("size".to_string())
-        .chain(
-            threads
-                .iter()
-                .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" })),
-        )
-        .collect();
-    let rows: Vec<Vec<String>> = sizes
-        .iter()
-        .map(|&s| {
-            std::iter::once(format_size(s))
-                .chain(threads.iter().map(|&t| {
-                    figs.iter()
-                        .rev()
-                        .find(|f| num(f, "size") == s && num(f, "threads") == t)
-                        .map_or("-".into(), |f| crate::fs::median_range(&f.summary))
-                }))
-                .collect()
-        })
-        .collect();
-    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut out = render(&h, &rows);
-    out.push_str(
-        "memcpy GB/s = 10^9 bytes copied per second, median (min–max); memory traffic is twice \
-         that (read + write)\n",
-    );
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -353,28 +313,5 @@ mod tests {
         assert_eq!(v.len(), 3);
         // Any positive rate: a thread descheduled for a few ms makes a tiny sample slow.
         assert!(v.iter().all(|&g| g > 0.0 && g.is_finite()), "{v:?}");
-    }
-
-    #[test]
-    fn mem_table_rows_are_sizes_and_columns_threads() {
-        let mut r = Report::new();
-        for (s, t, v) in [
-            (65536u64, 1usize, 10.0),
-            (65536, 2, 19.0),
-            (1 << 20, 1, 8.0),
-        ] {
-            r.figures.push(
-                Figure::new("mem", "memcpy", Unit::GBps, vec![v, v - 1.0, v + 1.0])
-                    .unwrap()
-                    .param("size", s)
-                    .param("threads", t),
-            );
-        }
-        let t = mem_table(&r);
-        let lines: Vec<&str> = t.lines().collect();
-        assert_eq!(lines[0], "size  1 thread          2 threads");
-        assert_eq!(lines[2], " 64K  10.0 (9.00–11.0)  19.0 (18.0–20.0)");
-        assert_eq!(lines[3], "  1M  8.00 (7.00–9.00)                 -");
-        assert!(lines[4].contains("traffic is twice"));
     }
 }

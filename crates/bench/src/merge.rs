@@ -57,10 +57,11 @@ use serde_json::Value;
 pub use accio_merge as service;
 use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
 
-use crate::fs::{probe, FsBench, FsInfo, Mode};
-use crate::model::{CeilingSource, Figure, Recorder, Report, Unit};
-use crate::size::format_size;
-use crate::table::{self, fmt3};
+use crate::fs::{FsBench, FsInfo, Mode};
+use accio_results::model::{CeilingSource, Figure, Recorder, Report, Unit};
+use accio_results::node::probe;
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
 /// Where producers run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -427,8 +428,8 @@ impl MergeBench {
                             "merge {}: {p} x {f} x {} = {} does not fit ({} free); skipped",
                             target.display(),
                             format_size(self.buffer_bytes as u64),
-                            probe::human_bytes(total),
-                            probe::human_bytes(room)
+                            accio_results::size::human_bytes(total),
+                            accio_results::size::human_bytes(room)
                         ),
                     )?;
                     continue;
@@ -601,7 +602,7 @@ impl MergeBench {
             stats = Some(r.stats);
         }
         // Where the merger thread's time went, for the run with the median throughput.
-        let mid = crate::stats::median_index(&samples).expect("at least one repeat");
+        let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
         let (writing, idle, sched) = (writing[mid], idle[mid], sched[mid]);
         let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
         let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
@@ -657,7 +658,7 @@ impl MergeBench {
                     " ({:.0}% of the ceiling)",
                     r * 100.0
                 )),
-            probe::human_bytes(rss),
+            accio_results::size::human_bytes(rss),
             writing * 100.0,
             fmt3(write_gbps),
             idle * 100.0,
@@ -677,8 +678,8 @@ impl MergeBench {
                     "merge {}: the merger's peak RSS, {}, is above its budget of {} + 64 MiB \
                      ({backend}, {p} producer processes)",
                     info.path.display(),
-                    probe::human_bytes(rss),
-                    probe::human_bytes(self.budget as u64)
+                    accio_results::size::human_bytes(rss),
+                    accio_results::size::human_bytes(self.budget as u64)
                 ),
             )?;
         }
@@ -1106,70 +1107,6 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
     Ok(())
 }
 
-/// The merge figures of `report` as a table: throughput beside the ceiling, the share of
-/// the time the merger thread spent writing (and its rate meanwhile), the naive
-/// alternative, and the merger's peak RSS against its budget.
-pub fn render_table(report: &Report) -> String {
-    let mut rows = Vec::new();
-    for f in report.select("merge", "merge") {
-        let c = f.ceiling.as_ref();
-        let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
-        let budget = f.param_u64("budget_bytes").unwrap_or(0);
-        let naive = f.param_f64("naive_gbps");
-        rows.push(vec![
-            f.param_str("path"),
-            if f.param_str("sync") == "true" {
-                "sync".into()
-            } else {
-                "-".into()
-            },
-            f.param_str("backend"),
-            f.param_str("placement"),
-            f.param_str("producers"),
-            format!(
-                "{}x{}",
-                f.param_str("buffers"),
-                format_size(f.param_u64("buffer_bytes").unwrap_or(0))
-            ),
-            crate::fs::median_range(&f.summary),
-            c.map_or("-".into(), |c| fmt3(c.value)),
-            c.and_then(|c| c.ratio)
-                .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
-            match (
-                f.param_f64("merger_writing_share"),
-                f.param_f64("merger_write_gbps"),
-            ) {
-                (Some(share), Some(rate)) => format!("{:.0}% at {}", share * 100.0, fmt3(rate)),
-                _ => "-".into(),
-            },
-            naive.map_or("-".into(), fmt3),
-            format!("{}", rss >> 20),
-            format!("{}", budget >> 20),
-        ]);
-    }
-    if rows.is_empty() {
-        return String::new();
-    }
-    table::render(
-        &[
-            "path",
-            "sync",
-            "backend",
-            "producers as",
-            "P",
-            "F x S",
-            "GB/s",
-            "ceiling",
-            "of ceiling",
-            "merger writing",
-            "naive GB/s",
-            "merger RSS MiB",
-            "budget MiB",
-        ],
-        &rows,
-    )
-}
-
 /// Ratios the issue asks for, from one report: shm vs tcp at equal parameters, and the
 /// merger's RSS against its budget. One line each.
 pub fn checks(report: &Report) -> Vec<String> {
@@ -1257,7 +1194,7 @@ mod tests {
             }
         }
         assert_eq!(r.select("merge", "naive").count(), 1);
-        let t = render_table(r);
+        let t = accio_report::text::merge::render_table(r);
         assert!(
             t.contains("shm") && t.contains("tcp") && t.contains("merger writing"),
             "{t}"

@@ -9,7 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use accio_bench::fs::{CacheDrop, Engine, FsBench, FsError, FsOutcome, Mode, MAX_RESIDENT};
-use accio_bench::model::{CeilingSource, Figure, Recorder, Report};
+use accio_results::model::{CeilingSource, Figure, Recorder, Report};
 
 const MIB: u64 = 1 << 20;
 

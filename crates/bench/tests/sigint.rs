@@ -5,7 +5,7 @@
 use std::path::Path;
 
 use accio_bench::fs::{cancel, FsBench, FsError};
-use accio_bench::model::Recorder;
+use accio_results::model::Recorder;
 
 #[test]
 fn sigint_interrupts_the_run_and_removes_test_files() {

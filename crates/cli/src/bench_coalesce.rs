@@ -9,8 +9,8 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use accio_bench::coalesce::{self, GeometrySpec, Options, Pattern, Placement, Transfer};
-use accio_bench::model::Recorder;
-use accio_bench::size::parse_size;
+use accio_results::model::Recorder;
+use accio_results::size::parse_size;
 
 use crate::common::CommonArgs;
 

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 
 use accio_bench::fs::{self, CacheDrop, Engine, FsBench, FsError, Mode};
 use accio_bench::mem::{self, MemBench};
-use accio_bench::model::Recorder;
-use accio_bench::size::parse_size;
+use accio_results::model::Recorder;
+use accio_results::size::parse_size;
 use anyhow::Context;
 
 use crate::common::CommonArgs;
@@ -231,14 +231,14 @@ pub(crate) fn run_fs_with(
     let result = bench.run(rec, log);
     // Tables of whatever was measured, also after an interruption or a failed path.
     let report = rec.report();
-    let paths = fs::fs_paths(report);
+    let paths = accio_report::text::fs::fs_paths(report);
     if tables {
         for p in &paths {
-            println!("{}", fs::path_table(report, p));
+            println!("{}", accio_report::text::fs::path_table(report, p));
         }
         if !paths.is_empty() {
             println!("Summary (after Colfax 2014, Table 1)");
-            println!("{}", fs::summary_table(report));
+            println!("{}", accio_report::text::fs::summary_table(report));
         }
     }
     for dir in &args.remove_after {
@@ -314,7 +314,7 @@ pub(crate) fn run_mem_with(
     }
     bench.run(rec, log).context("measuring memcpy bandwidth")?;
     if tables {
-        println!("{}", mem::mem_table(rec.report()));
+        println!("{}", accio_report::text::mem::mem_table(rec.report()));
     }
     Ok(())
 }

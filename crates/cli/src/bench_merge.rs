@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use accio_bench::merge::{self, MergeBench, Placement, ProducerCommand, ProducerConfig};
-use accio_bench::model::Recorder;
+use accio_results::model::Recorder;
 
 use crate::common::CommonArgs;
 
@@ -67,7 +67,7 @@ fn parse_placement(s: &str) -> Result<Placement, String> {
 }
 
 fn parse_size(s: &str) -> Result<u64, String> {
-    accio_bench::size::parse_size(s)
+    accio_results::size::parse_size(s)
 }
 
 impl MergeArgs {
@@ -198,7 +198,7 @@ pub(crate) fn run_with(
         }
     }
     if standalone {
-        let table = merge::render_table(rec.report());
+        let table = accio_report::text::merge::render_table(rec.report());
         if !table.is_empty() {
             print!("\n{table}");
             for line in merge::checks(rec.report()) {

@@ -7,8 +7,8 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use accio_bench::model::Recorder;
 use accio_bench::transport::{self, Options, PeerCommand, PeerConfig};
+use accio_results::model::Recorder;
 
 use crate::common::CommonArgs;
 

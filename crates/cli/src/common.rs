@@ -2,8 +2,8 @@
 
 use std::path::PathBuf;
 
-use accio_bench::model::Recorder;
-use accio_bench::size::parse_sizes;
+use accio_results::model::Recorder;
+use accio_results::size::parse_sizes;
 use anyhow::Context as _;
 
 /// Flags shared by every `accio bench` subcommand.

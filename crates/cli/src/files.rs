@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use anyhow::Context as _;
 
-use accio_bench::fs::probe::human_bytes;
 use accio_bench::merge::service::container::{
     recover, ContainerReader, Layout, ProducerStats, Verification,
 };
-use accio_bench::table;
+use accio_report::text::table;
+use accio_results::size::human_bytes;
 
 /// Arguments of `accio inspect`.
 #[derive(clap::Args, Debug)]

@@ -2,8 +2,8 @@
 
 use std::path::{Path, PathBuf};
 
-use accio_bench::info::NodeInfo;
-use accio_bench::model::Report;
+use accio_results::model::Report;
+use accio_results::node::NodeInfo;
 use anyhow::Context as _;
 
 /// Arguments of `accio info`.
@@ -27,7 +27,7 @@ pub struct ReportArgs {
 /// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
 pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {
     let info = NodeInfo::detect();
-    print!("{}", info.render());
+    print!("{}", accio_report::text::info::node(&info));
     if let Some(p) = &args.json {
         write_json(p, &info)?;
         eprintln!("info: written to {}", p.display());
@@ -52,7 +52,7 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
             .filter(|p| !p.as_os_str().is_empty())
             .map_or_else(|| PathBuf::from("."), Path::to_path_buf),
     };
-    let new: Vec<String> = accio_bench::warnings::analyze(&report)
+    let new: Vec<String> = accio_report::warnings::analyze(&report)
         .into_iter()
         .map(|w| w.text)
         .collect();
@@ -70,7 +70,7 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accio_bench::model::{Figure, Unit};
+    use accio_results::model::{Figure, Unit};
 
     #[test]
     fn report_rerenders_next_to_the_results_and_rejects_other_json() {

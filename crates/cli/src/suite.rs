@@ -22,9 +22,9 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use accio_bench::info::NodeInfo;
-use accio_bench::model::Recorder;
 use accio_bench::transport::{BenchError, Event};
+use accio_results::model::Recorder;
+use accio_results::node::NodeInfo;
 use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
@@ -372,7 +372,7 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     }
 
     // Post-hoc warnings, then the pages.
-    accio_bench::warnings::apply(&mut rec)
+    accio_report::warnings::apply(&mut rec)
         .with_context(|| format!("writing {}", results.display()))?;
     let written = accio_report::write(rec.report(), &dir)?;
     if let Some(json) = &common.json {

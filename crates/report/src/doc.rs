@@ -4,12 +4,14 @@
 
 use std::collections::BTreeMap;
 
-use accio_bench::fs::Mode;
-use accio_bench::info::NodeInfo;
-use accio_bench::model::{distinct_param, CeilingSource, Figure, Report, Unit};
-use accio_bench::size::format_size;
-use accio_bench::table::fmt3;
-use accio_bench::transport::{fmt_small, SEED_004_CONNECT_US, SEED_004_REGISTER_US};
+use accio_results::metric::fs::Mode;
+use accio_results::metric::transport::{SEED_004_CONNECT_US, SEED_004_REGISTER_US};
+use accio_results::model::{distinct_param, CeilingSource, Figure, Report, Unit};
+use accio_results::node::NodeInfo;
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
+
+use crate::text::transport::fmt_small;
 use serde_json::Value;
 
 use crate::summary;
@@ -290,7 +292,7 @@ pub fn document(report: &Report) -> Document {
             host.hostname,
             host.cpu,
             host.cores,
-            accio_bench::fs::probe::human_bytes(host.memory_bytes),
+            accio_results::size::human_bytes(host.memory_bytes),
             if host.kernel.is_empty() {
                 String::new()
             } else {
@@ -349,7 +351,7 @@ fn node_section(report: &Report) -> Section {
             vec!["cpu".into(), format!("{} ({} CPUs)", h.cpu, h.cores)],
             vec![
                 "memory".into(),
-                accio_bench::fs::probe::human_bytes(h.memory_bytes),
+                accio_results::size::human_bytes(h.memory_bytes),
             ],
             vec!["kernel".into(), h.kernel.clone()],
         ];
@@ -375,11 +377,12 @@ fn node_section(report: &Report) -> Section {
 
 /// The node facts as blocks (also what `accio info` would print, in tables).
 pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
-    let human = accio_bench::fs::probe::human_bytes;
+    let human = accio_results::size::human_bytes;
     let mut blocks = Vec::new();
     let mut t = Table::new(&["", ""], &[]);
     t.rows.push(vec!["host".into(), info.hostname.clone()]);
-    t.rows.push(vec!["cpu".into(), info.cpu.describe()]);
+    t.rows
+        .push(vec!["cpu".into(), crate::text::info::cpu(&info.cpu)]);
     t.rows.push(vec!["memory".into(), human(info.memory_bytes)]);
     t.rows.push(vec![
         "NUMA".into(),
@@ -440,7 +443,7 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
             &["GB/s now", "GB/s max"],
         );
         for d in &linked {
-            let link = |l: Option<&accio_bench::info::Link>| match l {
+            let link = |l: Option<&accio_results::node::Link>| match l {
                 Some(l) => (
                     format!(
                         "{} x{} ({} GT/s, {})",
@@ -600,7 +603,7 @@ fn yes_no(f: &Figure, key: &str) -> String {
 /// Colfax's Table 1 (2014): one column per file system; properties, then each mode at one
 /// thread and at its best thread count.
 fn fs_summary(report: &Report, paths: &[String]) -> Table {
-    let human = accio_bench::fs::probe::human_bytes;
+    let human = accio_results::size::human_bytes;
     let figs: Vec<Vec<&Figure>> = paths
         .iter()
         .map(|p| {

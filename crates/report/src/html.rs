@@ -4,7 +4,7 @@
 //! (`#accio-rendered`), which the headless-browser test reads to know that the page's
 //! script ran without error.
 
-use accio_bench::model::Report;
+use accio_results::model::Report;
 
 use crate::doc::{document, Block, Table};
 use crate::svg::esc;

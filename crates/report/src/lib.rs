@@ -1,12 +1,12 @@
 //! # accio-report
 //!
-//! Renders accio's results — one [`Report`] (the JSON written by `accio bench`, see
+//! Renders accio's results (the `accio-results` model; this crate depends on nothing else of accio) — one [`Report`] (the JSON written by `accio bench`, see
 //! `docs/RESULTS.md`) — as Markdown tables and as one self-contained HTML page with plots.
 //! The JSON stays the truth: both exporters read only the [`Report`], so `accio report
 //! RESULTS.json` draws the same pages from a saved file.
 //!
 //! ```
-//! use accio_bench::model::{CeilingSource, Figure, Report, Unit};
+//! use accio_results::model::{CeilingSource, Figure, Report, Unit};
 //!
 //! let mut report = Report::new();
 //! for (size, gbps) in [(4096u64, 3.1), (2 << 20, 9.4)] {
@@ -27,6 +27,8 @@
 //! - [`markdown`] and [`html`]: the two exporters, built on one [`doc::Document`].
 //! - [`summary`]: the headline figures (also printed by `accio bench` at the end of a run).
 //! - [`svg`]: the plots, hand-written SVG (why not a plotting crate: see its docs).
+//! - [`text`]: the plain-text tables the CLI prints, one module per bench.
+//! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
 //! - [`write`]: both files into a folder.
 
 pub mod doc;
@@ -34,10 +36,12 @@ pub mod html;
 pub mod markdown;
 pub mod summary;
 pub mod svg;
+pub mod text;
+pub mod warnings;
 
 use std::path::{Path, PathBuf};
 
-use accio_bench::model::Report;
+use accio_results::model::Report;
 
 pub use html::html;
 pub use markdown::markdown;

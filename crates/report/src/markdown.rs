@@ -1,7 +1,7 @@
 //! The Markdown exporter: the [`Document`](crate::doc::Document) as GitHub-flavoured
 //! Markdown tables. Plots are named, not drawn (they are in the HTML page).
 
-use accio_bench::model::Report;
+use accio_results::model::Report;
 
 use crate::doc::{document, Block, Table};
 

@@ -8,9 +8,10 @@
 //! coalesce, ...) the best figure of each metric, leaving out baselines (merge's naive
 //! alternative, coalesce's large-message ceiling).
 
-use accio_bench::model::{Figure, Report};
-use accio_bench::size::format_size;
-use accio_bench::transport::fmt_small;
+use accio_results::model::{Figure, Report};
+use accio_results::size::format_size;
+
+use crate::text::transport::fmt_small;
 
 use crate::doc::{ceiling_cell, figure_table, is_fs_bench, med_range, ratio_cell, Table};
 
@@ -233,7 +234,7 @@ pub fn text(report: &Report) -> String {
             ]
         })
         .collect();
-    accio_bench::table::render(
+    crate::text::table::render(
         &["figure", "median (min–max)", "ceiling", "of ceiling"],
         &rows,
     )
@@ -242,7 +243,7 @@ pub fn text(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accio_bench::model::{CeilingSource, Unit};
+    use accio_results::model::{CeilingSource, Unit};
 
     fn fig(bench: &str, metric: &str, unit: Unit, v: f64) -> Figure {
         Figure::new(bench, metric, unit, vec![v * 0.9, v, v * 1.1]).unwrap()

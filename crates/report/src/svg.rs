@@ -11,7 +11,7 @@
 
 use std::fmt::Write as _;
 
-use accio_bench::size::format_size;
+use accio_results::size::format_size;
 
 /// Okabe–Ito colours (distinguishable with every common colour-vision deficiency), the
 /// yellow left out for contrast on white.
@@ -581,12 +581,12 @@ impl Heatmap {
                         let t = shade(*v);
                         (
                             ramp(t),
-                            accio_bench::table::fmt3(*v),
+                            accio_results::num::fmt3(*v),
                             format!(
                                 "{} → {}: {} {}",
                                 self.labels[i],
                                 self.labels[j],
-                                accio_bench::table::fmt3(*v),
+                                accio_results::num::fmt3(*v),
                                 self.unit
                             ),
                         )

@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use accio_bench::model::Report;
+use accio_results::model::Report;
 
 fn chromium() -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;

@@ -11,7 +11,7 @@
 
 use std::path::{Path, PathBuf};
 
-use accio_bench::model::Report;
+use accio_results::model::Report;
 
 fn data(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))

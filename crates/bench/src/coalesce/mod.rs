@@ -50,7 +50,7 @@
 //!
 //! ```no_run
 //! use accio_bench::coalesce::{self, Options};
-//! use accio_bench::model::Recorder;
+//! use accio_results::model::Recorder;
 //!
 //! let mut opts = Options::quick();
 //! opts.backends = vec!["shm".into()];
@@ -60,7 +60,6 @@
 //! ```
 
 pub mod pattern;
-mod render;
 
 use std::fmt;
 use std::str::FromStr;
@@ -74,27 +73,13 @@ use accio_coalesce::{
     RemoteWindow,
 };
 
-use crate::model::{CeilingSource, Figure, Recorder, Unit};
-use crate::size::{format_size, parse_size};
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::size::{format_size, parse_size};
 
 pub use accio_coalesce::{Placement, Transfer};
+pub use accio_report::text::coalesce::{describe, render_tables, summary_lines};
+pub use accio_results::metric::coalesce::{self as metric, BENCH};
 pub use pattern::Pattern;
-pub use render::{describe, render_tables, summary_lines};
-
-/// The `bench` name of every figure this module records.
-pub const BENCH: &str = "coalesce";
-
-/// Metric names of the figures this module records.
-pub mod metric {
-    /// Items written per second, in millions.
-    pub const ITEM_RATE: &str = "item_rate";
-    /// Item bytes written per second, GB/s.
-    pub const ITEM_BW: &str = "item_bw";
-    /// The backend's large-message RMA bandwidth (the ceiling), GB/s.
-    pub const LARGE_MSG_BW: &str = "large_msg_bw";
-    /// Small messages delivered per second, in millions.
-    pub const MSG_RATE: &str = "msg_rate";
-}
 
 /// Size of one transfer of the large-message ceiling: the transport bench's largest
 /// default size, well past the size where RMA bandwidth stops growing.

@@ -20,8 +20,8 @@ use std::io::Write;
 use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
-use super::probe::FsInfo;
 use super::{CacheDrop, FsError};
+use accio_results::node::probe::FsInfo;
 
 /// Largest fraction of a file's pages that may stay resident for a read to count as cold.
 pub const MAX_RESIDENT: f64 = 0.01;
@@ -127,7 +127,7 @@ pub(crate) fn drop_cache(
             resident * 100.0
         ));
     }
-    if info.backing == super::probe::Backing::Network {
+    if info.backing == accio_results::node::probe::Backing::Network {
         notes.push("client cache only: the server's cache was not dropped".into());
     }
     if !notes.is_empty() {

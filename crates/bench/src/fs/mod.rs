@@ -34,7 +34,7 @@
 //!
 //! ```no_run
 //! use accio_bench::fs::{FsBench, Mode};
-//! use accio_bench::model::Recorder;
+//! use accio_results::model::Recorder;
 //!
 //! let mut rec = Recorder::new(None).unwrap();
 //! let outcome = FsBench::new(["/dev/shm", "/tmp"])
@@ -44,14 +44,12 @@
 //!     .run(&mut rec, &mut |line| eprintln!("{line}"))
 //!     .unwrap();
 //! assert!(outcome.failures.is_empty());
-//! print!("{}", accio_bench::fs::summary_table(rec.report()));
+//! print!("{}", accio_report::text::fs::summary_table(rec.report()));
 //! ```
 
 mod cache;
 pub mod cancel;
 mod io;
-pub mod probe;
-mod render;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -62,15 +60,15 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::mem;
-use crate::model::{CeilingSource, Figure, Recorder, Unit};
-use crate::size::format_size;
-use crate::stats::Summary;
-use crate::table::fmt3;
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::node::probe;
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
+pub use accio_results::metric::fs::Mode;
+pub use accio_results::node::probe::{Backing, FsInfo};
 pub use cache::MAX_RESIDENT;
 pub use io::{aggregate_gbps, Span};
-pub use probe::{Backing, FsInfo};
-pub use render::{fs_paths, path_table, summary_table};
 
 use io::{Phase, Worker};
 
@@ -96,75 +94,6 @@ struct Hazards {
     noisy: Vec<String>,
     /// `mode xN ratio%` of figures above their ceiling.
     above: Vec<String>,
-}
-
-/// One measured operation.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Mode {
-    /// Sequential write into a fresh file, closed, no sync.
-    Write,
-    /// Sequential write with `fsync` inside the timing.
-    WriteSync,
-    /// Read after the cache was dropped.
-    ColdRead,
-    /// Read again, warm.
-    ReRead,
-    /// Write over the existing file (pages present), no sync.
-    Overwrite,
-}
-
-impl Mode {
-    /// Colfax's four modes: the default selection.
-    pub const DEFAULT: [Mode; 4] = [Mode::Write, Mode::WriteSync, Mode::ColdRead, Mode::ReRead];
-    /// Every mode, in measurement order.
-    pub const ALL: [Mode; 5] = [
-        Mode::Write,
-        Mode::WriteSync,
-        Mode::ColdRead,
-        Mode::ReRead,
-        Mode::Overwrite,
-    ];
-
-    /// Name on the command line and in JSON (`metric`).
-    pub fn name(self) -> &'static str {
-        match self {
-            Mode::Write => "write",
-            Mode::WriteSync => "write+sync",
-            Mode::ColdRead => "cold-read",
-            Mode::ReRead => "re-read",
-            Mode::Overwrite => "overwrite",
-        }
-    }
-
-    /// Name in tables (Colfax's wording).
-    pub fn label(self) -> &'static str {
-        match self {
-            Mode::ColdRead => "cold read",
-            m => m.name(),
-        }
-    }
-
-    /// Parses a mode name (also `cold_read`, `coldread`, `reread`, `sync`).
-    pub fn parse(s: &str) -> Result<Mode, String> {
-        let t = s.trim().to_ascii_lowercase().replace(['_', ' '], "-");
-        Ok(match t.as_str() {
-            "write" => Mode::Write,
-            "write+sync" | "write-sync" | "sync" => Mode::WriteSync,
-            "cold-read" | "coldread" | "cold" | "read" => Mode::ColdRead,
-            "re-read" | "reread" => Mode::ReRead,
-            "overwrite" | "rewrite" => Mode::Overwrite,
-            _ => {
-                return Err(format!(
-                    "unknown mode {s:?} (known: write, write+sync, cold-read, re-read, overwrite)"
-                ))
-            }
-        })
-    }
-
-    /// The mode a JSON metric name stands for.
-    pub fn from_metric(metric: &str) -> Option<Mode> {
-        Mode::ALL.into_iter().find(|m| m.name() == metric)
-    }
 }
 
 /// How records are submitted.
@@ -214,8 +143,8 @@ pub enum FsError {
     /// The planned files do not fit (checked with statvfs before starting).
     #[error(
         "{}: not enough space: {files} file(s) of {} need {}, only {} available ({source_of})",
-        path.display(), probe::human_bytes(*file_size), probe::human_bytes(*needed),
-        probe::human_bytes(*available)
+        path.display(), accio_results::size::human_bytes(*file_size), accio_results::size::human_bytes(*needed),
+        accio_results::size::human_bytes(*available)
     )]
     NoSpace {
         /// The path as given.
@@ -253,6 +182,16 @@ pub enum FsError {
 impl FsError {
     pub(crate) fn io(what: String, source: std::io::Error) -> FsError {
         FsError::Io { what, source }
+    }
+}
+
+impl From<probe::ProbeError> for FsError {
+    fn from(e: probe::ProbeError) -> FsError {
+        match e {
+            probe::ProbeError::BadPath { path, reason } => FsError::BadPath { path, reason },
+            probe::ProbeError::Io { what, source } => FsError::Io { what, source },
+            other => FsError::Config(other.to_string()),
+        }
     }
 }
 
@@ -522,7 +461,10 @@ impl FsBench {
         }
         let mut usable = Vec::new();
         for path in &self.paths {
-            match probe::probe(path).and_then(|i| self.check_usable(&i).map(|()| i)) {
+            match probe::probe(path)
+                .map_err(FsError::from)
+                .and_then(|i| self.check_usable(&i).map(|()| i))
+            {
                 Ok(info) => usable.push(info),
                 Err(e) => fail(rec, log, &mut out, path, e)?,
             }
@@ -887,7 +829,11 @@ impl FsBench {
 /// One line describing a path, for progress output.
 fn describe(info: &FsInfo) -> String {
     let space = match (info.capacity, info.free) {
-        (Some(c), Some(f)) => format!("{} ({} free)", probe::human_bytes(c), probe::human_bytes(f)),
+        (Some(c), Some(f)) => format!(
+            "{} ({} free)",
+            accio_results::size::human_bytes(c),
+            accio_results::size::human_bytes(f)
+        ),
         _ => "no size limit (RAM)".into(),
     };
     format!(
@@ -1036,9 +982,4 @@ impl Drop for Crew<'_> {
         *self.ctl.phase.lock().unwrap_or_else(|p| p.into_inner()) = Phase::Exit;
         self.ctl.barrier.wait();
     }
-}
-
-/// Summary of a figure as `median (min–max)`.
-pub(crate) fn median_range(s: &Summary) -> String {
-    format!("{} ({}–{})", fmt3(s.median), fmt3(s.min), fmt3(s.max))
 }

@@ -33,7 +33,7 @@
 //! they are measured, so an interrupted run keeps them.
 //!
 //! ```no_run
-//! use accio_bench::model::Recorder;
+//! use accio_results::model::Recorder;
 //! use accio_bench::transport::{self, Options, PeerCommand};
 //!
 //! let peer = PeerCommand {
@@ -55,7 +55,6 @@ mod os;
 mod peer;
 mod plan;
 pub mod proto;
-mod render;
 
 use std::fmt;
 use std::time::Duration;
@@ -63,41 +62,20 @@ use std::time::Duration;
 use accio::{Endpoint, ErrorKind, Listener};
 
 use crate::mem::memcpy_gbps;
-use crate::model::{CeilingSource, Figure, Recorder, Unit};
-use crate::size::format_size;
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::size::format_size;
 
 use driver::{Fail, Link};
 
+pub use accio_report::text::transport::{describe, fmt_small, hazards, med_range, render_tables};
+pub use accio_results::metric::transport::{
+    self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
+};
 pub use os::PeerCommand;
 pub use peer::{peer_main, serve, PeerConfig};
 pub use plan::{
     Plan, SetupPlan, DEFAULT_SIZES, MAX_SIZE, QUICK_REGISTER_SIZES, QUICK_SIZES, REGISTER_SIZES,
 };
-pub use render::{
-    describe, fmt_small, hazards, med_range, render_tables, SEED_004_CONNECT_US,
-    SEED_004_REGISTER_US,
-};
-
-/// The `bench` name of every figure this module records.
-pub const BENCH: &str = "transport";
-
-/// Metric names of the figures this module records.
-pub mod metric {
-    /// One-way latency, us.
-    pub const LATENCY: &str = "latency";
-    /// Streaming bandwidth counted at the receiver, GB/s.
-    pub const STREAM_BW: &str = "stream_bw";
-    /// RMA write bandwidth, GB/s.
-    pub const RMA_WRITE_BW: &str = "rma_write_bw";
-    /// Single-thread memcpy bandwidth (the ceiling), GB/s.
-    pub const MEMCPY: &str = "memcpy";
-    /// Connection setup, us.
-    pub const CONNECT: &str = "connect";
-    /// Window registration, us.
-    pub const REGISTER: &str = "register";
-    /// Window unregistration plus unmapping, us.
-    pub const UNREGISTER: &str = "unregister";
-}
 
 /// How long the driver waits for the peer process to connect and say hello.
 const STARTUP_TIMEOUT: Duration = Duration::from_secs(20);

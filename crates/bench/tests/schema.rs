@@ -3,7 +3,7 @@
 //! Each bench runs here in its quickest, smallest configuration, writing its results file
 //! through a [`Recorder`] exactly as `accio bench ... --json FILE` does; the file is then
 //! checked against the schema, and against what the schema cannot say (samples and summary
-//! agree, ceilings' ratios match). The saved fixtures in `tests/data/` and `accio info`'s
+//! agree, ceilings' ratios match). The saved fixtures in `crates/report/tests/data/` and `accio info`'s
 //! JSON are checked too.
 //!
 //! The validator is a small hand-written one covering the JSON Schema keywords the schema
@@ -20,8 +20,8 @@ use std::time::Duration;
 
 use accio_bench::fs::{CacheDrop, FsBench};
 use accio_bench::mem::MemBench;
-use accio_bench::model::{Recorder, Report};
 use accio_bench::transport::{self, PeerCommand, PeerConfig};
+use accio_results::model::{Recorder, Report};
 use serde_json::Value;
 
 /// The argument that makes this executable the transport bench's peer process.
@@ -259,14 +259,14 @@ fn scratch(name: &str) -> PathBuf {
 fn validator_rejects_what_it_should() {
     let mut r = Report::new();
     r.figures.push(
-        accio_bench::model::Figure::new(
+        accio_results::model::Figure::new(
             "mem",
             "memcpy",
-            accio_bench::model::Unit::GBps,
+            accio_results::model::Unit::GBps,
             vec![1.0, 2.0],
         )
         .unwrap()
-        .ceiling("x", 4.0, accio_bench::model::CeilingSource::Measured),
+        .ceiling("x", 4.0, accio_results::model::CeilingSource::Measured),
     );
     let good = serde_json::to_value(&r).unwrap();
     assert_eq!(violations(&good), Vec::<String>::new());
@@ -407,13 +407,14 @@ fn suite_report_with_info_validates() {
     let d = scratch("info");
     let path = d.join("results.json");
     let mut rec = Recorder::new(Some(&path)).unwrap();
-    rec.set_info(accio_bench::info::NodeInfo::detect()).unwrap();
-    accio_bench::warnings::apply(&mut rec).unwrap();
+    rec.set_info(accio_results::node::NodeInfo::detect())
+        .unwrap();
+    accio_report::warnings::apply(&mut rec).unwrap();
     let r = check_file(&path, &[]);
     assert!(r.info.is_some());
     // `accio info --json` writes the info object alone: it is the schema's `info`.
     let root = schema();
-    let info = serde_json::to_value(accio_bench::info::NodeInfo::detect()).unwrap();
+    let info = serde_json::to_value(accio_results::node::NodeInfo::detect()).unwrap();
     let mut errs = Vec::new();
     validate(&root, &root["$defs"]["info"], &info, "$", &mut errs);
     assert_eq!(errs, Vec::<String>::new());
@@ -421,7 +422,7 @@ fn suite_report_with_info_validates() {
 }
 
 fn fixtures_validate() {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/tests/data");
     let mut n = 0;
     for e in std::fs::read_dir(&dir).unwrap() {
         let p = e.unwrap().path();

@@ -4,19 +4,15 @@
 //! Everything here reads a [`Report`] (or one [`Figure`]), never the measurements
 //! themselves, so a table can be rebuilt from any saved JSON document.
 
-use crate::model::{Figure, Report, Unit};
-use crate::size::format_size;
-use crate::table::{fmt3, render};
+use accio_results::model::{Figure, Report, Unit};
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
-use super::{metric, BENCH};
+use super::table::render;
 
-/// Registration and connection times quoted by seed 004 (R. Monnard, "Concurrent I/O from
-/// Xeon Phi accelerator cards", 2015) for Intel SCIF over PCIe, in microseconds: a
-/// reference point printed beside ours, not a ceiling.
-pub const SEED_004_REGISTER_US: &[(u64, f64)] =
-    &[(64 << 10, 2000.0), (512 << 10, 2880.0), (2 << 20, 4880.0)];
-/// Seed 004's connection times: SCIF 0.75 ms, sockets (ROOT `TSocket`) 2.23 ms.
-pub const SEED_004_CONNECT_US: (f64, f64) = (750.0, 2230.0);
+use accio_results::metric::transport::{
+    self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
+};
 
 /// Like [`fmt3`], but values below 0.01 keep two significant digits instead of reading as
 /// `0.000` (an 8-byte stream over TCP moves about 0.001 GB/s).
@@ -120,7 +116,7 @@ fn ratio_cell(f: Option<&Figure>) -> String {
 
 /// Backends with transport figures, in the order they were measured.
 fn backends(r: &Report) -> Vec<String> {
-    crate::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
+    accio_results::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
 }
 
 /// Renders every transport figure of `report`: per backend a table by message size, the
@@ -226,7 +222,7 @@ pub fn render_tables(report: &Report) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::CeilingSource;
+    use accio_results::model::CeilingSource;
 
     fn fig(metric: &str, unit: Unit, backend: Option<&str>, size: u64, s: &[f64]) -> Figure {
         let f = Figure::new(BENCH, metric, unit, s.to_vec())

@@ -356,7 +356,7 @@ pub struct Report {
     /// What the node is (CPU, memory, file systems, PCIe links, GPUs), when the run
     /// recorded it (`accio bench` does; single benches leave it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub info: Option<crate::info::NodeInfo>,
+    pub info: Option<crate::node::NodeInfo>,
 }
 
 /// The values of parameter `key` among `figures`, each once, in order of first appearance
@@ -529,7 +529,7 @@ impl Recorder {
     }
 
     /// Records what the node is ([`Report::info`]) and persists the report.
-    pub fn set_info(&mut self, info: crate::info::NodeInfo) -> io::Result<()> {
+    pub fn set_info(&mut self, info: crate::node::NodeInfo) -> io::Result<()> {
         self.report.info = Some(info);
         self.flush()
     }

@@ -4,11 +4,13 @@
 //! Everything reads a [`Report`], never the measurements, so tables can be rebuilt from
 //! any saved JSON document.
 
-use crate::model::{Figure, Report};
-use crate::size::format_size;
-use crate::table::{fmt3, render};
+use accio_results::model::{Figure, Report};
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
-use super::{metric, BENCH};
+use super::table::render;
+
+use accio_results::metric::coalesce::{self as metric, BENCH};
 
 /// `median (min–max)` with about three significant digits.
 fn med_range(f: &Figure) -> String {
@@ -92,7 +94,7 @@ fn bw_of<'a>(r: &'a Report, f: &Figure) -> Option<&'a Figure> {
 }
 
 fn backends(r: &Report) -> Vec<String> {
-    crate::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
+    accio_results::model::distinct_param(r.figures.iter().filter(|f| f.bench == BENCH), "backend")
 }
 
 /// One table per backend (items into a window) and one of message aggregation, with the
@@ -280,7 +282,7 @@ pub fn summary_lines(r: &Report) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CeilingSource, Unit};
+    use accio_results::model::{CeilingSource, Unit};
 
     fn rate(mode: &str, v: f64, transfer: u64) -> Figure {
         let mut f = Figure::new(BENCH, metric::ITEM_RATE, Unit::MopsPerSec, vec![v])

@@ -23,8 +23,8 @@
 //! per bench, not one per figure.
 //!
 //! ```
-//! use accio_bench::model::{CeilingSource, Figure, Report, Unit};
-//! use accio_bench::warnings::{analyze, Kind};
+//! use accio_results::model::{CeilingSource, Figure, Report, Unit};
+//! use accio_report::warnings::{analyze, Kind};
 //!
 //! let mut r = Report::new();
 //! r.figures.push(
@@ -39,8 +39,8 @@
 
 use std::io;
 
-use crate::model::{Figure, Recorder, Report};
-use crate::table::fmt3;
+use accio_results::model::{Figure, Recorder, Report};
+use accio_results::num::fmt3;
 
 /// A figure this many times its ceiling (or its floor, for times) is "above its ceiling".
 pub const ABOVE_CEILING: f64 = 1.05;
@@ -142,7 +142,7 @@ fn bench_said(report: &Report, f: &Figure, kind: Kind) -> bool {
         // rules: setup costs are never called noisy (every registration is cold by design)
         // and a bandwidth counts as above its ceiling from 110%. Its verdict stands; only a
         // warning it would give but that is missing from the report is given here.
-        "transport" => crate::transport::hazards(f)
+        "transport" => crate::text::transport::hazards(f)
             .iter()
             .filter(|h| match kind {
                 Kind::AboveCeiling => h.contains("above its ceiling"),
@@ -154,7 +154,8 @@ fn bench_said(report: &Report, f: &Figure, kind: Kind) -> bool {
             let path = f.param_str("path");
             let item = format!(
                 "{} x{} ",
-                crate::fs::Mode::from_metric(&f.metric).map_or(f.metric.as_str(), |m| m.label()),
+                accio_results::metric::fs::Mode::from_metric(&f.metric)
+                    .map_or(f.metric.as_str(), |m| m.label()),
                 f.param_str("threads")
             );
             let prefix = match kind {
@@ -167,7 +168,7 @@ fn bench_said(report: &Report, f: &Figure, kind: Kind) -> bool {
         "mem" if kind == Kind::Noisy => {
             let prefix = format!(
                 "mem {} x {}: noisy",
-                crate::size::format_size(
+                accio_results::size::format_size(
                     f.params.get("size").and_then(|v| v.as_u64()).unwrap_or(0)
                 ),
                 f.param_str("threads")
@@ -295,7 +296,7 @@ fn cold_reads(report: &Report) -> Vec<Warning> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CeilingSource, Unit};
+    use accio_results::model::{CeilingSource, Unit};
 
     fn fig(bench: &str, metric: &str, unit: Unit, samples: &[f64]) -> Figure {
         Figure::new(bench, metric, unit, samples.to_vec()).unwrap()
@@ -371,7 +372,7 @@ mod tests {
             .param("backend", "shm")
             .param("size", 2u64 << 20)
             .ceiling("memcpy 2M", 10.0, CeilingSource::Measured);
-        r.warnings.extend(crate::transport::hazards(&t));
+        r.warnings.extend(crate::text::transport::hazards(&t));
         r.figures.push(t);
         // fs: the per-path summary warnings.
         r.figures.push(

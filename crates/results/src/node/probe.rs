@@ -9,7 +9,27 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
-use super::FsError;
+/// Why a directory could not be probed. Its messages name the path and the cause.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProbeError {
+    /// The path is unusable: missing, not a directory, not representable.
+    #[error("{}: {reason}", path.display())]
+    BadPath {
+        /// The path as given.
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// A system call failed; `what` names the operation and the path.
+    #[error("{what}: {source}")]
+    Io {
+        /// Operation and path, e.g. `statfs /mnt/x`.
+        what: String,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
 
 /// What holds a file system's data.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -242,15 +262,15 @@ fn merge_options(a: &str, b: &str) -> String {
     seen.join(",")
 }
 
-fn cpath(path: &Path) -> Result<CString, FsError> {
-    CString::new(path.as_os_str().as_bytes()).map_err(|_| FsError::BadPath {
+fn cpath(path: &Path) -> Result<CString, ProbeError> {
+    CString::new(path.as_os_str().as_bytes()).map_err(|_| ProbeError::BadPath {
         path: path.to_path_buf(),
         reason: "contains a NUL byte".into(),
     })
 }
 
 /// `statfs(2)` and `statvfs(3)` of `path`.
-fn stat_fs(path: &Path) -> Result<(libc::statfs, libc::statvfs), FsError> {
+fn stat_fs(path: &Path) -> Result<(libc::statfs, libc::statvfs), ProbeError> {
     let c = cpath(path)?;
     let mut sfs = MaybeUninit::<libc::statfs>::uninit();
     let mut svfs = MaybeUninit::<libc::statvfs>::uninit();
@@ -263,10 +283,10 @@ fn stat_fs(path: &Path) -> Result<(libc::statfs, libc::statvfs), FsError> {
         )
     };
     if r1 != 0 || r2 != 0 {
-        return Err(FsError::io(
-            format!("statfs {}", path.display()),
-            std::io::Error::last_os_error(),
-        ));
+        return Err(ProbeError::Io {
+            what: format!("statfs {}", path.display()),
+            source: std::io::Error::last_os_error(),
+        });
     }
     // SAFETY: both calls returned 0, so both structs are initialised.
     Ok(unsafe { (sfs.assume_init(), svfs.assume_init()) })
@@ -274,8 +294,8 @@ fn stat_fs(path: &Path) -> Result<(libc::statfs, libc::statvfs), FsError> {
 
 /// Probes `path`: it must exist and be a directory. Read-only and space problems are not
 /// errors here (the bench checks those before measuring); this only describes.
-pub fn probe(path: &Path) -> Result<FsInfo, FsError> {
-    let bad = |reason: String| FsError::BadPath {
+pub fn probe(path: &Path) -> Result<FsInfo, ProbeError> {
+    let bad = |reason: String| ProbeError::BadPath {
         path: path.to_path_buf(),
         reason,
     };
@@ -352,27 +372,6 @@ pub fn writable(path: &Path) -> Result<(), std::io::Error> {
     }
 }
 
-/// Bytes as `23.5 GiB`, `512 MiB`, `12 KiB`.
-pub fn human_bytes(n: u64) -> String {
-    let units = [
-        (1u64 << 40, "TiB"),
-        (1 << 30, "GiB"),
-        (1 << 20, "MiB"),
-        (1 << 10, "KiB"),
-    ];
-    for (scale, unit) in units {
-        if n >= scale {
-            let v = n as f64 / scale as f64;
-            return if v >= 100.0 || v.fract() == 0.0 {
-                format!("{v:.0} {unit}")
-            } else {
-                format!("{v:.1} {unit}")
-            };
-        }
-    }
-    format!("{n} B")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -436,12 +435,5 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("not a directory"), "{e}");
-    }
-
-    #[test]
-    fn human_sizes() {
-        assert_eq!(human_bytes(512), "512 B");
-        assert_eq!(human_bytes(4 << 20), "4 MiB");
-        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
     }
 }

@@ -51,20 +51,6 @@ fn is_numeric(s: &str) -> bool {
         })
 }
 
-/// Formats a value with about three significant digits (`0.123`, `12.3`, `1234`).
-pub fn fmt3(v: f64) -> String {
-    let a = v.abs();
-    if a >= 100.0 || a == 0.0 {
-        format!("{v:.0}")
-    } else if a >= 10.0 {
-        format!("{v:.1}")
-    } else if a >= 1.0 {
-        format!("{v:.2}")
-    } else {
-        format!("{v:.3}")
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -94,13 +80,5 @@ mod tests {
             ],
         );
         assert_eq!(t, "a   b\n--  ---\n 1  n/a\n22    3\n");
-    }
-
-    #[test]
-    fn three_significant_digits() {
-        assert_eq!(fmt3(1234.5), "1234");
-        assert_eq!(fmt3(12.345), "12.3");
-        assert_eq!(fmt3(1.2345), "1.23");
-        assert_eq!(fmt3(0.012345), "0.012");
     }
 }

@@ -3,12 +3,15 @@
 //! at its best thread count). Both read only the [`Report`], so a saved JSON renders the
 //! same way.
 
-use crate::model::{Figure, Report};
-use crate::size::format_size;
-use crate::table::{fmt3, render};
+use accio_results::model::{Figure, Report};
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
 
-use super::probe::human_bytes;
-use super::{median_range, Mode};
+use super::table::render;
+
+use accio_results::metric::fs::Mode;
+use accio_results::num::median_range;
+use accio_results::size::human_bytes;
 
 /// Distinct `path` parameters of `fs` figures, in the order first measured.
 pub fn fs_paths(report: &Report) -> Vec<String> {
@@ -261,7 +264,7 @@ fn cell(f: &Figure, n: Option<u64>) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::{CeilingSource, Unit};
+    use accio_results::model::{CeilingSource, Unit};
 
     fn fig(path: &str, ty: &str, mode: Mode, n: u64, s: &[f64], ceil: Option<f64>) -> Figure {
         let mem = ty != "ext4";

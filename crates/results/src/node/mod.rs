@@ -20,7 +20,7 @@
 //! figure is the ceiling of the link, not of any one transfer size.
 //!
 //! ```
-//! use accio_bench::info::{pcie_gbps, Encoding};
+//! use accio_results::node::{pcie_gbps, Encoding};
 //!
 //! // Seed 000: the Xeon Phi 5110P's PCIe 2.0 x16 link.
 //! assert_eq!(Encoding::for_rate(5.0), Encoding::B8B10);
@@ -28,7 +28,7 @@
 //! // A PCIe 4.0 x16 GPU: 16 GT/s x 16 lanes x 128/130 / 8 = 31.5 GB/s.
 //! assert!((pcie_gbps(16.0, 16) - 31.51).abs() < 0.01);
 //!
-//! let node = accio_bench::info::NodeInfo::detect();
+//! let node = accio_results::node::NodeInfo::detect();
 //! assert!(node.cpu.logical_cpus >= 1);
 //! ```
 
@@ -37,7 +37,9 @@ use std::process::Command;
 
 use serde::{Deserialize, Serialize};
 
-use crate::fs::probe::{self, Backing};
+pub mod probe;
+
+use probe::Backing;
 
 /// A PCIe line code and its efficiency (payload bits per transferred bit).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -147,21 +149,6 @@ pub struct CpuInfo {
     pub sockets: Option<usize>,
 }
 
-impl CpuInfo {
-    /// The model and its counts: `Xeon Gold 6338 (128 logical CPUs, 64 cores, 2 sockets)`.
-    pub fn describe(&self) -> String {
-        let counts = match (self.physical_cores, self.sockets) {
-            (Some(c), Some(s)) => format!(
-                "{} logical CPUs, {c} cores, {s} socket{}",
-                self.logical_cpus,
-                if s == 1 { "" } else { "s" }
-            ),
-            _ => format!("{} logical CPUs", self.logical_cpus),
-        };
-        format!("{} ({counts})", self.model)
-    }
-}
-
 /// One NUMA node.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 #[serde(default)]
@@ -220,20 +207,6 @@ impl Link {
             encoding: Encoding::for_rate(speed_gts),
             gbps: pcie_gbps(speed_gts, width),
         }
-    }
-
-    /// `Gen4 x16 (16 GT/s, 128b/130b) = 31.5 GB/s`.
-    pub fn describe(&self) -> String {
-        let generation = self
-            .generation
-            .map_or_else(|| "PCIe".to_string(), |g| format!("Gen{g}"));
-        format!(
-            "{generation} x{} ({} GT/s, {}) = {} GB/s",
-            self.width,
-            crate::table::fmt3(self.speed_gts),
-            self.encoding.name(),
-            crate::table::fmt3(self.gbps)
-        )
     }
 }
 
@@ -525,113 +498,6 @@ impl NodeInfo {
         self.gpus
             .iter()
             .filter_map(|g| g.current_link.as_ref().map(|l| (g, l)))
-    }
-
-    /// Human-readable text, as `accio info` prints it.
-    pub fn render(&self) -> String {
-        use crate::table::render;
-        let gib = |b: u64| probe::human_bytes(b);
-        let mut out = String::new();
-        out.push_str(&format!(
-            "host     {} (Linux {})\n",
-            self.hostname, self.kernel
-        ));
-        out.push_str(&format!("cpu      {}\n", self.cpu.describe()));
-        out.push_str(&format!("memory   {}\n", gib(self.memory_bytes)));
-        if self.numa.is_empty() {
-            out.push_str("numa     no NUMA information\n");
-        } else {
-            let nodes: Vec<String> = self
-                .numa
-                .iter()
-                .map(|n| {
-                    format!(
-                        "node{}: cpus {}{}",
-                        n.id,
-                        n.cpus,
-                        n.memory_bytes
-                            .map_or(String::new(), |m| format!(", {}", gib(m)))
-                    )
-                })
-                .collect();
-            out.push_str(&format!(
-                "numa     {} node{}: {}\n",
-                self.numa.len(),
-                if self.numa.len() == 1 { "" } else { "s" },
-                nodes.join("; ")
-            ));
-        }
-        out.push_str("\nFile systems\n");
-        let rows: Vec<Vec<String>> = self
-            .mounts
-            .iter()
-            .map(|m| {
-                vec![
-                    m.mount_point.clone(),
-                    m.fs_type.clone(),
-                    m.backing.clone(),
-                    m.size_bytes.map_or("-".into(), gib),
-                    m.free_bytes.map_or("-".into(), gib),
-                    m.source.clone(),
-                ]
-            })
-            .collect();
-        out.push_str(&render(
-            &["mount", "type", "backing", "size", "free", "source"],
-            &rows,
-        ));
-        let linked: Vec<&PciDevice> = self
-            .pci
-            .iter()
-            .filter(|d| d.current_link.is_some())
-            .collect();
-        out.push_str(&format!(
-            "\nPCIe ({} devices, {} with link information)\n",
-            self.pci.len(),
-            linked.len()
-        ));
-        if !linked.is_empty() {
-            let rows: Vec<Vec<String>> = linked
-                .iter()
-                .map(|d| {
-                    vec![
-                        d.address.clone(),
-                        d.class_name.clone(),
-                        d.name(),
-                        d.current_link.as_ref().map_or("-".into(), Link::describe),
-                        d.max_link.as_ref().map_or("-".into(), Link::describe),
-                    ]
-                })
-                .collect();
-            out.push_str(&render(
-                &["address", "class", "device", "link now", "link max"],
-                &rows,
-            ));
-            out.push_str(
-                "GB/s = lanes x GT/s x encoding / 8, per direction (8b/10b for Gen1-2, \
-                 128b/130b for Gen3-5, FLIT 242/256 for Gen6+)\n",
-            );
-        }
-        out.push_str("\nGPUs\n");
-        if self.gpus.is_empty() {
-            out.push_str("none\n");
-        }
-        for g in &self.gpus {
-            out.push_str(&format!(
-                "{}  {}{}{}\n",
-                g.address,
-                g.name,
-                g.memory_bytes
-                    .map_or(String::new(), |m| format!(", {}", gib(m))),
-                g.current_link
-                    .as_ref()
-                    .map_or(String::new(), |l| format!(", {}", l.describe()))
-            ));
-        }
-        for n in &self.notes {
-            out.push_str(&format!("note: {n}\n"));
-        }
-        out
     }
 }
 
@@ -951,10 +817,6 @@ mod tests {
         assert_eq!(pcie_gbps(64.0, 16), 121.0);
         assert_eq!(pcie_generation(16.0), Some(4));
         assert_eq!(pcie_generation(3.0), None);
-        assert_eq!(
-            Link::new(16.0, 8).describe(),
-            "Gen4 x8 (16.0 GT/s, 128b/130b) = 15.8 GB/s"
-        );
     }
 
     #[test]
@@ -1069,15 +931,6 @@ mod tests {
         assert_eq!(info.gpus[0].name, "NVIDIA 0x20b0");
         assert_eq!(info.gpu_links().count(), 1);
         assert!(info.notes.is_empty(), "{:?}", info.notes);
-        let text = info.render();
-        assert!(
-            text.contains("4 logical CPUs, 3 cores, 2 sockets"),
-            "{text}"
-        );
-        assert!(
-            text.contains("Gen4 x16 (16.0 GT/s, 128b/130b) = 31.5 GB/s"),
-            "{text}"
-        );
         // The JSON form reads back the same.
         let back: NodeInfo = serde_json::from_str(&serde_json::to_string(&info).unwrap()).unwrap();
         assert_eq!(back, info);

@@ -1,4 +1,6 @@
-//! Byte sizes on the command line: `8`, `4K`, `2M`, `1G` (binary: K = 1024), also `4KiB`.
+//! Byte sizes: the notation of the command line and of figure labels (`8`, `4K`, `2M`, `1G`;
+//! binary, K = 1024, also `4KiB`), and the one human-readable form (`1.5 GiB`) used in
+//! messages and tables alike.
 
 /// Parses one size. Suffixes are binary (`K` = 1024, `M` = 1024², `G` = 1024³, optional
 /// `iB`/`B`); case-insensitive.
@@ -53,6 +55,27 @@ pub fn format_size(n: u64) -> String {
     n.to_string()
 }
 
+/// Bytes as `23.5 GiB`, `512 MiB`, `12 KiB`.
+pub fn human_bytes(n: u64) -> String {
+    let units = [
+        (1u64 << 40, "TiB"),
+        (1 << 30, "GiB"),
+        (1 << 20, "MiB"),
+        (1 << 10, "KiB"),
+    ];
+    for (scale, unit) in units {
+        if n >= scale {
+            let v = n as f64 / scale as f64;
+            return if v >= 100.0 || v.fract() == 0.0 {
+                format!("{v:.0} {unit}")
+            } else {
+                format!("{v:.1} {unit}")
+            };
+        }
+    }
+    format!("{n} B")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -84,5 +107,12 @@ mod tests {
             assert_eq!(parse_size(&format_size(n)).unwrap(), n);
         }
         assert_eq!(format_size(2 << 20), "2M");
+    }
+
+    #[test]
+    fn human_sizes() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(4 << 20), "4 MiB");
+        assert_eq!(human_bytes(3 << 29), "1.5 GiB");
     }
 }

@@ -1,0 +1,72 @@
+//! The merge figures: throughput beside the ceiling, where the merger's time went, the naive
+//! alternative, and the merger's memory against its budget.
+
+use accio_results::model::Report;
+use accio_results::num::{fmt3, median_range};
+use accio_results::size::format_size;
+
+use super::table::render;
+
+/// The merge figures of `report` as a table: throughput beside the ceiling, the share of
+/// the time the merger thread spent writing (and its rate meanwhile), the naive
+/// alternative, and the merger's peak RSS against its budget.
+pub fn render_table(report: &Report) -> String {
+    let mut rows = Vec::new();
+    for f in report.select("merge", "merge") {
+        let c = f.ceiling.as_ref();
+        let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
+        let budget = f.param_u64("budget_bytes").unwrap_or(0);
+        let naive = f.param_f64("naive_gbps");
+        rows.push(vec![
+            f.param_str("path"),
+            if f.param_str("sync") == "true" {
+                "sync".into()
+            } else {
+                "-".into()
+            },
+            f.param_str("backend"),
+            f.param_str("placement"),
+            f.param_str("producers"),
+            format!(
+                "{}x{}",
+                f.param_str("buffers"),
+                format_size(f.param_u64("buffer_bytes").unwrap_or(0))
+            ),
+            median_range(&f.summary),
+            c.map_or("-".into(), |c| fmt3(c.value)),
+            c.and_then(|c| c.ratio)
+                .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            match (
+                f.param_f64("merger_writing_share"),
+                f.param_f64("merger_write_gbps"),
+            ) {
+                (Some(share), Some(rate)) => format!("{:.0}% at {}", share * 100.0, fmt3(rate)),
+                _ => "-".into(),
+            },
+            naive.map_or("-".into(), fmt3),
+            format!("{}", rss >> 20),
+            format!("{}", budget >> 20),
+        ]);
+    }
+    if rows.is_empty() {
+        return String::new();
+    }
+    render(
+        &[
+            "path",
+            "sync",
+            "backend",
+            "producers as",
+            "P",
+            "F x S",
+            "GB/s",
+            "ceiling",
+            "of ceiling",
+            "merger writing",
+            "naive GB/s",
+            "merger RSS MiB",
+            "budget MiB",
+        ],
+        &rows,
+    )
+}

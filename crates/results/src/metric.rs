@@ -1,0 +1,117 @@
+//! The names figures are filed under: each bench's `bench` name, its metric names, and the
+//! published reference points that tables quote beside them. Benches record figures under
+//! these names; exporters look figures up by them. Renaming one changes the JSON schema.
+
+/// The transport bench: latency, streaming and RMA bandwidth, connection and registration.
+pub mod transport {
+    /// The `bench` name of every figure this module records.
+    pub const BENCH: &str = "transport";
+
+    /// One-way latency, us.
+    pub const LATENCY: &str = "latency";
+    /// Streaming bandwidth counted at the receiver, GB/s.
+    pub const STREAM_BW: &str = "stream_bw";
+    /// RMA write bandwidth, GB/s.
+    pub const RMA_WRITE_BW: &str = "rma_write_bw";
+    /// Single-thread memcpy bandwidth (the ceiling), GB/s.
+    pub const MEMCPY: &str = "memcpy";
+    /// Connection setup, us.
+    pub const CONNECT: &str = "connect";
+    /// Window registration, us.
+    pub const REGISTER: &str = "register";
+    /// Window unregistration plus unmapping, us.
+    pub const UNREGISTER: &str = "unregister";
+
+    /// Registration and connection times quoted by seed 004 (R. Monnard, "Concurrent I/O from
+    /// Xeon Phi accelerator cards", 2015) for Intel SCIF over PCIe, in microseconds: a
+    /// reference point printed beside ours, not a ceiling.
+    pub const SEED_004_REGISTER_US: &[(u64, f64)] =
+        &[(64 << 10, 2000.0), (512 << 10, 2880.0), (2 << 20, 4880.0)];
+    /// Seed 004's connection times: SCIF 0.75 ms, sockets (ROOT `TSocket`) 2.23 ms.
+    pub const SEED_004_CONNECT_US: (f64, f64) = (750.0, 2230.0);
+}
+
+/// The coalescing bench: small-item rates with and without the communication cache.
+pub mod coalesce {
+    /// The `bench` name of every figure this module records.
+    pub const BENCH: &str = "coalesce";
+
+    /// Items written per second, in millions.
+    pub const ITEM_RATE: &str = "item_rate";
+    /// Item bytes written per second, GB/s.
+    pub const ITEM_BW: &str = "item_bw";
+    /// The backend's large-message RMA bandwidth (the ceiling), GB/s.
+    pub const LARGE_MSG_BW: &str = "large_msg_bw";
+    /// Small messages delivered per second, in millions.
+    pub const MSG_RATE: &str = "msg_rate";
+}
+
+/// The file-system bench: Colfax's four modes (and `overwrite`) per path and thread count.
+pub mod fs {
+    /// One measured operation.
+    #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+    pub enum Mode {
+        /// Sequential write into a fresh file, closed, no sync.
+        Write,
+        /// Sequential write with `fsync` inside the timing.
+        WriteSync,
+        /// Read after the cache was dropped.
+        ColdRead,
+        /// Read again, warm.
+        ReRead,
+        /// Write over the existing file (pages present), no sync.
+        Overwrite,
+    }
+
+    impl Mode {
+        /// Colfax's four modes: the default selection.
+        pub const DEFAULT: [Mode; 4] = [Mode::Write, Mode::WriteSync, Mode::ColdRead, Mode::ReRead];
+        /// Every mode, in measurement order.
+        pub const ALL: [Mode; 5] = [
+            Mode::Write,
+            Mode::WriteSync,
+            Mode::ColdRead,
+            Mode::ReRead,
+            Mode::Overwrite,
+        ];
+
+        /// Name on the command line and in JSON (`metric`).
+        pub fn name(self) -> &'static str {
+            match self {
+                Mode::Write => "write",
+                Mode::WriteSync => "write+sync",
+                Mode::ColdRead => "cold-read",
+                Mode::ReRead => "re-read",
+                Mode::Overwrite => "overwrite",
+            }
+        }
+
+        /// Name in tables (Colfax's wording).
+        pub fn label(self) -> &'static str {
+            match self {
+                Mode::ColdRead => "cold read",
+                m => m.name(),
+            }
+        }
+
+        /// Parses a mode name (also `cold_read`, `coldread`, `reread`, `sync`).
+        pub fn parse(s: &str) -> Result<Mode, String> {
+            let t = s.trim().to_ascii_lowercase().replace(['_', ' '], "-");
+            Ok(match t.as_str() {
+                "write" => Mode::Write,
+                "write+sync" | "write-sync" | "sync" => Mode::WriteSync,
+                "cold-read" | "coldread" | "cold" | "read" => Mode::ColdRead,
+                "re-read" | "reread" => Mode::ReRead,
+                "overwrite" | "rewrite" => Mode::Overwrite,
+                _ => return Err(format!(
+                    "unknown mode {s:?} (known: write, write+sync, cold-read, re-read, overwrite)"
+                )),
+            })
+        }
+
+        /// The mode a JSON metric name stands for.
+        pub fn from_metric(metric: &str) -> Option<Mode> {
+            Mode::ALL.into_iter().find(|m| m.name() == metric)
+        }
+    }
+}
