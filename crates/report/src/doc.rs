@@ -8,10 +8,9 @@ use accio_results::metric::fs::Mode;
 use accio_results::metric::transport::{SEED_004_CONNECT_US, SEED_004_REGISTER_US};
 use accio_results::model::{distinct_param, CeilingSource, Figure, Report, Unit};
 use accio_results::node::NodeInfo;
-use accio_results::num::fmt3;
+use accio_results::num::{fmt3, fmt_small, median_range};
 use accio_results::size::format_size;
 
-use crate::text::transport::fmt_small;
 use serde_json::Value;
 
 use crate::summary;
@@ -145,12 +144,7 @@ pub fn utc(secs: u64) -> String {
 
 /// `median (min–max)` keeping small values readable.
 pub fn med_range(f: &Figure) -> String {
-    format!(
-        "{} ({}–{})",
-        fmt_small(f.summary.median),
-        fmt_small(f.summary.min),
-        fmt_small(f.summary.max)
-    )
+    median_range(&f.summary)
 }
 
 /// A ratio as a percentage: `82%`, `3.5%`, `0.12%`, `0.0013%`.
@@ -444,17 +438,7 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
         );
         for d in &linked {
             let link = |l: Option<&accio_results::node::Link>| match l {
-                Some(l) => (
-                    format!(
-                        "{} x{} ({} GT/s, {})",
-                        l.generation
-                            .map_or_else(|| "PCIe".to_string(), |g| format!("Gen{g}")),
-                        l.width,
-                        fmt3(l.speed_gts),
-                        l.encoding.name()
-                    ),
-                    fmt3(l.gbps),
-                ),
+                Some(l) => (crate::text::info::link_name(l), fmt3(l.gbps)),
                 None => ("-".into(), "-".into()),
             };
             let (now, now_gb) = link(d.current_link.as_ref());
@@ -496,14 +480,9 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
                 g.name.clone(),
                 g.memory_bytes.map_or("-".into(), human),
                 g.driver.clone().unwrap_or_else(|| "-".into()),
-                g.current_link.as_ref().map_or("-".into(), |l| {
-                    format!(
-                        "{} x{}",
-                        l.generation
-                            .map_or_else(|| "PCIe".to_string(), |g| format!("Gen{g}")),
-                        l.width
-                    )
-                }),
+                g.current_link
+                    .as_ref()
+                    .map_or("-".into(), crate::text::info::link),
                 g.current_link.as_ref().map_or("-".into(), |l| fmt3(l.gbps)),
             ]);
         }
@@ -515,46 +494,77 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
     blocks
 }
 
-fn mem_section(report: &Report) -> Option<Section> {
-    let figs: Vec<&Figure> = report.select("mem", "memcpy").collect();
-    if figs.is_empty() {
-        return None;
-    }
-    let mut sizes: Vec<u64> = figs.iter().filter_map(|f| u64_param(f, "size")).collect();
-    let mut threads: Vec<u64> = figs
-        .iter()
-        .filter_map(|f| u64_param(f, "threads"))
-        .collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    threads.sort_unstable();
-    threads.dedup();
-    let find = |s: u64, t: u64| {
-        figs.iter()
-            .rev()
-            .find(|f| u64_param(f, "size") == Some(s) && u64_param(f, "threads") == Some(t))
-    };
-    let headers: Vec<String> = std::iter::once("size".to_string())
-        .chain(
-            threads
-                .iter()
-                .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" })),
-        )
-        .collect();
-    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut t = Table::new(&h, &h);
-    for &s in &sizes {
-        let mut row = vec![format_size(s)];
-        for &n in &threads {
-            row.push(find(s, n).map_or("-".into(), |f| med_range(f)));
+/// The memcpy figures as a grid: distinct buffer sizes by distinct thread counts.
+struct MemGrid<'a> {
+    figs: Vec<&'a Figure>,
+    sizes: Vec<u64>,
+    threads: Vec<u64>,
+}
+
+impl<'a> MemGrid<'a> {
+    fn of(report: &'a Report) -> Option<MemGrid<'a>> {
+        let figs: Vec<&Figure> = report.select("mem", "memcpy").collect();
+        if figs.is_empty() {
+            return None;
         }
-        t.rows.push(row);
+        let distinct = |key: &str| {
+            let mut v: Vec<u64> = figs.iter().filter_map(|f| u64_param(f, key)).collect();
+            v.sort_unstable();
+            v.dedup();
+            v
+        };
+        let (sizes, threads) = (distinct("size"), distinct("threads"));
+        Some(MemGrid {
+            figs,
+            sizes,
+            threads,
+        })
     }
-    t.notes.push(
-        "GB/s of bytes copied (memory traffic is twice that), median (min–max). memcpy is \
-         the ceiling of every in-memory path: file systems on tmpfs, shared-memory transport."
-            .into(),
-    );
+
+    /// The latest figure of `size` bytes at `threads` threads.
+    fn find(&self, size: u64, threads: u64) -> Option<&'a Figure> {
+        self.figs.iter().rev().copied().find(|f| {
+            u64_param(f, "size") == Some(size) && u64_param(f, "threads") == Some(threads)
+        })
+    }
+
+    fn table(&self) -> Table {
+        let headers: Vec<String> = std::iter::once("size".to_string())
+            .chain(
+                self.threads
+                    .iter()
+                    .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" })),
+            )
+            .collect();
+        let h: Vec<&str> = headers.iter().map(String::as_str).collect();
+        let mut t = Table::new(&h, &h);
+        for &s in &self.sizes {
+            let mut row = vec![format_size(s)];
+            for &n in &self.threads {
+                row.push(self.find(s, n).map_or("-".into(), med_range));
+            }
+            t.rows.push(row);
+        }
+        t.notes.push(
+            "GB/s of bytes copied (memory traffic is twice that), median (min–max). memcpy is \
+             the ceiling of every in-memory path: file systems on tmpfs, shared-memory transport."
+                .into(),
+        );
+        t
+    }
+}
+
+/// The memcpy matrix: one row per buffer size, one column per thread count, each cell
+/// `median (min–max)` in GB/s of bytes copied. `None` without memcpy figures.
+pub fn mem_table(report: &Report) -> Option<Table> {
+    MemGrid::of(report).map(|g| g.table())
+}
+
+fn mem_section(report: &Report) -> Option<Section> {
+    let grid = MemGrid::of(report)?;
+    let t = grid.table();
+    let (sizes, threads) = (&grid.sizes, &grid.threads);
+    let find = |s: u64, n: u64| grid.find(s, n);
     let mut blocks = Vec::new();
     let series: Vec<Series> = threads
         .iter()

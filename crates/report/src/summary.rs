@@ -9,9 +9,8 @@
 //! alternative, coalesce's large-message ceiling).
 
 use accio_results::model::{Figure, Report};
+use accio_results::num::fmt_small;
 use accio_results::size::format_size;
-
-use crate::text::transport::fmt_small;
 
 use crate::doc::{ceiling_cell, figure_table, is_fs_bench, med_range, ratio_cell, Table};
 

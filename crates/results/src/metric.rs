@@ -103,9 +103,11 @@ pub mod fs {
                 "cold-read" | "coldread" | "cold" | "read" => Mode::ColdRead,
                 "re-read" | "reread" => Mode::ReRead,
                 "overwrite" | "rewrite" => Mode::Overwrite,
-                _ => return Err(format!(
+                _ => {
+                    return Err(format!(
                     "unknown mode {s:?} (known: write, write+sync, cold-read, re-read, overwrite)"
-                )),
+                ))
+                }
             })
         }
 

@@ -67,7 +67,7 @@ use accio_results::size::format_size;
 
 use driver::{Fail, Link};
 
-pub use accio_report::text::transport::{describe, fmt_small, hazards, med_range, render_tables};
+pub use accio_report::text::transport::{describe, hazards, render_tables};
 pub use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
 };

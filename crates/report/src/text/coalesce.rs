@@ -5,18 +5,12 @@
 //! any saved JSON document.
 
 use accio_results::model::{Figure, Report};
-use accio_results::num::fmt3;
+use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
 use super::table::render;
 
 use accio_results::metric::coalesce::{self as metric, BENCH};
-
-/// `median (min–max)` with about three significant digits.
-fn med_range(f: &Figure) -> String {
-    let s = &f.summary;
-    format!("{} ({}–{})", fmt3(s.median), fmt3(s.min), fmt3(s.max))
-}
 
 /// Bytes as `512`, `32K`, `31.5K`, `1.2M`.
 fn bytes(n: f64) -> String {
@@ -61,7 +55,7 @@ pub fn describe(f: &Figure) -> String {
     if f.metric == metric::MSG_RATE {
         who.push("messages".into());
     }
-    let mut line = format!("{}: {} {}", who.join(" "), med_range(f), f.unit);
+    let mut line = format!("{}: {} {}", who.join(" "), median_range(&f.summary), f.unit);
     if let Some(r) = f
         .ceiling
         .as_ref()
@@ -111,7 +105,7 @@ pub fn render_tables(r: &Report) -> String {
                 || "not measured".to_string(),
                 |f| format!(
                     "{} GB/s ({} write_to)",
-                    med_range(f),
+                    median_range(&f.summary),
                     format_size(f.param_str("size").parse().unwrap_or(0))
                 )
             )
@@ -138,7 +132,7 @@ pub fn render_tables(r: &Report) -> String {
                 dash(f.param_str("placement")),
                 dash(f.param_str("transfer")),
                 format_size(num(f, "footprint").unwrap_or(0.0) as u64),
-                med_range(f),
+                median_range(&f.summary),
                 bw.map_or_else(|| "-".into(), |b| fmt3(b.summary.median * 1e3)),
                 bw.and_then(|b| b.ceiling.as_ref())
                     .and_then(|c| c.ratio)
@@ -184,7 +178,7 @@ pub fn render_tables(r: &Report) -> String {
                     vec![
                         f.param_str("item"),
                         f.param_str("mode"),
-                        med_range(f),
+                        median_range(&f.summary),
                         fmt3(f.summary.median * item),
                         num(f, "avg_transfer_bytes").map_or_else(|| "-".into(), bytes),
                         plain.filter(|p| p.summary.median > 0.0).map_or_else(

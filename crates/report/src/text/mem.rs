@@ -1,55 +1,19 @@
 //! The memcpy matrix: one row per buffer size, one column per thread count.
 
-use accio_results::model::{Figure, Report};
-use accio_results::num::median_range;
-use accio_results::size::format_size;
+use accio_results::model::Report;
 
-use super::table::render;
+use super::table::table;
 
 /// The `mem` figures as a table: one row per size, one column per thread count, each cell
-/// `median (min–max)` in GB/s of bytes copied.
+/// `median (min–max)` in GB/s of bytes copied (the table of the pages' Memory section).
 pub fn mem_table(report: &Report) -> String {
-    let figs: Vec<&Figure> = report.select("mem", "memcpy").collect();
-    let num = |f: &Figure, k: &str| f.params.get(k).and_then(|v| v.as_u64()).unwrap_or(0);
-    let mut sizes: Vec<u64> = figs.iter().map(|f| num(f, "size")).collect();
-    let mut threads: Vec<u64> = figs.iter().map(|f| num(f, "threads")).collect();
-    sizes.sort_unstable();
-    sizes.dedup();
-    threads.sort_unstable();
-    threads.dedup();
-    let headers: Vec<String> = std::iter::once("size".to_string())
-        .chain(
-            threads
-                .iter()
-                .map(|t| format!("{t} thread{}", if *t == 1 { "" } else { "s" })),
-        )
-        .collect();
-    let rows: Vec<Vec<String>> = sizes
-        .iter()
-        .map(|&s| {
-            std::iter::once(format_size(s))
-                .chain(threads.iter().map(|&t| {
-                    figs.iter()
-                        .rev()
-                        .find(|f| num(f, "size") == s && num(f, "threads") == t)
-                        .map_or("-".into(), |f| median_range(&f.summary))
-                }))
-                .collect()
-        })
-        .collect();
-    let h: Vec<&str> = headers.iter().map(String::as_str).collect();
-    let mut out = render(&h, &rows);
-    out.push_str(
-        "memcpy GB/s = 10^9 bytes copied per second, median (min–max); memory traffic is twice \
-         that (read + write)\n",
-    );
-    out
+    crate::doc::mem_table(report).map_or_else(String::new, |t| table(&t))
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accio_results::model::Unit;
+    use accio_results::model::{Figure, Unit};
 
     #[test]
     fn mem_table_rows_are_sizes_and_columns_threads() {

@@ -1,5 +1,7 @@
 //! Plain-text tables with aligned columns (numbers right-aligned).
 
+use crate::doc::Table;
+
 /// Renders `rows` under left-aligned `headers`. A column whose cells all read as numbers
 /// (optionally with a size suffix, a trailing `x` or `%`, or a `(min–max)` range; `-`,
 /// `n/a` and empty cells do not count) is right-aligned; other columns are left-aligned.
@@ -37,6 +39,18 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     line(&mut rule.iter().map(String::as_str), true);
     for row in rows {
         line(&mut row.iter().map(String::as_str), false);
+    }
+    out
+}
+
+/// A document table as text: [`render`] of its headers and rows, then its notes, one line
+/// each. This is how the text exporter shows every table the pages show too.
+pub fn table(t: &Table) -> String {
+    let headers: Vec<&str> = t.headers.iter().map(String::as_str).collect();
+    let mut out = render(&headers, &t.rows);
+    for note in &t.notes {
+        out.push_str(note);
+        out.push('\n');
     }
     out
 }

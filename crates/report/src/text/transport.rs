@@ -5,7 +5,7 @@
 //! themselves, so a table can be rebuilt from any saved JSON document.
 
 use accio_results::model::{Figure, Report, Unit};
-use accio_results::num::fmt3;
+use accio_results::num::{fmt3, fmt_small, median_range};
 use accio_results::size::format_size;
 
 use super::table::render;
@@ -13,28 +13,6 @@ use super::table::render;
 use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
 };
-
-/// Like [`fmt3`], but values below 0.01 keep two significant digits instead of reading as
-/// `0.000` (an 8-byte stream over TCP moves about 0.001 GB/s).
-pub fn fmt_small(v: f64) -> String {
-    let a = v.abs();
-    if a >= 0.01 || a == 0.0 || !a.is_finite() {
-        return fmt3(v);
-    }
-    let decimals = (-a.log10()).ceil() as usize + 1;
-    format!("{v:.decimals$}")
-}
-
-/// `median (min–max)` with about three significant digits.
-pub fn med_range(f: &Figure) -> String {
-    let s = &f.summary;
-    format!(
-        "{} ({}–{})",
-        fmt_small(s.median),
-        fmt_small(s.min),
-        fmt_small(s.max)
-    )
-}
 
 fn size_of(f: &Figure) -> Option<u64> {
     f.params.get("size").and_then(|v| v.as_u64())
@@ -51,7 +29,7 @@ pub fn describe(f: &Figure) -> String {
     if let Some(s) = size_of(f) {
         who.push(format_size(s));
     }
-    let mut line = format!("{}: {} {}", who.join(" "), med_range(f), f.unit);
+    let mut line = format!("{}: {} {}", who.join(" "), median_range(&f.summary), f.unit);
     if let Some(c) = &f.ceiling {
         if let Some(r) = c.ratio {
             line.push_str(&format!(", {}x {}", fmt_small(r), c.name));
@@ -105,7 +83,7 @@ fn find<'a>(r: &'a Report, m: &'a str, backend: Option<&str>, size: u64) -> Opti
 }
 
 fn cell(f: Option<&Figure>) -> String {
-    f.map_or_else(|| "-".to_string(), med_range)
+    f.map_or_else(|| "-".to_string(), |f| median_range(&f.summary))
 }
 
 fn ratio_cell(f: Option<&Figure>) -> String {
@@ -178,7 +156,7 @@ pub fn render_tables(report: &Report) -> String {
         {
             out.push_str(&format!(
                 "{b} connect: {} us  (seed 004: SCIF {} us, sockets {} us)\n",
-                med_range(c),
+                median_range(&c.summary),
                 fmt3(SEED_004_CONNECT_US.0),
                 fmt3(SEED_004_CONNECT_US.1)
             ));
@@ -198,7 +176,7 @@ pub fn render_tables(report: &Report) -> String {
                         .map_or_else(|| "-".to_string(), |(_, us)| fmt3(*us));
                     vec![
                         format_size(s),
-                        med_range(f),
+                        median_range(&f.summary),
                         cell(find(report, metric::UNREGISTER, Some(b), s)),
                         seed,
                     ]
