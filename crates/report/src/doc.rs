@@ -598,10 +598,6 @@ fn mem_section(report: &Report) -> Option<Section> {
     })
 }
 
-fn fs_paths(report: &Report) -> Vec<String> {
-    distinct_param(report.figures.iter().filter(|f| is_fs_bench(f)), "path")
-}
-
 fn yes_no(f: &Figure, key: &str) -> String {
     match f.params.get(key).and_then(Value::as_bool) {
         Some(true) => "yes".into(),
@@ -610,85 +606,113 @@ fn yes_no(f: &Figure, key: &str) -> String {
     }
 }
 
-/// Colfax's Table 1 (2014): one column per file system; properties, then each mode at one
-/// thread and at its best thread count.
-fn fs_summary(report: &Report, paths: &[String]) -> Table {
+/// A file system's capacity and free space, or `no limit (RAM)` (ramfs reports none).
+pub(crate) fn fs_capacity(f: &Figure) -> String {
     let human = accio_results::size::human_bytes;
-    let figs: Vec<Vec<&Figure>> = paths
-        .iter()
-        .map(|p| {
-            report
-                .figures
-                .iter()
-                .filter(|f| is_fs_bench(f) && &f.param_str("path") == p)
+    match (u64_param(f, "capacity_bytes"), u64_param(f, "free_bytes")) {
+        (Some(c), Some(fr)) => format!("{} ({} free)", human(c), human(fr)),
+        _ => "no limit (RAM)".into(),
+    }
+}
+
+/// The body of Colfax's Table 1 (2014), shared by the pages and the text table: one column
+/// per file system, its properties rows, then for each mode its single-thread row and (when
+/// some path has several thread counts) its best-N row, each cell made by `cell(figure,
+/// threads)` (`threads` is `Some` on the best-N row).
+pub(crate) struct FsSummary {
+    /// Properties and mode rows; the first cell is the row's label.
+    pub rows: Vec<Vec<String>>,
+    /// Per path: the modes whose best N-thread figure is at least 1.25× the single-thread
+    /// one (Colfax's "scales across multiple threads" row; the threshold keeps noise alone
+    /// from counting as scaling), or `None` while no mode has both 1 and N threads there.
+    pub scales: Vec<Option<Vec<String>>>,
+}
+
+impl FsSummary {
+    pub(crate) fn of(
+        report: &Report,
+        paths: &[String],
+        cell: &dyn Fn(&Figure, Option<u64>) -> String,
+    ) -> FsSummary {
+        let figs: Vec<Vec<&Figure>> = paths
+            .iter()
+            .map(|p| {
+                report
+                    .figures
+                    .iter()
+                    .filter(|f| is_fs_bench(f) && &f.param_str("path") == p)
+                    .collect()
+            })
+            .collect();
+        let prop = |label: &str, get: &dyn Fn(&Figure) -> String| -> Vec<String> {
+            std::iter::once(label.to_string())
+                .chain(
+                    figs.iter()
+                        .map(|fs| fs.first().map_or("-".into(), |f| get(f))),
+                )
                 .collect()
-        })
-        .collect();
+        };
+        let mut rows = vec![
+            prop("type", &|f| f.param_str("fs_type")),
+            prop("backing", &|f| f.param_str("backing")),
+            prop("capacity", &fs_capacity),
+            prop("persistent across reboot", &|f| yes_no(f, "persistent")),
+            prop("shared across hosts", &|f| yes_no(f, "shared")),
+            prop("root needed to mount", &|f| yes_no(f, "root_to_mount")),
+        ];
+        let threads = |f: &Figure| u64_param(f, "threads").unwrap_or(0);
+        let mut scales: Vec<Option<Vec<String>>> = vec![None; paths.len()];
+        for mode in Mode::ALL {
+            if !figs.iter().flatten().any(|f| f.metric == mode.name()) {
+                continue;
+            }
+            let mut single = vec![format!("{}, 1 thread", mode.label())];
+            let mut best = vec![format!("{}, best N threads", mode.label())];
+            let mut any_multi = false;
+            for (i, fs) in figs.iter().enumerate() {
+                let of: Vec<&&Figure> = fs.iter().filter(|f| f.metric == mode.name()).collect();
+                let one = of.iter().find(|f| threads(f) == 1);
+                single.push(one.map_or("-".into(), |f| cell(f, None)));
+                let top = of
+                    .iter()
+                    .filter(|f| threads(f) > 1)
+                    .max_by(|a, b| a.summary.median.total_cmp(&b.summary.median));
+                any_multi |= top.is_some();
+                best.push(top.map_or("-".into(), |f| cell(f, Some(threads(f)))));
+                if let (Some(o), Some(t)) = (one, top) {
+                    let modes = scales[i].get_or_insert_with(Vec::new);
+                    if t.summary.median >= 1.25 * o.summary.median {
+                        modes.push(mode.label().to_string());
+                    }
+                }
+            }
+            rows.push(single);
+            if any_multi {
+                rows.push(best);
+            }
+        }
+        FsSummary { rows, scales }
+    }
+}
+
+/// Colfax's Table 1 (2014) on the pages: one column per file system; properties, then each
+/// mode at one thread and at its best thread count.
+fn fs_summary(report: &Report, paths: &[String]) -> Table {
     let mut headers = vec!["GB/s".to_string()];
     headers.extend(paths.iter().cloned());
     let h: Vec<&str> = headers.iter().map(String::as_str).collect();
     let mut t = Table::new(&h, &[]);
-    let prop = |label: &str, get: &dyn Fn(&Figure) -> String| -> Vec<String> {
-        std::iter::once(label.to_string())
-            .chain(
-                figs.iter()
-                    .map(|fs| fs.first().map_or("-".into(), |f| get(f))),
-            )
-            .collect()
-    };
-    t.rows.push(prop("type", &|f| f.param_str("fs_type")));
-    t.rows.push(prop("backing", &|f| f.param_str("backing")));
-    t.rows.push(prop("capacity", &|f| match (
-        u64_param(f, "capacity_bytes"),
-        u64_param(f, "free_bytes"),
-    ) {
-        (Some(c), Some(fr)) => format!("{} ({} free)", human(c), human(fr)),
-        _ => "no limit (RAM)".into(),
-    }));
-    t.rows.push(prop("persistent across reboot", &|f| {
-        yes_no(f, "persistent")
-    }));
-    t.rows
-        .push(prop("shared across hosts", &|f| yes_no(f, "shared")));
-    t.rows.push(prop("root needed to mount", &|f| {
-        yes_no(f, "root_to_mount")
-    }));
-    let cell = |f: &Figure, best: bool| {
+    t.rows = FsSummary::of(report, paths, &|f, best| {
         let mut s = med_range(f);
-        if best {
-            s.push_str(&format!(" N={}", f.param_str("threads")));
+        if let Some(n) = best {
+            s.push_str(&format!(" N={n}"));
         }
         if f.ceiling.is_some() {
             s.push_str(&format!(", {} of memcpy", ratio_cell(f)));
         }
         s
-    };
-    for mode in Mode::ALL {
-        if !figs.iter().flatten().any(|f| f.metric == mode.name()) {
-            continue;
-        }
-        let mut single = vec![format!("{}, 1 thread", mode.label())];
-        let mut best = vec![format!("{}, best N threads", mode.label())];
-        let mut any_multi = false;
-        for fs in &figs {
-            let of: Vec<&&Figure> = fs.iter().filter(|f| f.metric == mode.name()).collect();
-            single.push(
-                of.iter()
-                    .find(|f| u64_param(f, "threads") == Some(1))
-                    .map_or("-".into(), |f| cell(f, false)),
-            );
-            let top = of
-                .iter()
-                .filter(|f| u64_param(f, "threads").is_some_and(|n| n > 1))
-                .max_by(|a, b| a.summary.median.total_cmp(&b.summary.median));
-            any_multi |= top.is_some();
-            best.push(top.map_or("-".into(), |f| cell(f, true)));
-        }
-        t.rows.push(single);
-        if any_multi {
-            t.rows.push(best);
-        }
-    }
+    })
+    .rows;
     t.notes.push(
         "After Colfax 2014, Table 1. GB/s = 10^9 B/s, median (min–max) over the repeats; \
          N=: the best thread count; x% of memcpy: the share of memcpy bandwidth measured in \
@@ -701,7 +725,7 @@ fn fs_summary(report: &Report, paths: &[String]) -> Table {
 }
 
 fn fs_section(report: &Report) -> Option<Section> {
-    let paths = fs_paths(report);
+    let paths = crate::text::fs::fs_paths(report);
     if paths.is_empty() {
         return None;
     }

@@ -3,26 +3,19 @@
 //! at its best thread count). Both read only the [`Report`], so a saved JSON renders the
 //! same way.
 
-use accio_results::model::{Figure, Report};
+use accio_results::model::{distinct_param, Figure, Report};
 use accio_results::num::fmt3;
 use accio_results::size::format_size;
 
 use super::table::render;
+use crate::doc::{fs_capacity as capacity, is_fs_bench, FsSummary};
 
 use accio_results::metric::fs::Mode;
 use accio_results::num::median_range;
-use accio_results::size::human_bytes;
 
-/// Distinct `path` parameters of `fs` figures, in the order first measured.
+/// Distinct `path` parameters of the fs bench's own figures, in the order first measured.
 pub fn fs_paths(report: &Report) -> Vec<String> {
-    let mut paths: Vec<String> = Vec::new();
-    for f in report.figures.iter().filter(|f| f.bench == "fs") {
-        let p = f.param_str("path");
-        if !paths.contains(&p) {
-            paths.push(p);
-        }
-    }
-    paths
+    distinct_param(report.figures.iter().filter(|f| is_fs_bench(f)), "path")
 }
 
 fn of_path<'a>(report: &'a Report, path: &'a str) -> impl Iterator<Item = &'a Figure> + 'a {
@@ -37,22 +30,6 @@ fn threads(f: &Figure) -> u64 {
         .get("threads")
         .and_then(|v| v.as_u64())
         .unwrap_or(0)
-}
-
-fn yes_no(f: &Figure, key: &str) -> String {
-    match f.params.get(key).and_then(|v| v.as_bool()) {
-        Some(true) => "yes".into(),
-        Some(false) => "no".into(),
-        None => "unknown".into(),
-    }
-}
-
-fn capacity(f: &Figure) -> String {
-    let get = |k: &str| f.params.get(k).and_then(|v| v.as_u64());
-    match (get("capacity_bytes"), get("free_bytes")) {
-        (Some(c), Some(fr)) => format!("{} ({} free)", human_bytes(c), human_bytes(fr)),
-        _ => "no limit (RAM)".into(),
-    }
 }
 
 /// `x% of C` for a figure with a ceiling.
@@ -147,59 +124,8 @@ pub fn summary_table(report: &Report) -> String {
     if paths.is_empty() {
         return "no file-system figures\n".into();
     }
-    let figs: Vec<Vec<&Figure>> = paths.iter().map(|p| of_path(report, p).collect()).collect();
-    let prop = |label: &str, get: &dyn Fn(&Figure) -> String| -> Vec<String> {
-        std::iter::once(label.to_string())
-            .chain(
-                figs.iter()
-                    .map(|fs| fs.first().map_or("-".into(), |f| get(f))),
-            )
-            .collect()
-    };
-    let mut rows = vec![
-        prop("type", &|f| f.param_str("fs_type")),
-        prop("backing", &|f| f.param_str("backing")),
-        prop("capacity", &capacity),
-        prop("persistent across reboot", &|f| yes_no(f, "persistent")),
-        prop("shared across hosts", &|f| yes_no(f, "shared")),
-        prop("root needed to mount", &|f| yes_no(f, "root_to_mount")),
-    ];
-    // Per path: modes that scale, or None while no mode has both 1 and N threads.
-    let mut scales: Vec<Option<Vec<String>>> = vec![None; paths.len()];
-    let mut any_multi = false;
-    for mode in Mode::ALL {
-        if !figs.iter().flatten().any(|f| f.metric == mode.name()) {
-            continue;
-        }
-        let mut single = vec![format!("{}, 1 thread", mode.label())];
-        let mut best = vec![format!("{}, best N threads", mode.label())];
-        let mut has_multi = false;
-        for (i, fs) in figs.iter().enumerate() {
-            let of_mode: Vec<&&Figure> = fs.iter().filter(|f| f.metric == mode.name()).collect();
-            let one = of_mode.iter().find(|f| threads(f) == 1);
-            single.push(one.map_or("-".into(), |f| cell(f, None)));
-            let top = of_mode
-                .iter()
-                .filter(|f| threads(f) > 1)
-                .max_by(|a, b| a.summary.median.total_cmp(&b.summary.median));
-            best.push(top.map_or("-".into(), |f| cell(f, Some(threads(f)))));
-            if let (Some(o), Some(t)) = (one, top) {
-                has_multi = true;
-                // Colfax's "scales across multiple threads" row, with a 25% threshold so
-                // that noise alone does not count as scaling.
-                let modes = scales[i].get_or_insert_with(Vec::new);
-                if t.summary.median >= 1.25 * o.summary.median {
-                    modes.push(mode.label().to_string());
-                }
-            }
-        }
-        rows.push(single);
-        if has_multi {
-            rows.push(best);
-            any_multi = true;
-        }
-    }
-    if any_multi {
+    let FsSummary { mut rows, scales } = FsSummary::of(report, &paths, &cell);
+    if scales.iter().any(Option::is_some) {
         rows.push(
             std::iter::once("scales with threads (>= 1.25x)".to_string())
                 .chain(scales.iter().map(|s| match s {
