@@ -42,30 +42,70 @@
 //! listener for its bound port with [`Listener::local_addr`]).
 //!
 //! Backends live in their own crates (`accio-shm`, `accio-tcp`) and implement the
-//! [`Endpoint`] contract of `accio-core`, whose docs specify every call.
+//! [`Endpoint`] contract of `accio-core`, whose docs specify every call. Each registers one
+//! [`Backend`] in [`REGISTRY`]; [`listen_with`] and [`connect_with`] carry [`Options`] to
+//! the backend the address selects, so callers configure a backend without naming its crate.
 
 use std::time::Duration;
 
 pub use accio_core::*;
+pub use accio_shm::ShmOptions;
+pub use accio_tcp::TcpOptions;
 
-/// Binds `addr` (`shm://NAME` or `tcp://HOST:PORT`) and returns a listener.
+/// Every backend this build knows, in the order `accio bench` measures them. Adding a
+/// backend is its crate plus one line here.
+pub static REGISTRY: &[Backend] = &[accio_shm::BACKEND, accio_tcp::BACKEND];
+
+/// The registered backend serving `scheme`.
+pub fn backend(scheme: &str) -> Option<&'static Backend> {
+    REGISTRY.iter().find(|b| b.scheme == scheme)
+}
+
+/// The schemes of the registered backends (`["shm", "tcp"]`).
+pub fn schemes() -> Vec<&'static str> {
+    REGISTRY.iter().map(|b| b.scheme).collect()
+}
+
+/// Parses `addr` and finds the backend for its scheme.
+fn resolve(addr: &str) -> Result<(Addr, &'static Backend)> {
+    let a: Addr = addr.parse()?;
+    let b = backend(a.scheme()).ok_or_else(|| Error::BadAddress {
+        addr: addr.to_string(),
+        reason: format!(
+            "no backend for scheme {:?} in this build (built in: {})",
+            a.scheme(),
+            schemes().join(", ")
+        ),
+    })?;
+    Ok((a, b))
+}
+
+/// Binds `addr` (`shm://NAME` or `tcp://HOST:PORT`) and returns a listener, with every
+/// backend's default options ([`listen_with`] takes options).
 ///
 /// TCP listeners bind exactly the host given; use `tcp://127.0.0.1:0` (loopback, ephemeral
 /// port) unless the peer is on another host.
 pub fn listen(addr: &str) -> Result<Box<dyn Listener>> {
-    match addr.parse::<Addr>()? {
-        a @ Addr::Shm(_) => Ok(Box::new(accio_shm::ShmListener::bind(&a)?)),
-        a @ Addr::Tcp { .. } => Ok(Box::new(accio_tcp::TcpListener::bind(&a)?)),
-    }
+    listen_with(addr, &Options::default())
 }
 
-/// Connects to the listener at `addr`, giving up after `timeout`.
+/// [`listen`] with options, e.g. `Options::new().with(ShmOptions { spin: Duration::ZERO,
+/// ..ShmOptions::from_env() })` for endpoints that sleep at once when they wait. Options
+/// of a backend the address does not select are ignored.
+pub fn listen_with(addr: &str, opts: &Options) -> Result<Box<dyn Listener>> {
+    let (a, b) = resolve(addr)?;
+    (b.listen)(&a, opts)
+}
+
+/// Connects to the listener at `addr`, giving up after `timeout`, with every backend's
+/// default options ([`connect_with`] takes options).
 pub fn connect(addr: &str, timeout: Duration) -> Result<Box<dyn Endpoint>> {
-    match addr.parse::<Addr>()? {
-        a @ Addr::Shm(_) => Ok(Box::new(accio_shm::ShmEndpoint::connect(&a, timeout)?)),
-        a @ Addr::Tcp { .. } => Ok(Box::new(accio_tcp::TcpEndpoint::connect(&a, timeout)?)),
-    }
+    connect_with(addr, timeout, &Options::default())
 }
 
-/// The backends this build knows, by scheme.
-pub const BACKENDS: &[&str] = &["shm", "tcp"];
+/// [`connect`] with options (ring sizes and spin time for shm, credit window and limits for
+/// tcp). Options of a backend the address does not select are ignored.
+pub fn connect_with(addr: &str, timeout: Duration, opts: &Options) -> Result<Box<dyn Endpoint>> {
+    let (a, b) = resolve(addr)?;
+    (b.connect)(&a, timeout, opts)
+}

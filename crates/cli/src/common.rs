@@ -40,12 +40,12 @@ fn parse_size_list(s: &str) -> Result<SizeList, String> {
 }
 
 fn parse_backend(s: &str) -> Result<String, String> {
-    if accio::BACKENDS.contains(&s) {
+    if accio::backend(s).is_some() {
         Ok(s.to_string())
     } else {
         Err(format!(
             "unknown backend {s:?} (known: {})",
-            accio::BACKENDS.join(", ")
+            accio::schemes().join(", ")
         ))
     }
 }

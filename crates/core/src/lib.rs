@@ -14,6 +14,7 @@
 //! Applications normally use the `accio` facade crate, which picks a backend by address.
 
 mod addr;
+mod backend;
 mod copy;
 mod endpoint;
 mod error;
@@ -22,6 +23,7 @@ mod registry;
 mod types;
 
 pub use addr::Addr;
+pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
 pub use copy::{copy_bytes, copy_slice};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};

@@ -306,7 +306,7 @@ impl MergerBuilder {
         if self.credit == 0 {
             return Err(MergeError::Config("credit must be at least 1 slot".into()));
         }
-        let listener = Acceptor::bind(addr)?;
+        let listener = bind(addr)?;
         let addr = listener.local_addr().clone();
         let events: EventFn = self.events.unwrap_or_else(|| {
             Arc::new(|e: &Event| {
@@ -493,42 +493,18 @@ impl Drop for Merger {
     }
 }
 
-/// The merger's listener. Over shm it uses the concrete endpoint to turn spinning off:
-/// the merger polls many endpoints and probes idle ones for liveness with a zero-timeout
-/// receive, which must cost one `poll` system call, not a 50 µs spin.
-enum Acceptor {
-    Shm(accio_shm::ShmListener),
-    Other(Box<dyn Listener>),
+/// The merger's listener. Its shm endpoints do not spin: the merger polls many endpoints
+/// and probes idle ones for liveness with a zero-timeout receive, which must cost one
+/// `poll` system call, not a 50 µs spin.
+fn bind(addr: &str) -> Result<Box<dyn Listener>> {
+    let shm = accio::ShmOptions {
+        spin: Duration::ZERO,
+        ..accio::ShmOptions::from_env()
+    };
+    Ok(accio::listen_with(addr, &accio::Options::new().with(shm))?)
 }
 
-impl Acceptor {
-    fn bind(addr: &str) -> Result<Acceptor> {
-        Ok(match addr.parse::<Addr>()? {
-            a @ Addr::Shm(_) => Acceptor::Shm(accio_shm::ShmListener::bind(&a)?),
-            _ => Acceptor::Other(accio::listen(addr)?),
-        })
-    }
-
-    fn local_addr(&self) -> &Addr {
-        match self {
-            Acceptor::Shm(l) => l.local_addr(),
-            Acceptor::Other(l) => l.local_addr(),
-        }
-    }
-
-    fn accept(&self, timeout: Option<Duration>) -> accio::Result<Box<dyn Endpoint>> {
-        match self {
-            Acceptor::Shm(l) => {
-                let mut ep = l.accept_shm(timeout)?;
-                ep.set_spin(Duration::ZERO);
-                Ok(Box::new(ep))
-            }
-            Acceptor::Other(l) => l.accept(timeout),
-        }
-    }
-}
-
-fn accept_main(listener: Acceptor, shared: Arc<Shared>) {
+fn accept_main(listener: Box<dyn Listener>, shared: Arc<Shared>) {
     while !shared.closing.load(Ordering::SeqCst) {
         match listener.accept(Some(Duration::from_millis(100))) {
             Ok(ep) => shared.inbox.lock().expect("merger inbox lock").push(ep),

@@ -114,29 +114,20 @@ impl Producer {
     /// Connects to the merger at `addr`.
     pub fn connect_with(addr: &str, opts: ProducerOptions) -> Result<Producer> {
         let parsed: accio::Addr = addr.parse()?;
-        let ep: Box<dyn Endpoint> = match &parsed {
-            accio::Addr::Shm(_) => {
-                let env = accio_shm::ShmOptions::from_env();
-                let so = accio_shm::ShmOptions {
-                    ring_bytes: SHM_RING_BYTES,
-                    chunk_bytes: SHM_RING_BYTES / 4,
-                    // A producer waits for slots, i.e. for file writes (milliseconds):
-                    // spinning would only take the CPU from the merger, so sleep at once
-                    // unless ACCIO_SHM_SPIN_US asks otherwise.
-                    spin: if std::env::var_os("ACCIO_SHM_SPIN_US").is_some() {
-                        env.spin
-                    } else {
-                        Duration::ZERO
-                    },
-                };
-                Box::new(accio_shm::ShmEndpoint::connect_with(
-                    &parsed,
-                    opts.timeout,
-                    so,
-                )?)
-            }
-            _ => accio::connect(addr, opts.timeout)?,
+        let env = accio::ShmOptions::from_env();
+        let shm = accio::ShmOptions {
+            ring_bytes: SHM_RING_BYTES,
+            chunk_bytes: SHM_RING_BYTES / 4,
+            // A producer waits for slots, i.e. for file writes (milliseconds): spinning
+            // would only take the CPU from the merger, so sleep at once unless
+            // ACCIO_SHM_SPIN_US asks otherwise.
+            spin: if std::env::var_os("ACCIO_SHM_SPIN_US").is_some() {
+                env.spin
+            } else {
+                Duration::ZERO
+            },
         };
+        let ep = accio::connect_with(addr, opts.timeout, &accio::Options::new().with(shm))?;
         let mapped = ep.capabilities().map_remote;
         let mut p = Producer {
             ep,

@@ -26,9 +26,11 @@
 //! All copies go through [`accio_core::copy_bytes`], which avoids the 4 KiB aliasing
 //! penalty of `memcpy` on the machines accio is measured on.
 
+mod backend;
 mod endpoint;
 mod link;
 mod ring;
 mod sys;
 
+pub use backend::BACKEND;
 pub use endpoint::{ShmEndpoint, ShmListener, ShmOptions};

@@ -75,6 +75,7 @@
 //!   call at once ([`Error::PeerGone`](accio_core::Error::PeerGone)); sends use
 //!   `MSG_NOSIGNAL`, so a dead peer never raises `SIGPIPE`.
 
+mod backend;
 mod conn;
 mod endpoint;
 pub mod frame;
@@ -82,6 +83,7 @@ mod options;
 mod progress;
 mod sys;
 
+pub use backend::BACKEND;
 pub use conn::TcpListener;
 pub use endpoint::TcpEndpoint;
 pub use options::TcpOptions;

@@ -224,7 +224,7 @@ impl Options {
     pub fn full() -> Options {
         let d = GeometrySpec::default_cache();
         Options {
-            backends: accio::BACKENDS.iter().map(|s| s.to_string()).collect(),
+            backends: accio::schemes().iter().map(|s| s.to_string()).collect(),
             patterns: Pattern::ALL.to_vec(),
             items: vec![8, 64, 256],
             geometries: vec![

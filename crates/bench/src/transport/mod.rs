@@ -86,7 +86,7 @@ const EXIT_GRACE: Duration = Duration::from_secs(5);
 #[derive(Clone, Debug)]
 pub struct Options {
     /// Backends, by scheme name. Default: every backend this build knows
-    /// ([`accio::BACKENDS`]).
+    /// ([`accio::REGISTRY`]).
     pub backends: Vec<String>,
     /// Message sizes in bytes. Default `None`: [`DEFAULT_SIZES`], or [`QUICK_SIZES`] when
     /// `quick`.
@@ -106,7 +106,7 @@ impl Options {
     /// The defaults, starting peers with `peer`.
     pub fn new(peer: PeerCommand) -> Options {
         Options {
-            backends: accio::BACKENDS.iter().map(|s| s.to_string()).collect(),
+            backends: accio::schemes().iter().map(|s| s.to_string()).collect(),
             sizes: None,
             quick: false,
             repetitions: None,
@@ -149,10 +149,10 @@ impl Options {
     pub fn effective_backends(&self) -> Result<Vec<String>, BenchError> {
         let mut v: Vec<String> = Vec::new();
         for b in &self.backends {
-            if !accio::BACKENDS.contains(&b.as_str()) {
+            if accio::backend(b).is_none() {
                 return Err(BenchError::Options(format!(
                     "unknown backend {b:?} (known: {})",
-                    accio::BACKENDS.join(", ")
+                    accio::schemes().join(", ")
                 )));
             }
             if !v.contains(b) {
