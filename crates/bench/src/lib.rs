@@ -14,7 +14,9 @@
 //! - [`info`]: what the node is (CPU, memory, file systems, PCIe links, GPUs).
 //! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
 
+pub mod cancel;
 pub mod coalesce;
+mod emit;
 pub mod fs;
 pub mod mem;
 pub mod merge;

@@ -16,8 +16,11 @@ use std::time::{Duration, Instant};
 
 use accio::{copy_bytes, Region};
 
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{Figure, Recorder, Unit};
-use accio_results::num::fmt3;
+
+use crate::emit;
 use accio_results::size::format_size;
 
 /// Single-thread copy bandwidth of `size`-byte copies in GB/s (10^9 B/s): `samples` batches,
@@ -246,49 +249,67 @@ impl MemBench {
         self
     }
 
-    /// Measures every size and thread count, pushing one `mem`/`memcpy` figure each.
+    /// Measures every size and thread count, recording one `mem`/`memcpy` figure each and
+    /// reporting through `events` (one unit of work per size and thread count).
     /// Combinations whose buffers (2 x size x threads) would take more than half of
     /// `MemAvailable` are skipped with a warning.
-    pub fn run(&self, rec: &mut Recorder, log: &mut dyn FnMut(&str)) -> io::Result<()> {
+    pub fn run(&self, rec: &mut Recorder, events: &mut dyn FnMut(Event<'_>)) -> io::Result<()> {
+        events(Event::Started {
+            bench: "mem",
+            total: (self.sizes.len() * self.threads.len()) as u64,
+        });
         let avail = accio_results::node::probe::mem_available();
         for &size in &self.sizes {
             for &n in &self.threads {
-                let need = 2 * size * n as u64;
-                if avail.is_some_and(|a| need > a / 2) {
-                    let w = format!(
-                        "mem: skipped {} x {n} threads: {} of buffers is more than half of \
-                         the available memory",
-                        format_size(size),
-                        accio_results::size::human_bytes(need)
-                    );
-                    log(&format!("warning: {w}"));
-                    rec.warn(w)?;
-                    continue;
-                }
-                let samples = memcpy_threads_gbps(size as usize, n, self.samples, self.batch)?;
-                let Some(fig) = Figure::new("mem", "memcpy", Unit::GBps, samples) else {
-                    continue;
-                };
-                let fig = fig.param("size", size).param("threads", n).method(
-                    "accio::copy_bytes between page-aligned pre-faulted buffers, one pair per \
-                     thread, barrier start; bytes copied per second (memory traffic is twice that)",
-                );
-                log(&format!(
-                    "mem: {} x {n} thread(s): {} GB/s",
-                    format_size(size),
-                    fmt3(fig.summary.median)
-                ));
-                if fig.summary.spread() > 0.25 {
-                    let w = format!(
-                        "mem {} x {n}: noisy, min-max spread {:.0}% of the median",
-                        format_size(size),
-                        fig.summary.spread() * 100.0
-                    );
-                    log(&format!("warning: {w}"));
-                    rec.warn(w)?;
-                }
-                rec.push(fig)?;
+                self.measure(size, n, avail, rec, events)?;
+                events(Event::Advanced(1));
             }
+        }
+        events(Event::Done);
+        Ok(())
+    }
+
+    fn measure(
+        &self,
+        size: u64,
+        n: usize,
+        avail: Option<u64>,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> io::Result<()> {
+        let need = 2 * size * n as u64;
+        if avail.is_some_and(|a| need > a / 2) {
+            let w = format!(
+                "mem: skipped {} x {n} threads: {} of buffers is more than half of the available \
+                 memory",
+                format_size(size),
+                accio_results::size::human_bytes(need)
+            );
+            return emit::hazard(rec, events, Hazard::new(HazardKind::NotMeasured, "mem", w));
+        }
+        let samples = memcpy_threads_gbps(size as usize, n, self.samples, self.batch)?;
+        let Some(fig) = Figure::new("mem", "memcpy", Unit::GBps, samples) else {
+            return Ok(());
+        };
+        let fig = fig.param("size", size).param("threads", n).method(
+            "accio::copy_bytes between page-aligned pre-faulted buffers, one pair per thread, \
+             barrier start; bytes copied per second (memory traffic is twice that)",
+        );
+        let noisy = (fig.summary.spread() > 0.25).then(|| {
+            Hazard::new(
+                HazardKind::Noisy,
+                "mem",
+                format!(
+                    "mem {} x {n}: noisy, min-max spread {:.0}% of the median",
+                    format_size(size),
+                    fig.summary.spread() * 100.0
+                ),
+            )
+            .about([&fig])
+        });
+        emit::figure(rec, events, fig)?;
+        if let Some(h) = noisy {
+            emit::hazard(rec, events, h)?;
         }
         Ok(())
     }

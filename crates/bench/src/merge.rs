@@ -57,7 +57,10 @@ use serde_json::Value;
 pub use accio_merge as service;
 use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
 
+use crate::emit;
 use crate::fs::{FsBench, FsInfo, Mode};
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Report, Unit};
 use accio_results::node::probe;
 use accio_results::num::fmt3;
@@ -371,9 +374,13 @@ impl MergeBench {
     pub fn run(
         &self,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), MergeBenchError> {
         self.validate()?;
+        events(Event::Started {
+            bench: "merge",
+            total: (self.targets.len() * self.producers.len()) as u64,
+        });
         let placements: Vec<Placement> = self
             .placements
             .iter()
@@ -384,32 +391,28 @@ impl MergeBench {
             let info = match probe::probe(target) {
                 Ok(i) if !i.read_only => i,
                 Ok(_) => {
-                    warn(
-                        rec,
-                        log,
-                        format!("merge: {} is read-only; skipped", target.display()),
-                    )?;
+                    let w = format!("merge: {} is read-only; skipped", target.display());
+                    warn(rec, events, HazardKind::NotMeasured, w)?;
+                    events(Event::Advanced(self.producers.len() as u64));
                     continue;
                 }
                 Err(e) => {
-                    warn(
-                        rec,
-                        log,
-                        format!("merge: {}: {e}; skipped", target.display()),
-                    )?;
+                    let w = format!("merge: {}: {e}; skipped", target.display());
+                    warn(rec, events, HazardKind::NotMeasured, w)?;
+                    events(Event::Advanced(self.producers.len() as u64));
                     continue;
                 }
             };
             let sync = self.sync_persistent && !info.memory_backed();
-            log(&format!(
+            events(Event::Step(&format!(
                 "merge {}: {} ({}-backed){}",
                 target.display(),
                 info.fs_type,
                 info.backing.name(),
                 if sync { ", synced at close" } else { "" }
-            ));
+            )));
             let ceiling = if self.ceilings {
-                self.ceiling(&info, sync, rec, log)?
+                self.ceiling(&info, sync, rec, events)?
             } else {
                 None
             };
@@ -423,7 +426,8 @@ impl MergeBench {
                 if total + total / 16 + (64 << 20) > room {
                     warn(
                         rec,
-                        log,
+                        events,
+                        HazardKind::NotMeasured,
                         format!(
                             "merge {}: {p} x {f} x {} = {} does not fit ({} free); skipped",
                             target.display(),
@@ -432,10 +436,11 @@ impl MergeBench {
                             accio_results::size::human_bytes(room)
                         ),
                     )?;
+                    events(Event::Advanced(1));
                     continue;
                 }
                 let naive = if self.naive {
-                    self.measure_naive(&info, p, f, sync, ceiling.as_ref(), rec, log)?
+                    self.measure_naive(&info, p, f, sync, ceiling.as_ref(), rec, events)?
                 } else {
                     None
                 };
@@ -451,12 +456,14 @@ impl MergeBench {
                             ceiling.as_ref(),
                             naive,
                             rec,
-                            log,
+                            events,
                         )?;
                     }
                 }
+                events(Event::Advanced(1));
             }
         }
+        events(Event::Done);
         Ok(())
     }
 
@@ -466,7 +473,7 @@ impl MergeBench {
         info: &FsInfo,
         sync: bool,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Option<(String, f64)>, MergeBenchError> {
         let mode = if sync { Mode::WriteSync } else { Mode::Write };
         let record = if self.buffer_bytes.is_multiple_of(4096) {
@@ -484,7 +491,11 @@ impl MergeBench {
             .repeats(self.repeats.max(1))
             .ceilings(false);
         let out = fsb
-            .run(&mut tmp, &mut |l| log(l))
+            .run(&mut tmp, &mut |e| match e {
+                // The ceiling is a step of this bench, not a bench of its own.
+                Event::Started { .. } | Event::Advanced(_) | Event::Done => {}
+                e => events(e),
+            })
             .map_err(|e| MergeBenchError::Io {
                 what: format!("measuring the fs ceiling of {}", info.path.display()),
                 source: std::io::Error::other(e.to_string()),
@@ -492,7 +503,8 @@ impl MergeBench {
         for f in &out.failures {
             warn(
                 rec,
-                log,
+                events,
+                HazardKind::NotMeasured,
                 format!("merge: ceiling of {}: {f}", info.path.display()),
             )?;
         }
@@ -550,7 +562,7 @@ impl MergeBench {
         sync: bool,
         ceiling: Option<&(String, f64)>,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Option<f64>, MergeBenchError> {
         let mut samples = Vec::new();
         let src = source_buffer(self.buffer_bytes, 0);
@@ -565,12 +577,7 @@ impl MergeBench {
              concatenates the files into one (each part removed once appended)",
         );
         let median = fig.summary.median;
-        log(&format!(
-            "merge {}: naive, {p} producer(s): {} GB/s",
-            info.path.display(),
-            fmt3(median)
-        ));
-        rec.push(fig).map_err(MergeBenchError::Record)?;
+        emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
         Ok(Some(median))
     }
 
@@ -586,7 +593,7 @@ impl MergeBench {
         ceiling: Option<&(String, f64)>,
         naive: Option<f64>,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), MergeBenchError> {
         let mut samples = Vec::new();
         let mut rss = 0u64;
@@ -645,19 +652,11 @@ impl MergeBench {
             )
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
             .method(method);
-        log(&format!(
-            "merge {}: {backend} {}, {p} producer(s): {} GB/s{}, merger peak RSS {}; \
-             merger thread writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
+        let detail = format!(
+            "merge {}: {backend} {}, {p} producer(s): merger peak RSS {}; merger thread \
+             writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
             info.path.display(),
             placement.name(),
-            fmt3(fig.summary.median),
-            fig.ceiling
-                .as_ref()
-                .and_then(|c| c.ratio)
-                .map_or(String::new(), |r| format!(
-                    " ({:.0}% of the ceiling)",
-                    r * 100.0
-                )),
             accio_results::size::human_bytes(rss),
             writing * 100.0,
             fmt3(write_gbps),
@@ -667,21 +666,27 @@ impl MergeBench {
                 on * 100.0,
                 wait * 100.0
             ))
-        ));
-        rec.push(fig).map_err(MergeBenchError::Record)?;
+        );
+        let key = fig.key();
+        emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
+        events(Event::Step(&detail));
         // The merger's promise, checkable where it runs alone in its process.
         if placement == Placement::Processes && !rss_within_budget(rss, self.budget as u64) {
-            warn(
-                rec,
-                log,
-                format!(
-                    "merge {}: the merger's peak RSS, {}, is above its budget of {} + 64 MiB \
+            let w = Hazard {
+                figures: vec![key],
+                ..Hazard::new(
+                    HazardKind::Caution,
+                    "merge",
+                    format!(
+                        "merge {}: the merger's peak RSS, {}, is above its budget of {} + 64 MiB \
                      ({backend}, {p} producer processes)",
-                    info.path.display(),
-                    accio_results::size::human_bytes(rss),
-                    accio_results::size::human_bytes(self.budget as u64)
-                ),
-            )?;
+                        info.path.display(),
+                        accio_results::size::human_bytes(rss),
+                        accio_results::size::human_bytes(self.budget as u64)
+                    ),
+                )
+            };
+            emit::hazard(rec, events, w).map_err(MergeBenchError::Record)?;
         }
         Ok(())
     }
@@ -1078,9 +1083,13 @@ fn peak_rss() -> u64 {
         .map_or(0, |kb| kb * 1024)
 }
 
-fn warn(rec: &mut Recorder, log: &mut dyn FnMut(&str), w: String) -> Result<(), MergeBenchError> {
-    log(&format!("warning: {w}"));
-    rec.warn(w).map_err(MergeBenchError::Record)
+fn warn(
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+    kind: HazardKind,
+    w: String,
+) -> Result<(), MergeBenchError> {
+    emit::hazard(rec, events, Hazard::new(kind, "merge", w)).map_err(MergeBenchError::Record)
 }
 
 /// The body of a producer process: connect, prepare the buffer, say `ready`, wait for a

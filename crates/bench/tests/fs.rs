@@ -9,6 +9,7 @@ use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use accio_bench::fs::{CacheDrop, Engine, FsBench, FsError, FsOutcome, Mode, MAX_RESIDENT};
+use accio_results::event::Event;
 use accio_results::model::{CeilingSource, Figure, Recorder, Report};
 
 const MIB: u64 = 1 << 20;
@@ -129,7 +130,7 @@ fn run(name: &str, bench: &FsBench) -> (Report, Result<FsOutcome, FsError>) {
     let json =
         std::env::temp_dir().join(format!("accio-fs-test-{name}-{}.json", std::process::id()));
     let mut rec = Recorder::new(Some(&json)).unwrap();
-    let out = bench.run(&mut rec, &mut |l| eprintln!("{l}"));
+    let out = bench.run(&mut rec, &mut |e| eprintln!("{e:?}"));
     let report: Report = serde_json::from_slice(&std::fs::read(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
     (report, out)
@@ -386,9 +387,14 @@ fn cancellation_stops_between_records_and_removes_files() {
     let bench = small(&[t.path()]).repeats(50).cancel_on(flag);
     let json = t.dir.with_extension("json");
     let mut rec = Recorder::new(Some(&json)).unwrap();
-    let out = bench.run(&mut rec, &mut |l| {
-        if l.contains("repeat 2/") {
-            flag.store(true, Ordering::SeqCst); // as the SIGINT handler would
+    let mut repeats_done = 0;
+    let out = bench.run(&mut rec, &mut |e| {
+        // Each repeat of a thread count is one unit of the plan.
+        if let Event::Advanced(_) = e {
+            repeats_done += 1;
+            if repeats_done == 2 {
+                flag.store(true, Ordering::SeqCst); // as the SIGINT handler would
+            }
         }
     });
     std::fs::remove_file(&json).unwrap();

@@ -9,10 +9,11 @@ use std::time::Duration;
 use anyhow::Context as _;
 
 use accio_bench::coalesce::{self, GeometrySpec, Options, Pattern, Placement, Transfer};
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 use accio_results::size::parse_size;
 
-use crate::common::CommonArgs;
+use crate::common::{self, CommonArgs};
 
 /// Arguments of `accio bench coalesce`. `--sizes` sets the item sizes (powers of two, 8
 /// to 4096 bytes) [default: 8,64,256; with --quick: 64].
@@ -151,23 +152,25 @@ impl CoalesceArgs {
 
 /// Runs the coalescing bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: CoalesceArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    run_with(args, rec, &mut |l| eprintln!("coalesce: {l}"), true)
+    let r = run_with(args, rec, &mut |e| common::print_event("coalesce", e), true);
+    common::post_run_warnings("coalesce", rec)?;
+    r
 }
 
-/// Runs the coalescing bench with its progress lines going to `progress`; `standalone`
+/// Runs the coalescing bench with its events going to `events`; `standalone`
 /// also prints the tables on stdout and the closing line on stderr (the default suite
 /// prints its own summary instead).
 pub(crate) fn run_with(
     args: CoalesceArgs,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     standalone: bool,
 ) -> anyhow::Result<()> {
     let opts = args.options()?;
-    let result = coalesce::run(&opts, rec, progress);
+    let result = coalesce::run(&opts, rec, events);
     if standalone {
         // Tables of whatever was measured, also when the run failed part-way.
-        let tables = coalesce::render_tables(rec.report());
+        let tables = accio_report::text::coalesce::render_tables(rec.report());
         if !tables.is_empty() {
             print!("\n{tables}");
         }

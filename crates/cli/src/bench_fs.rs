@@ -6,13 +6,14 @@
 
 use std::path::PathBuf;
 
-use accio_bench::fs::{self, CacheDrop, Engine, FsBench, FsError, Mode};
+use accio_bench::fs::{self, CacheDrop, Engine, FsBench, Mode};
 use accio_bench::mem::{self, MemBench};
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 use accio_results::size::parse_size;
 use anyhow::Context;
 
-use crate::common::CommonArgs;
+use crate::common::{self, CommonArgs};
 
 /// `--engine` values.
 #[derive(clap::ValueEnum, Clone, Copy, Debug)]
@@ -116,16 +117,6 @@ impl FsArgs {
         self.file_size = Some(bytes);
     }
 
-    /// The directories to measure, and how many repeats, files and threads each gets: what
-    /// the default suite needs to size its progress bar.
-    pub(crate) fn plan(&self) -> (Vec<PathBuf>, usize, Vec<usize>) {
-        (
-            self.paths.clone(),
-            self.repeats.unwrap_or(fs::DEFAULT_REPEATS),
-            self.thread_counts(),
-        )
-    }
-
     /// `--threads`, or the default for the preset.
     fn thread_counts(&self) -> Vec<usize> {
         let quick = self.common.quick;
@@ -202,33 +193,30 @@ impl MemArgs {
 
 /// Runs the file-system bench.
 pub fn run_fs(args: FsArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    match run_fs_with(args, rec, &mut |line| eprintln!("{line}"), true) {
-        Err(e) if matches!(e.downcast_ref::<FsError>(), Some(FsError::Interrupted)) => {
-            eprintln!("accio bench fs: interrupted; test files removed");
-            std::process::exit(130);
-        }
-        r => r,
-    }
+    let r = run_fs_with(args, rec, &mut |e| common::print_event("fs", e), true);
+    common::post_run_warnings("fs", rec)?;
+    r
 }
 
-/// Runs the file-system bench with progress lines going to `log` and, with `tables`, its
+/// Runs the file-system bench with its events going to `events` and, with `tables`, its
 /// tables printed on stdout. Ctrl-C ends it with [`FsError::Interrupted`] (test files
 /// removed) instead of exiting, so that the default suite can still write its report.
 pub(crate) fn run_fs_with(
     args: FsArgs,
     rec: &mut Recorder,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     tables: bool,
 ) -> anyhow::Result<()> {
-    fs::cancel::install_sigint_handler().context("installing the Ctrl-C handler")?;
     if args.common.sizes.is_some() {
-        log("note: bench fs ignores --sizes; use --record-size and --file-size");
+        events(Event::Note(
+            "bench fs ignores --sizes; use --record-size and --file-size",
+        ));
     }
     if args.common.backend.is_some() {
-        log("note: bench fs ignores --backend");
+        events(Event::Note("bench fs ignores --backend"));
     }
     let bench = args.bench();
-    let result = bench.run(rec, log);
+    let result = bench.run(rec, events);
     // Tables of whatever was measured, also after an interruption or a failed path.
     let report = rec.report();
     let paths = accio_report::text::fs::fs_paths(report);
@@ -243,16 +231,16 @@ pub(crate) fn run_fs_with(
     }
     for dir in &args.remove_after {
         if let Err(e) = std::fs::remove_dir_all(dir) {
-            log(&format!("warning: removing {}: {e}", dir.display()));
+            events(Event::Note(&format!(
+                "could not remove {}: {e}",
+                dir.display()
+            )));
         }
     }
     match result {
         Err(e) => Err(e.into()),
         Ok(out) if out.failures.is_empty() => Ok(()),
         Ok(out) => {
-            for f in &out.failures {
-                log(&format!("accio bench fs: not measured: {f}"));
-            }
             anyhow::bail!(
                 "{} of {} path(s) could not be measured (see above)",
                 out.failures.len(),
@@ -264,31 +252,16 @@ pub(crate) fn run_fs_with(
 
 /// Runs the memory bench.
 pub fn run_mem(args: MemArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    run_mem_with(args, rec, &mut |line| eprintln!("{line}"), true)
+    run_mem_with(args, rec, &mut |e| common::print_event("mem", e), true)?;
+    common::post_run_warnings("mem", rec)
 }
 
-impl MemArgs {
-    /// The buffer sizes and thread counts this run will measure (for a progress bar).
-    pub(crate) fn plan(&self) -> (Vec<u64>, Vec<usize>) {
-        let sizes = match &self.common.sizes {
-            Some(s) => s.0.clone(),
-            None if self.common.quick => mem::QUICK_SIZES.to_vec(),
-            None => mem::DEFAULT_SIZES.to_vec(),
-        };
-        let mut threads = self.threads.clone().unwrap_or_else(mem::default_threads);
-        threads.retain(|&t| t > 0);
-        threads.sort_unstable();
-        threads.dedup();
-        (sizes, threads)
-    }
-}
-
-/// Runs the memory bench with progress lines going to `log` and, with `tables`, its table
+/// Runs the memory bench with its events going to `events` and, with `tables`, its table
 /// printed on stdout.
 pub(crate) fn run_mem_with(
     args: MemArgs,
     rec: &mut Recorder,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     tables: bool,
 ) -> anyhow::Result<()> {
     let mut bench = if args.common.quick {
@@ -310,9 +283,11 @@ pub(crate) fn run_mem_with(
         bench = bench.samples(n);
     }
     if args.common.backend.is_some() {
-        log("note: bench mem ignores --backend");
+        events(Event::Note("bench mem ignores --backend"));
     }
-    bench.run(rec, log).context("measuring memcpy bandwidth")?;
+    bench
+        .run(rec, events)
+        .context("measuring memcpy bandwidth")?;
     if tables {
         println!("{}", accio_report::text::mem::mem_table(rec.report()));
     }

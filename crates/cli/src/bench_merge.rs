@@ -9,9 +9,10 @@ use std::path::PathBuf;
 use anyhow::Context as _;
 
 use accio_bench::merge::{self, MergeBench, Placement, ProducerCommand, ProducerConfig};
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 
-use crate::common::CommonArgs;
+use crate::common::{self, CommonArgs};
 
 /// The hidden subcommand that runs one producer (declared in `main.rs`).
 const PRODUCER_SUBCOMMAND: &str = "__merge-producer";
@@ -167,16 +168,18 @@ pub struct ProducerArgs {
 /// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
 /// `--json FILE`.
 pub fn run(args: MergeArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    run_with(args, rec, &mut |l| eprintln!("{l}"), true)
+    let r = run_with(args, rec, &mut |e| common::print_event("merge", e), true);
+    common::post_run_warnings("merge", rec)?;
+    r
 }
 
-/// Runs the merge bench with its progress lines going to `progress`; `standalone` also
+/// Runs the merge bench with its events going to `events`; `standalone` also
 /// prints the table and checks on stdout and the closing line on stderr (the default
 /// suite prints its own summary instead).
 pub(crate) fn run_with(
     args: MergeArgs,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     standalone: bool,
 ) -> anyhow::Result<()> {
     let program = std::env::current_exe()
@@ -192,7 +195,7 @@ pub(crate) fn run_with(
     let mut result = Ok(());
     for size in sizes {
         let bench = args.bench(size, command.clone());
-        if let Err(e) = bench.run(rec, progress) {
+        if let Err(e) = bench.run(rec, events) {
             result = Err(e);
             break;
         }

@@ -3,14 +3,14 @@
 //! executable, started with the hidden `__transport-peer` subcommand).
 
 use std::ffi::OsString;
-use std::path::PathBuf;
 
 use anyhow::Context as _;
 
 use accio_bench::transport::{self, Options, PeerCommand, PeerConfig};
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 
-use crate::common::CommonArgs;
+use crate::common::{self, CommonArgs};
 
 /// The hidden subcommand that runs the peer (declared in `main.rs`).
 const PEER_SUBCOMMAND: &str = "__transport-peer";
@@ -40,22 +40,6 @@ impl TransportArgs {
             repetitions: None,
             no_pin: false,
         }
-    }
-
-    /// The backends and message sizes this run will measure, and the registration sizes
-    /// per backend (for a progress bar); `None` where the options are invalid (the run
-    /// itself then says why).
-    pub(crate) fn plan(&self) -> Option<(Vec<String>, Vec<u64>, usize)> {
-        let o = self.options(PeerCommand {
-            program: PathBuf::new(),
-            args: Vec::new(),
-        });
-        let reg = if o.quick {
-            transport::QUICK_REGISTER_SIZES.len()
-        } else {
-            transport::REGISTER_SIZES.len()
-        };
-        Some((o.effective_backends().ok()?, o.effective_sizes().ok()?, reg))
     }
 
     /// The library options these arguments stand for, starting peers with `peer`.
@@ -98,16 +82,23 @@ impl From<PeerArgs> for PeerConfig {
 
 /// Runs the transport bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: TransportArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    run_with(args, rec, &mut |e| eprintln!("transport: {e}"), true)
+    let r = run_with(
+        args,
+        rec,
+        &mut |e| common::print_event("transport", e),
+        true,
+    );
+    common::post_run_warnings("transport", rec)?;
+    r
 }
 
-/// Runs the transport bench with its events going to `progress`; `standalone` also prints
+/// Runs the transport bench with its events going to `events`; `standalone` also prints
 /// the tables on stdout and the closing lines on stderr (the default suite prints its own
 /// summary instead).
 pub(crate) fn run_with(
     args: TransportArgs,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(transport::Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
     standalone: bool,
 ) -> anyhow::Result<()> {
     let program = std::env::current_exe()
@@ -117,16 +108,12 @@ pub(crate) fn run_with(
         args: vec![OsString::from(PEER_SUBCOMMAND)],
     });
     let json = args.common.json.as_deref();
-    let result = transport::run(&opts, rec, progress);
+    let result = transport::run(&opts, rec, events);
     if standalone {
         // Tables of whatever was measured, also when the run failed part-way.
-        let tables = transport::render_tables(rec.report());
+        let tables = accio_report::text::transport::render_tables(rec.report());
         if !tables.is_empty() {
             print!("\n{tables}");
-        }
-        let warnings = rec.report().warnings.len();
-        if warnings > 0 {
-            eprintln!("transport: {warnings} warning(s), listed above and in the report");
         }
         if let Some(p) = json {
             eprintln!("transport: results written to {}", p.display());

@@ -2,6 +2,7 @@
 
 use std::path::PathBuf;
 
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 use accio_results::size::parse_sizes;
 use anyhow::Context as _;
@@ -71,4 +72,30 @@ impl CommonArgs {
         self.full |= parent.full;
         self.out = self.out.take().or_else(|| parent.out.clone());
     }
+}
+
+/// Prints a bench event as a plain progress line on stderr, named after the bench where the
+/// line does not start with its name already (figure lines do).
+pub(crate) fn print_event(bench: &str, e: Event<'_>) {
+    if let Some(line) = accio_report::text::event_line(&e) {
+        let named = line
+            .strip_prefix(bench)
+            .is_some_and(|rest| rest.starts_with([' ', ':']));
+        if named {
+            eprintln!("{line}");
+        } else {
+            eprintln!("{bench}: {line}");
+        }
+    }
+}
+
+/// After a bench run on its own: the post-run analysis's warnings (figures above their
+/// ceiling, noisy ones), recorded in the results and printed on stderr.
+pub(crate) fn post_run_warnings(bench: &str, rec: &mut Recorder) -> anyhow::Result<()> {
+    let before = rec.report().warnings.len();
+    accio_report::warnings::apply(rec).context("recording the warnings")?;
+    for w in &rec.report().warnings[before..] {
+        eprintln!("{bench}: warning: {w}");
+    }
+    Ok(())
 }

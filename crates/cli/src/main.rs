@@ -72,9 +72,32 @@ enum BenchCommand {
     Merge(bench_merge::MergeArgs),
 }
 
+/// Exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it).
+const INTERRUPTED: u8 = 130;
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    match run(cli) {
+    // Every bench stops at its next step on Ctrl-C, keeping what it measured and removing
+    // its test files (see `accio_bench::cancel`); a second Ctrl-C kills at once.
+    let _sigint = match &cli.command {
+        Command::Bench(_) => match accio_bench::cancel::SigintGuard::install() {
+            Ok(g) => Some(g),
+            Err(e) => {
+                eprintln!("error: installing the Ctrl-C handler: {e}");
+                return ExitCode::FAILURE;
+            }
+        },
+        _ => None,
+    };
+    let result = run(cli);
+    if accio_bench::cancel::interrupted() {
+        if let Err(e) = &result {
+            eprintln!("error: {}", one_line(e));
+        }
+        eprintln!("accio: interrupted; the results hold what was measured, test files removed");
+        return ExitCode::from(INTERRUPTED);
+    }
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             // One line with the whole context chain; no backtrace for a user error even

@@ -8,10 +8,10 @@
 //! - `info.json`: what the node is (`accio info --json`);
 //! - `report.md`, `report.html`: written at the end, also after a bench failed or Ctrl-C.
 //!
-//! On a terminal each bench shows a bar with its ETA, sized from the bench's plan
-//! (figures, or for fs bytes moved), or for merge and coalesce, whose plans depend on the
-//! machine, a spinner with the latest figure; elsewhere the benches' progress lines are
-//! printed under a header per bench.
+//! Every bench reports through the same typed events ([`Event`]): on a terminal each shows
+//! a bar with its ETA, sized from the plan the bench announces (figures, files moved, runs),
+//! with its latest step or figure as the message and its warnings printed above; elsewhere
+//! the events are printed as lines under a header per bench.
 //! A bench that fails is reported, the others still run, and the command exits non-zero at
 //! the end. Presets: `--quick` (the fewest sizes that still give every headline figure,
 //! under a minute on a 2-core VM), the default (full memory and transport sweeps, the
@@ -22,7 +22,8 @@ use std::io::IsTerminal as _;
 use std::path::PathBuf;
 use std::time::Instant;
 
-use accio_bench::transport::{BenchError, Event};
+use accio_bench::cancel;
+use accio_results::event::Event;
 use accio_results::model::Recorder;
 use accio_results::node::NodeInfo;
 use anyhow::Context as _;
@@ -72,7 +73,9 @@ const QUICK_FILE_SIZE: u64 = 16 << 20;
 /// one size in between.
 const QUICK_TRANSPORT_SIZES: [u64; 3] = [8, 4 << 10, 2 << 20];
 
-/// Progress of one bench: a bar with ETA on a terminal, plain lines otherwise.
+/// Progress of one bench, driven by its events: on a terminal a spinner that becomes a bar
+/// with ETA once the bench announces its plan ([`Event::Started`]), with the latest step or
+/// figure as its message and warnings printed above it; elsewhere plain lines.
 struct Progress {
     bar: Option<ProgressBar>,
     name: &'static str,
@@ -80,9 +83,8 @@ struct Progress {
 }
 
 impl Progress {
-    /// Starts bench `step` of `steps`; `total` is its planned work in the units the bench
-    /// reports (0: unknown, a spinner).
-    fn start(tty: bool, step: usize, steps: usize, name: &'static str, total: u64) -> Progress {
+    /// Starts bench `step` of `steps`.
+    fn start(tty: bool, step: usize, steps: usize, name: &'static str) -> Progress {
         let prefix = format!("[{step}/{steps}] {name}");
         if !tty {
             eprintln!("== {prefix}");
@@ -92,64 +94,58 @@ impl Progress {
                 started: Instant::now(),
             };
         }
-        let bar = if total == 0 {
-            let b = ProgressBar::new_spinner();
-            b.set_style(
-                ProgressStyle::with_template("{prefix:>17} {spinner} {elapsed:>4} {wide_msg}")
-                    .expect("a valid template"),
-            );
-            b
-        } else {
-            let b = ProgressBar::new(total);
-            b.set_style(
-                ProgressStyle::with_template(
-                    "{prefix:>17} [{bar:28}] {percent:>3}% {elapsed:>4} ETA {eta:>4} {wide_msg}",
-                )
-                .expect("a valid template")
-                .progress_chars("=> "),
-            );
-            b
-        };
+        let b = ProgressBar::new_spinner();
+        b.set_style(
+            ProgressStyle::with_template("{prefix:>17} {spinner} {elapsed:>4} {wide_msg}")
+                .expect("a valid template"),
+        );
         // No steady tick: a drawing thread waking on its own would perturb benches that own
         // both cores of a small machine. The bar redraws when the bench reports progress.
-        bar.set_prefix(prefix);
+        b.set_prefix(prefix);
         Progress {
-            bar: Some(bar),
+            bar: Some(b),
             name,
             started: Instant::now(),
         }
     }
 
-    /// A progress line from the bench. Warnings, errors and notes stay on screen above the
-    /// bar; other lines become the bar's message.
-    fn line(&self, text: &str) {
-        match &self.bar {
-            None => eprintln!("{text}"),
-            Some(b) => {
-                let keep = ["warning", "error", "note", "skipped", "accio bench"]
-                    .iter()
-                    .any(|k| text.starts_with(k) || text.contains(&format!(": {k}")));
-                if keep {
-                    b.println(format!("{}: {text}", self.name));
-                } else {
-                    // The prefix already names the bench.
-                    let short = text
-                        .strip_prefix(self.name)
-                        .map_or(text, |t| t.trim_start_matches([':', ' ']));
-                    b.set_message(short.to_string());
+    /// One event of the bench.
+    fn event(&self, e: Event<'_>) {
+        let Some(b) = &self.bar else {
+            crate::common::print_event(self.name, e);
+            return;
+        };
+        match e {
+            Event::Started { total, .. } if total > 0 => {
+                b.set_length(total);
+                b.set_style(
+                    ProgressStyle::with_template(
+                        "{prefix:>17} [{bar:28}] {percent:>3}% {elapsed:>4} ETA {eta:>4} {wide_msg}",
+                    )
+                    .expect("a valid template")
+                    .progress_chars("=> "),
+                );
+            }
+            Event::Advanced(n) => {
+                if let Some(len) = b.length() {
+                    if b.position() + n > len {
+                        b.set_length(b.position() + n);
+                    }
+                }
+                b.inc(n);
+            }
+            // Warnings, skips and notes stay on screen above the bar.
+            Event::Warning(_) | Event::Skipped(_) | Event::Note(_) => {
+                if let Some(line) = accio_report::text::event_line(&e) {
+                    b.println(format!("{}: {line}", self.name));
                 }
             }
-        }
-    }
-
-    fn advance(&self, units: u64) {
-        if let Some(b) = &self.bar {
-            if let Some(len) = b.length() {
-                if b.position() + units > len {
-                    b.set_length(b.position() + units);
+            // Steps and figures become the bar's message.
+            _ => {
+                if let Some(line) = accio_report::text::event_line(&e) {
+                    b.set_message(line);
                 }
             }
-            b.inc(units);
         }
     }
 
@@ -178,22 +174,6 @@ fn default_folder() -> PathBuf {
         .filter(char::is_ascii_digit)
         .collect();
     PathBuf::from(format!("accio-report-{}T{}Z", &digits[..8], &digits[8..14]))
-}
-
-/// The fs bench's progress lines say `N thread(s), repeat r/R`: the work done is N files.
-fn fs_units(line: &str) -> u64 {
-    let Some(at) = line.find(" thread(s), repeat ") else {
-        return 0;
-    };
-    let digits: String = line[..at]
-        .chars()
-        .rev()
-        .take_while(char::is_ascii_digit)
-        .collect::<Vec<_>>()
-        .into_iter()
-        .rev()
-        .collect();
-    digits.parse().unwrap_or(0)
 }
 
 /// One bench's outcome for the closing lines.
@@ -274,101 +254,49 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
 
     // mem
     {
-        let (sizes, threads) = mem.plan();
-        let p = Progress::start(tty, 1, steps, "mem", (sizes.len() * threads.len()) as u64);
-        let r = bench_fs::run_mem_with(
-            mem,
-            &mut rec,
-            &mut |line| {
-                if line.starts_with("mem: ")
-                    && (line.contains("thread(s): ") || line.starts_with("mem: skipped"))
-                {
-                    p.advance(1);
-                }
-                p.line(line);
-            },
-            false,
-        );
+        let p = Progress::start(tty, 1, steps, "mem");
+        let r = bench_fs::run_mem_with(mem, &mut rec, &mut |e| p.event(e), false);
         outcomes.push(finish(p, "mem", r, &rec));
     }
 
     // fs
     {
-        let total = fs.as_ref().map_or(0, |a| {
-            let (paths, repeats, threads) = a.plan();
-            (paths.len() * repeats * threads.iter().sum::<usize>()) as u64
-        });
-        let p = Progress::start(tty, 2, steps, "fs", total);
-        let r = fs.and_then(|a| {
-            bench_fs::run_fs_with(
-                a,
-                &mut rec,
-                &mut |line| {
-                    p.advance(fs_units(line));
-                    p.line(line);
-                },
-                false,
-            )
-        });
-        if r.as_ref()
-            .err()
-            .and_then(|e| e.downcast_ref::<accio_bench::fs::FsError>())
-            .is_some_and(|e| matches!(e, accio_bench::fs::FsError::Interrupted))
-        {
-            interrupted = true;
-        }
+        let p = Progress::start(tty, 2, steps, "fs");
+        let r = fs.and_then(|a| bench_fs::run_fs_with(a, &mut rec, &mut |e| p.event(e), false));
         outcomes.push(finish(p, "fs", r, &rec));
+        interrupted |= cancel::interrupted();
     }
 
     // transport
     if !interrupted {
-        let total = transport.plan().map_or(0, |(backends, sizes, reg)| {
-            (backends.len() * (sizes.len() * 4 + 1 + reg * 2)) as u64
-        });
-        let p = Progress::start(tty, 3, steps, "transport", total);
-        let r = bench_transport::run_with(
-            transport,
-            &mut rec,
-            &mut |e| {
-                if matches!(e, Event::Figure(_)) {
-                    p.advance(1);
-                }
-                p.line(&format!("{e}"));
-            },
-            false,
-        );
-        if r.as_ref()
-            .err()
-            .and_then(|e| e.downcast_ref::<BenchError>())
-            .is_some_and(|e| matches!(e, BenchError::Interrupted { .. }))
-        {
-            interrupted = true;
-        }
+        let p = Progress::start(tty, 3, steps, "transport");
+        let r = bench_transport::run_with(transport, &mut rec, &mut |e| p.event(e), false);
         outcomes.push(finish(p, "transport", r, &rec));
+        interrupted |= cancel::interrupted();
     }
 
-    // merge and coalesce: a spinner whose message is the latest figure.
+    // merge and coalesce
     if !interrupted {
-        let p = Progress::start(tty, 4, steps, "merge", 0);
+        let p = Progress::start(tty, 4, steps, "merge");
         let r = bench_merge::run_with(
             bench_merge::MergeArgs::default_suite(&common),
             &mut rec,
-            &mut |line| p.line(line),
+            &mut |e| p.event(e),
             false,
         );
         outcomes.push(finish(p, "merge", r, &rec));
-        interrupted |= accio_bench::fs::cancel::sigint_received();
+        interrupted |= cancel::interrupted();
     }
     if !interrupted {
-        let p = Progress::start(tty, 5, steps, "coalesce", 0);
+        let p = Progress::start(tty, 5, steps, "coalesce");
         let r = bench_coalesce::run_with(
             bench_coalesce::CoalesceArgs::default_suite(&common),
             &mut rec,
-            &mut |line| p.line(line),
+            &mut |e| p.event(e),
             false,
         );
         outcomes.push(finish(p, "coalesce", r, &rec));
-        interrupted |= accio_bench::fs::cancel::sigint_received();
+        interrupted |= cancel::interrupted();
     }
 
     // Post-hoc warnings, then the pages.
@@ -405,8 +333,8 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         println!("results also copied to {}", json.display());
     }
     if interrupted {
-        eprintln!("accio bench: interrupted; the report holds what was measured");
-        std::process::exit(130);
+        // main reports the interruption and exits with its status.
+        return Ok(());
     }
     let failed: Vec<&str> = outcomes
         .iter()
@@ -448,19 +376,6 @@ fn finish(p: Progress, name: &'static str, r: anyhow::Result<()>, rec: &Recorder
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn fs_lines_count_files_moved() {
-        assert_eq!(
-            fs_units("fs /dev/shm: 2 thread(s), repeat 1/3: write 1.2, cold read 3.4 GB/s"),
-            2
-        );
-        assert_eq!(
-            fs_units("fs /a: b: 16 thread(s), repeat 3/3: write 1 GB/s"),
-            16
-        );
-        assert_eq!(fs_units("fs: memcpy ceiling 4M, 2 thread(s): 12 GB/s"), 0);
-    }
 
     #[test]
     fn default_folder_is_timestamped() {

@@ -15,10 +15,12 @@
 //!   run that fell back to `posix_fadvise` is not warned about when `mincore` confirmed
 //!   the pages were gone: that read was cold.
 //!
-//! The benches already warn about some of this while they run (`transport` and `fs` about
-//! figures above their ceiling and noisy figures, `mem` about noisy ones). A figure whose
-//! bench already said the same thing is left out, and a warning already in the report is
-//! never repeated, so [`apply`] can run on a report any number of times. One warning
+//! Some benches judge their figures while they run (`fs` about figures above their ceiling
+//! and noisy figures, `mem` about noisy ones) and record typed hazards; `transport` leaves
+//! the judging to this module, by its own rules. A figure whose bench already recorded a
+//! hazard of the same kind about it is left out, and a warning already in the report is
+//! never repeated ([`apply`] records its warnings as typed hazards too), so [`apply`] can
+//! run on a report any number of times. One warning
 //! covers all figures of one bench with the same hazard, so a noisy machine gives one line
 //! per bench, not one per figure.
 //!
@@ -39,6 +41,7 @@
 
 use std::io;
 
+use accio_results::hazard::Hazard;
 use accio_results::model::{Figure, Recorder, Report};
 use accio_results::num::fmt3;
 
@@ -49,16 +52,8 @@ pub const NOISY_SPREAD: f64 = 0.5;
 /// Most figures named in one warning; the rest are counted.
 const MAX_LISTED: usize = 6;
 
-/// What a warning is about.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Kind {
-    /// A figure beyond its ceiling.
-    AboveCeiling,
-    /// A wide min–max spread.
-    Noisy,
-    /// A cold read that may have been served from a cache.
-    ColdReadCached,
-}
+/// What a warning is about: the hazard kinds of the result model.
+pub use accio_results::hazard::HazardKind as Kind;
 
 /// One warning and the figures it is about.
 #[derive(Clone, Debug, PartialEq)]
@@ -102,7 +97,7 @@ pub fn analyze(report: &Report) -> Vec<Warning> {
         let text = match kind {
             Kind::AboveCeiling => above_text(report, &bench, &idx),
             Kind::Noisy => noisy_text(report, &bench, &idx),
-            Kind::ColdReadCached => unreachable!("cold reads are handled below"),
+            _ => unreachable!("only the two kinds above are found per figure"),
         };
         out.push(Warning {
             kind,
@@ -120,7 +115,14 @@ pub fn analyze(report: &Report) -> Vec<Warning> {
 pub fn apply(rec: &mut Recorder) -> io::Result<usize> {
     let new = analyze(rec.report());
     for w in &new {
-        rec.warn(w.text.clone())?;
+        let figures: Vec<&Figure> = w
+            .figures
+            .iter()
+            .map(|&i| &rec.report().figures[i])
+            .collect();
+        let bench = figures.first().map_or("accio", |f| f.bench.as_str());
+        let h = Hazard::new(w.kind, bench, w.text.clone()).about(figures.iter().copied());
+        rec.hazard(h)?;
     }
     Ok(new.len())
 }
@@ -132,49 +134,20 @@ fn above_ceiling(f: &Figure) -> bool {
         .is_some_and(|r| r > ABOVE_CEILING)
 }
 
-/// Whether the bench that measured `f` already dealt with this hazard for it: warned in its
-/// own words (see `transport::hazards`, `fs`, `mem`), or, for a bench that judges every
-/// figure by its own rule, decided there was nothing to warn about.
+/// Whether the bench that measured `f` already dealt with this hazard for it: recorded a
+/// hazard of this kind about it (the typed `hazards` of the report, never its sentences),
+/// or, for a bench that judges every figure by its own rule, found nothing to warn about.
 fn bench_said(report: &Report, f: &Figure, kind: Kind) -> bool {
-    let said = |pred: &dyn Fn(&str) -> bool| report.warnings.iter().any(|w| pred(w));
+    if report.hazards.iter().any(|h| h.covers(kind, f)) {
+        return true;
+    }
     match f.bench.as_str() {
-        // transport judges every figure it records (`transport::hazards`), with its own
-        // rules: setup costs are never called noisy (every registration is cold by design)
-        // and a bandwidth counts as above its ceiling from 110%. Its verdict stands; only a
-        // warning it would give but that is missing from the report is given here.
-        "transport" => crate::text::transport::hazards(f)
+        // transport's rules (`text::transport::hazards`): setup costs are never called noisy
+        // (every registration is cold by design) and a bandwidth counts as above its
+        // ceiling from 110%. Its verdict stands; only a hazard its rule finds is warned of.
+        accio_results::metric::transport::BENCH => !crate::text::transport::hazards(f)
             .iter()
-            .filter(|h| match kind {
-                Kind::AboveCeiling => h.contains("above its ceiling"),
-                Kind::Noisy => h.contains("noisy"),
-                Kind::ColdReadCached => false,
-            })
-            .all(|h| report.warnings.contains(h)),
-        "fs" => {
-            let path = f.param_str("path");
-            let item = format!(
-                "{} x{} ",
-                accio_results::metric::fs::Mode::from_metric(&f.metric)
-                    .map_or(f.metric.as_str(), |m| m.label()),
-                f.param_str("threads")
-            );
-            let prefix = match kind {
-                Kind::AboveCeiling => format!("fs {path}: above the memcpy ceiling: "),
-                Kind::Noisy => format!("fs {path}: noisy figures "),
-                Kind::ColdReadCached => return false,
-            };
-            said(&|w| w.starts_with(&prefix) && w.contains(&item))
-        }
-        "mem" if kind == Kind::Noisy => {
-            let prefix = format!(
-                "mem {} x {}: noisy",
-                accio_results::size::format_size(
-                    f.params.get("size").and_then(|v| v.as_u64()).unwrap_or(0)
-                ),
-                f.param_str("threads")
-            );
-            said(&|w| w.starts_with(&prefix))
-        }
+            .any(|h| h.kind == kind),
         _ => false,
     }
 }
@@ -367,35 +340,49 @@ mod tests {
     #[test]
     fn what_a_bench_already_said_is_not_repeated() {
         let mut r = Report::new();
-        // transport: its own hazards() text is in the report.
+        // transport: its own rule's hazards were recorded.
         let t = fig("transport", "stream_bw", Unit::GBps, &[5.0, 12.0, 20.0])
             .param("backend", "shm")
             .param("size", 2u64 << 20)
             .ceiling("memcpy 2M", 10.0, CeilingSource::Measured);
-        r.warnings.extend(crate::text::transport::hazards(&t));
+        r.hazards.extend(crate::text::transport::hazards(&t));
         r.figures.push(t);
-        // fs: the per-path summary warnings.
-        r.figures.push(
-            fig("fs", "write", Unit::GBps, &[1.0, 3.0, 6.0])
-                .param("path", "/dev/shm")
-                .param("threads", 2)
-                .ceiling("memcpy 4M, 2 threads", 2.0, CeilingSource::Measured),
+        // fs: the per-path summary hazards.
+        let fs = fig("fs", "write", Unit::GBps, &[1.0, 3.0, 6.0])
+            .param("path", "/dev/shm")
+            .param("threads", 2)
+            .ceiling("memcpy 4M, 2 threads", 2.0, CeilingSource::Measured);
+        r.hazards.push(
+            Hazard::new(
+                Kind::Noisy,
+                "fs",
+                "fs /dev/shm: noisy figures (min-max spread over 25% of the median): write x2 \
+                 167%; use more --repeats",
+            )
+            .about([&fs]),
         );
-        r.warnings.push(
-            "fs /dev/shm: noisy figures (min-max spread over 25% of the median): write x2 167%; \
-             use more --repeats"
-                .into(),
+        r.hazards.push(
+            Hazard::new(
+                Kind::AboveCeiling,
+                "fs",
+                "fs /dev/shm: above the memcpy ceiling: write x2 150%; the ceiling ...",
+            )
+            .about([&fs]),
         );
-        r.warnings
-            .push("fs /dev/shm: above the memcpy ceiling: write x2 150%; the ceiling ...".into());
-        // mem: its noisy warning.
-        r.figures.push(
-            fig("mem", "memcpy", Unit::GBps, &[1.0, 2.0, 9.0])
-                .param("size", 65536u64)
-                .param("threads", 1),
+        r.figures.push(fs);
+        // mem: its noisy hazard.
+        let mem = fig("mem", "memcpy", Unit::GBps, &[1.0, 2.0, 9.0])
+            .param("size", 65536u64)
+            .param("threads", 1);
+        r.hazards.push(
+            Hazard::new(
+                Kind::Noisy,
+                "mem",
+                "mem 64K x 1: noisy, min-max spread 400% of the median",
+            )
+            .about([&mem]),
         );
-        r.warnings
-            .push("mem 64K x 1: noisy, min-max spread 400% of the median".into());
+        r.figures.push(mem);
         assert_eq!(analyze(&r), vec![]);
         // The same fs figure on another path was not covered.
         r.figures.push(

@@ -27,9 +27,13 @@
 //! - [`stats`]: median, min, max and spread of samples.
 //! - [`size`]: byte sizes, as written on the command line and as read by people.
 //! - [`num`]: numbers with three significant digits, and `median (min–max)`.
+//! - [`event`]: what a running bench reports (one event type for every bench).
+//! - [`hazard`]: measurement hazards as typed values.
 //! - [`metric`]: bench and metric names, and published reference points.
 //! - [`node`]: what the node is (CPU, memory, NUMA, file systems, PCIe, GPUs).
 
+pub mod event;
+pub mod hazard;
 pub mod metric;
 pub mod model;
 pub mod node;

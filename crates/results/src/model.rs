@@ -230,6 +230,18 @@ impl Figure {
             .collect()
     }
 
+    /// The figure's identity: bench, metric and every [identifying](Figure::identifying)
+    /// parameter, e.g. `fs/write{"path":"/dev/shm","threads":2}`. Two figures of one run
+    /// with the same key measured the same thing.
+    pub fn key(&self) -> String {
+        let ids: serde_json::Map<String, Value> = self
+            .identifying()
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.clone()))
+            .collect();
+        format!("{}/{}{}", self.bench, self.metric, Value::Object(ids))
+    }
+
     /// A short name for the figure in lists and warnings, without its value: `shm
     /// latency 8`, `fs /dev/shm write x2`, `mem memcpy 256M x1`. Backend, path, size and
     /// thread or producer count come first in a fixed order, then up to four other
@@ -353,6 +365,10 @@ pub struct Report {
     pub figures: Vec<Figure>,
     /// Things the reader should know (noisy samples, a figure above its ceiling, ...).
     pub warnings: Vec<String>,
+    /// The hazards the benches found while they ran, typed (each one's text is also in
+    /// `warnings`), so that the post-run analysis knows what a bench already judged.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hazards: Vec<crate::hazard::Hazard>,
     /// What the node is (CPU, memory, file systems, PCIe links, GPUs), when the run
     /// recorded it (`accio bench` does; single benches leave it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -386,6 +402,7 @@ impl Report {
             host: Host::detect(),
             figures: Vec::new(),
             warnings: Vec::new(),
+            hazards: Vec::new(),
             info: None,
         }
     }
@@ -520,6 +537,14 @@ impl Recorder {
     /// Adds a warning and persists the report.
     pub fn warn(&mut self, warning: impl Into<String>) -> io::Result<()> {
         self.report.warnings.push(warning.into());
+        self.flush()
+    }
+
+    /// Adds a hazard (its text to the warnings, the typed value to the hazards) and
+    /// persists the report.
+    pub fn hazard(&mut self, hazard: crate::hazard::Hazard) -> io::Result<()> {
+        self.report.warnings.push(hazard.text.clone());
+        self.report.hazards.push(hazard);
         self.flush()
     }
 

@@ -55,8 +55,8 @@
 //! let mut opts = Options::quick();
 //! opts.backends = vec!["shm".into()];
 //! let mut rec = Recorder::new(None).unwrap();
-//! coalesce::run(&opts, &mut rec, &mut |line| eprintln!("{line}")).unwrap();
-//! print!("{}", coalesce::render_tables(rec.report()));
+//! coalesce::run(&opts, &mut rec, &mut |e| eprintln!("{e:?}")).unwrap();
+//! print!("{}", accio_report::text::coalesce::render_tables(rec.report()));
 //! ```
 
 pub mod pattern;
@@ -73,13 +73,15 @@ use accio_coalesce::{
     RemoteWindow,
 };
 
+use accio_results::event::Event;
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
 use accio_results::size::{format_size, parse_size};
 
 pub use accio_coalesce::{Placement, Transfer};
-pub use accio_report::text::coalesce::{describe, render_tables, summary_lines};
 pub use accio_results::metric::coalesce::{self as metric, BENCH};
 pub use pattern::Pattern;
+
+use crate::emit;
 
 /// Size of one transfer of the large-message ceiling: the transport bench's largest
 /// default size, well past the size where RMA bandwidth stops growing.
@@ -620,38 +622,53 @@ struct Outcome {
 
 /// Runs the bench: for every backend the ceiling, then every pattern and item size in
 /// every mode, and the aggregation figures. Figures are recorded as they are measured;
-/// `log` gets one progress line per figure.
-pub fn run(opts: &Options, rec: &mut Recorder, log: &mut dyn FnMut(&str)) -> Result<(), Error> {
+/// `events` gets every figure, and one unit of work per backend and item size.
+pub fn run(
+    opts: &Options,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<(), Error> {
     opts.validate()?;
+    events(Event::Started {
+        bench: BENCH,
+        total: (opts.backends.len() * opts.items.len()) as u64,
+    });
     let window = opts.window_bytes();
     for backend in &opts.backends {
-        log(&format!(
+        events(Event::Step(&format!(
             "{backend}: connecting a pair with a {} window",
             format_size(window)
-        ));
+        )));
         let mut pair = Pair::open(backend, window)?;
-        let r = run_backend(opts, &pair, rec, log);
+        let r = run_backend(opts, &pair, rec, events);
         let closed = pair.shutdown();
         match (r, closed) {
             (Err(e), Err(rx)) => {
-                log(&format!("{backend}: {e}"));
+                events(Event::Skipped(&format!("{backend}: {e}")));
                 return Err(rx);
             }
             (Err(e), Ok(())) => return Err(e),
             (Ok(()), closed) => closed?,
         }
     }
+    events(Event::Done);
     Ok(())
 }
 
 /// The transfers `opts` asks for, as they resolve on a backend that can (`can_pull`) or
-/// cannot map peer memory; pull where it is impossible is dropped with a log line.
-fn resolve_transfers(opts: &Options, can_pull: bool, log: &mut dyn FnMut(&str)) -> Vec<Transfer> {
+/// cannot map peer memory; pull where it is impossible is reported as skipped.
+fn resolve_transfers(
+    opts: &Options,
+    can_pull: bool,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Vec<Transfer> {
     let mut out: Vec<Transfer> = Vec::new();
     for &t in &opts.transfers {
         let t = match t {
             Transfer::Pull if !can_pull => {
-                log("pull skipped (the backend cannot map peer memory)");
+                events(Event::Skipped(
+                    "pull skipped (the backend cannot map peer memory)",
+                ));
                 continue;
             }
             Transfer::Auto if can_pull => Transfer::Pull,
@@ -727,14 +744,17 @@ fn run_backend(
     opts: &Options,
     pair: &Pair,
     rec: &mut Recorder,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
 ) -> Result<(), Error> {
     let backend = pair.backend.as_str();
     let ceiling = large_msg_bw(pair, opts)?;
     let large = ceiling.summary.median;
-    record(rec, log, ceiling)?;
+    record(rec, events, ceiling)?;
     let can_pull = pair.ep().capabilities().map_remote;
-    let transfers = resolve_transfers(opts, can_pull, &mut |l| log(&format!("{backend}: {l}")));
+    let transfers = resolve_transfers(opts, can_pull, &mut |e| match e {
+        Event::Skipped(why) => events(Event::Skipped(&format!("{backend}: {why}"))),
+        e => events(e),
+    });
     for &item in &opts.items {
         for &pattern in &opts.patterns {
             for (footprint, runs) in plan_runs(opts, pattern, &transfers) {
@@ -750,19 +770,20 @@ fn run_backend(
                     large_gbps: large,
                 };
                 let direct = direct_rma(pair, opts, &offs, item)?;
-                record_pair(rec, log, &case, None, passes, &direct)?;
+                record_pair(rec, events, &case, None, passes, &direct)?;
                 for run in runs {
                     let out = cached(pair, opts, run, &offs, pass, item)?;
-                    record_pair(rec, log, &case, Some(run), passes, &out)?;
+                    record_pair(rec, events, &case, Some(run), passes, &out)?;
                 }
             }
         }
         if opts.aggregate {
             for aggregated in [false, true] {
                 let f = messages(pair, opts, item, aggregated)?;
-                record(rec, log, f)?;
+                record(rec, events, f)?;
             }
         }
+        events(Event::Advanced(1));
     }
     Ok(())
 }
@@ -781,7 +802,7 @@ struct Case<'a> {
 /// its item rate counts bytes that never had to move.
 fn record_pair(
     rec: &mut Recorder,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     case: &Case<'_>,
     run: Option<CacheRun>,
     passes: usize,
@@ -839,15 +860,12 @@ fn record_pair(
         );
         bw = bw.ceiling("large-message bw", case.large_gbps, CeilingSource::Measured);
     }
-    record(rec, log, rate)?;
-    rec.push(bw)?;
-    Ok(())
+    record(rec, events, rate)?;
+    record(rec, events, bw)
 }
 
-fn record(rec: &mut Recorder, log: &mut dyn FnMut(&str), f: Figure) -> Result<(), Error> {
-    log(&describe(&f));
-    rec.push(f)?;
-    Ok(())
+fn record(rec: &mut Recorder, events: &mut dyn FnMut(Event<'_>), f: Figure) -> Result<(), Error> {
+    Ok(emit::figure(rec, events, f)?)
 }
 
 /// The backend's large-message RMA bandwidth: `write_to` of [`LARGE_MSG`] from a
@@ -1162,7 +1180,12 @@ mod tests {
         o.direct_budget = Duration::from_millis(5);
         let mut rec = Recorder::new(None).unwrap();
         let mut lines = Vec::new();
-        run(&o, &mut rec, &mut |l| lines.push(l.to_string())).unwrap();
+        run(&o, &mut rec, &mut |e| {
+            if let Event::Figure(f) = e {
+                lines.push(accio_report::text::coalesce::describe(f));
+            }
+        })
+        .unwrap();
         let r = rec.report();
         let large: Vec<_> = r.select(BENCH, metric::LARGE_MSG_BW).collect();
         assert_eq!(large.len(), 1);
@@ -1203,7 +1226,7 @@ mod tests {
             lines.iter().any(|l| l.contains("permutation 64 cache")),
             "{lines:?}"
         );
-        let table = render_tables(r);
+        let table = accio_report::text::coalesce::render_tables(r);
         assert!(table.contains("large-message bandwidth"), "{table}");
         assert!(
             table.contains("shm permutation 64 B, cache 8x4x8K pull"),

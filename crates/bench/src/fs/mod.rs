@@ -34,6 +34,7 @@
 //!
 //! ```no_run
 //! use accio_bench::fs::{FsBench, Mode};
+//! use accio_results::event::Event;
 //! use accio_results::model::Recorder;
 //!
 //! let mut rec = Recorder::new(None).unwrap();
@@ -41,14 +42,17 @@
 //!     .modes(&[Mode::Write, Mode::ReRead])
 //!     .threads(&[1, 2])
 //!     .file_size(32 << 20)
-//!     .run(&mut rec, &mut |line| eprintln!("{line}"))
+//!     .run(&mut rec, &mut |e| {
+//!         if let Event::Step(line) = e {
+//!             eprintln!("{line}");
+//!         }
+//!     })
 //!     .unwrap();
 //! assert!(outcome.failures.is_empty());
 //! print!("{}", accio_report::text::fs::summary_table(rec.report()));
 //! ```
 
 mod cache;
-pub mod cancel;
 mod io;
 
 use std::collections::BTreeMap;
@@ -59,7 +63,9 @@ use std::time::Duration;
 
 use serde_json::Value;
 
-use crate::mem;
+use crate::{emit, mem};
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
 use accio_results::node::probe;
 use accio_results::num::fmt3;
@@ -90,10 +96,10 @@ const NOISY: f64 = 0.25;
 /// Measurement hazards of one path, reported as one warning each after the path.
 #[derive(Default)]
 struct Hazards {
-    /// `mode xN spread%` of noisy figures.
-    noisy: Vec<String>,
-    /// `mode xN ratio%` of figures above their ceiling.
-    above: Vec<String>,
+    /// `mode xN spread%` of noisy figures, with the figure's key.
+    noisy: Vec<(String, String)>,
+    /// `mode xN ratio%` of figures above their ceiling, with the figure's key.
+    above: Vec<(String, String)>,
 }
 
 /// How records are submitted.
@@ -271,7 +277,7 @@ impl FsBench {
             cache_drop: CacheDrop::Auto,
             check_space: true,
             ceilings: true,
-            cancel: &cancel::SIGINT,
+            cancel: &crate::cancel::INTERRUPTED,
         }
     }
 
@@ -348,8 +354,8 @@ impl FsBench {
         self
     }
 
-    /// Flag that stops the run between records (default: [`cancel::SIGINT`], set by the
-    /// handler from [`cancel::install_sigint_handler`]).
+    /// Flag that stops the run between records (default: [`crate::cancel::INTERRUPTED`],
+    /// set by the handler of [`crate::cancel::SigintGuard`]).
     pub fn cancel_on(mut self, flag: &'static AtomicBool) -> FsBench {
         self.cancel = flag;
         self
@@ -446,13 +452,17 @@ impl FsBench {
     /// [`FsOutcome::failures`] and the run goes on; only cancellation, bad parameters and
     /// an unwritable result file end it with an error. Test files are removed in every
     /// case.
-    pub fn run(&self, rec: &mut Recorder, log: &mut dyn FnMut(&str)) -> Result<FsOutcome, FsError> {
+    pub fn run(
+        &self,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<FsOutcome, FsError> {
         self.validate()?;
         let mut out = FsOutcome::default();
         if self.repeats < 3 {
-            warn(
+            caution(
                 rec,
-                log,
+                events,
                 format!(
                     "fs: {} repeat(s): min and max say little below 3",
                     self.repeats
@@ -466,14 +476,19 @@ impl FsBench {
                 .and_then(|i| self.check_usable(&i).map(|()| i))
             {
                 Ok(info) => usable.push(info),
-                Err(e) => fail(rec, log, &mut out, path, e)?,
+                Err(e) => fail(rec, events, &mut out, path, e)?,
             }
         }
         if usable.is_empty() {
             return Ok(out);
         }
+        let units = self.repeats as u64 * self.threads.iter().sum::<usize>() as u64;
+        events(Event::Started {
+            bench: "fs",
+            total: usable.len() as u64 * units,
+        });
         let ceilings = if self.ceilings {
-            self.measure_ceilings(rec, log)?
+            self.measure_ceilings(rec, events)?
         } else {
             BTreeMap::new()
         };
@@ -481,14 +496,15 @@ impl FsBench {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err(FsError::Interrupted);
             }
-            log(&describe(info));
-            match self.measure_path(info, &ceilings, rec, log) {
+            events(Event::Step(&describe(info)));
+            match self.measure_path(info, &ceilings, rec, events) {
                 Ok(()) => out.measured.push(info.path.clone()),
                 Err(FsError::Interrupted) => return Err(FsError::Interrupted),
                 Err(e @ FsError::Record(_)) => return Err(e),
-                Err(e) => fail(rec, log, &mut out, &info.path, e)?,
+                Err(e) => fail(rec, events, &mut out, &info.path, e)?,
             }
         }
+        events(Event::Done);
         Ok(out)
     }
 
@@ -497,7 +513,7 @@ impl FsBench {
     fn measure_ceilings(
         &self,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<BTreeMap<usize, f64>, FsError> {
         let mut map = BTreeMap::new();
         let size = self.record();
@@ -511,13 +527,8 @@ impl FsBench {
                 .param("size", size as u64)
                 .param("threads", n)
                 .method("accio::copy_bytes between page-aligned pre-faulted buffers, one pair per thread; ceiling for bench fs");
-            log(&format!(
-                "fs: memcpy ceiling {}, {n} thread(s): {} GB/s",
-                format_size(size as u64),
-                fmt3(fig.summary.median)
-            ));
             map.insert(n, fig.summary.median);
-            rec.push(fig).map_err(FsError::Record)?;
+            emit::figure(rec, events, fig).map_err(FsError::Record)?;
         }
         Ok(map)
     }
@@ -528,7 +539,7 @@ impl FsBench {
         info: &FsInfo,
         ceilings: &BTreeMap<usize, f64>,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), FsError> {
         if info.memory_backed()
             && self
@@ -536,9 +547,9 @@ impl FsBench {
                 .iter()
                 .any(|m| matches!(m, Mode::Write | Mode::WriteSync))
         {
-            warn(
+            caution(
                 rec,
-                log,
+                events,
                 format!(
                     "fs {}: write and write+sync go to fresh {} pages; on VMs that return freed \
                      memory to the host the first touch of a page is slow (0.3-1.5 GB/s on our \
@@ -552,29 +563,41 @@ impl FsBench {
         let work = WorkDir::create(&info.path)?;
         let mut hz = Hazards::default();
         for &n in &self.threads {
-            let h = self.measure_threads(info, &work, n, ceilings, rec, log)?;
+            let h = self.measure_threads(info, &work, n, ceilings, rec, events)?;
             hz.noisy.extend(h.noisy);
             hz.above.extend(h.above);
             work.remove_files()?;
         }
         work.remove()?;
         let p = info.path.display();
+        let items = |v: &[(String, String)]| -> (String, Vec<String>) {
+            let text: Vec<&str> = v.iter().map(|(t, _)| t.as_str()).collect();
+            (text.join(", "), v.iter().map(|(_, k)| k.clone()).collect())
+        };
         if !hz.noisy.is_empty() {
+            let (list, figures) = items(&hz.noisy);
             let w = format!(
-                "fs {p}: noisy figures (min-max spread over {:.0}% of the median): {}; use more \
-                 --repeats, larger --file-size or a quieter machine",
+                "fs {p}: noisy figures (min-max spread over {:.0}% of the median): {list}; use \
+                 more --repeats, larger --file-size or a quieter machine",
                 NOISY * 100.0,
-                hz.noisy.join(", ")
             );
-            warn(rec, log, w)?;
+            let h = Hazard {
+                figures,
+                ..Hazard::new(HazardKind::Noisy, "fs", w)
+            };
+            emit::hazard(rec, events, h).map_err(FsError::Record)?;
         }
         if !hz.above.is_empty() {
+            let (list, figures) = items(&hz.above);
             let w = format!(
-                "fs {p}: above the memcpy ceiling: {}; the ceiling (a short in-cache copy) was \
-                 measured low on a busy machine, or the file system avoided a copy",
-                hz.above.join(", ")
+                "fs {p}: above the memcpy ceiling: {list}; the ceiling (a short in-cache copy) \
+                 was measured low on a busy machine, or the file system avoided a copy",
             );
-            warn(rec, log, w)?;
+            let h = Hazard {
+                figures,
+                ..Hazard::new(HazardKind::AboveCeiling, "fs", w)
+            };
+            emit::hazard(rec, events, h).map_err(FsError::Record)?;
         }
         Ok(())
     }
@@ -587,7 +610,7 @@ impl FsBench {
         n: usize,
         ceilings: &BTreeMap<usize, f64>,
         rec: &mut Recorder,
-        log: &mut dyn FnMut(&str),
+        events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Hazards, FsError> {
         let mut hazards = Hazards::default();
         let files: Vec<PathBuf> = (0..n).map(|i| work.dir.join(format!("t{i}"))).collect();
@@ -694,13 +717,14 @@ impl FsBench {
                         line.push(format!("{} {}", mode.label(), fmt3(g)));
                     }
                 }
-                log(&format!(
+                events(Event::Step(&format!(
                     "fs {}: {n} thread(s), repeat {}/{}: {} GB/s",
                     info.path.display(),
                     r + 1,
                     self.repeats,
                     line.join(", ")
-                ));
+                )));
+                events(Event::Advanced(n as u64));
             }
             Ok(())
         })?;
@@ -735,16 +759,19 @@ impl FsBench {
             }
             let what = format!("{} x{n}", mode.label());
             if fig.summary.spread() > NOISY {
-                hazards
-                    .noisy
-                    .push(format!("{what} {:.0}%", fig.summary.spread() * 100.0));
+                hazards.noisy.push((
+                    format!("{what} {:.0}%", fig.summary.spread() * 100.0),
+                    fig.key(),
+                ));
             }
             if let Some(r) = fig.ceiling.as_ref().and_then(|c| c.ratio) {
                 if r > 1.05 {
-                    hazards.above.push(format!("{what} {:.0}%", r * 100.0));
+                    hazards
+                        .above
+                        .push((format!("{what} {:.0}%", r * 100.0), fig.key()));
                 }
             }
-            rec.push(fig).map_err(FsError::Record)?;
+            emit::figure(rec, events, fig).map_err(FsError::Record)?;
         }
         Ok(hazards)
     }
@@ -849,14 +876,17 @@ fn describe(info: &FsInfo) -> String {
     )
 }
 
-fn warn(rec: &mut Recorder, log: &mut dyn FnMut(&str), w: String) -> Result<(), FsError> {
-    log(&format!("warning: {w}"));
-    rec.warn(w).map_err(FsError::Record)
+fn caution(
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+    w: String,
+) -> Result<(), FsError> {
+    emit::hazard(rec, events, Hazard::new(HazardKind::Caution, "fs", w)).map_err(FsError::Record)
 }
 
 fn fail(
     rec: &mut Recorder,
-    log: &mut dyn FnMut(&str),
+    events: &mut dyn FnMut(Event<'_>),
     out: &mut FsOutcome,
     path: &Path,
     error: FsError,
@@ -865,9 +895,13 @@ fn fail(
         path: path.to_path_buf(),
         error,
     };
-    log(&format!("error: {failure}"));
-    rec.warn(format!("fs: not measured: {failure}"))
-        .map_err(FsError::Record)?;
+    events(Event::Skipped(&failure.to_string()));
+    let h = Hazard::new(
+        HazardKind::NotMeasured,
+        "fs",
+        format!("fs: not measured: {failure}"),
+    );
+    rec.hazard(h).map_err(FsError::Record)?;
     out.failures.push(failure);
     Ok(())
 }

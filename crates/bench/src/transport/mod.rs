@@ -44,8 +44,8 @@
 //! opts.backends = vec!["tcp".into()];
 //! opts.quick = true;
 //! let mut rec = Recorder::new(None).unwrap();
-//! transport::run(&opts, &mut rec, &mut |e| eprintln!("{e}")).unwrap();
-//! print!("{}", transport::render_tables(rec.report()));
+//! transport::run(&opts, &mut rec, &mut |e| eprintln!("{e:?}")).unwrap();
+//! print!("{}", accio_report::text::transport::render_tables(rec.report()));
 //! ```
 
 mod driver;
@@ -56,18 +56,19 @@ mod peer;
 mod plan;
 pub mod proto;
 
-use std::fmt;
 use std::time::Duration;
 
 use accio::{Endpoint, ErrorKind, Listener};
 
+use crate::emit;
 use crate::mem::memcpy_gbps;
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
 use accio_results::size::format_size;
 
 use driver::{Fail, Link};
 
-pub use accio_report::text::transport::{describe, hazards, render_tables};
 pub use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
 };
@@ -166,48 +167,6 @@ impl Options {
     }
 }
 
-/// Something the bench reports while it runs (for progress output).
-#[derive(Debug)]
-pub enum Event<'a> {
-    /// Measuring `backend` begins; the peer process has this pid; the CPUs used by the
-    /// driver and the peer, if pinned.
-    Backend {
-        /// Backend name.
-        backend: &'a str,
-        /// The peer's process id.
-        peer_pid: u64,
-        /// (driver CPU, peer CPU).
-        cpus: Option<(usize, usize)>,
-    },
-    /// A figure was measured and recorded.
-    Figure(&'a Figure),
-    /// A backend or figure was skipped, and why.
-    Skipped(&'a str),
-    /// A measurement hazard (also recorded in the report's warnings).
-    Warning(&'a str),
-}
-
-impl fmt::Display for Event<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            Event::Backend {
-                backend,
-                peer_pid,
-                cpus,
-            } => {
-                write!(f, "{backend}: peer process {peer_pid}")?;
-                match cpus {
-                    Some((d, p)) => write!(f, ", driver on cpu {d}, peer on cpu {p}"),
-                    None => write!(f, ", not pinned"),
-                }
-            }
-            Event::Figure(fig) => f.write_str(&describe(fig)),
-            Event::Skipped(why) => write!(f, "skipped: {why}"),
-            Event::Warning(w) => write!(f, "warning: {w}"),
-        }
-    }
-}
-
 /// Why the transport bench failed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -278,19 +237,16 @@ pub enum BenchError {
     NothingMeasured(String),
 }
 
-/// Records a figure, reports it, and turns its hazards into warnings.
+/// Records a figure and reports it, as one unit of the planned work. Whether it is noisy or
+/// above its ceiling is judged after the run (`accio_report::warnings`, by this bench's
+/// rules), like every bench's figures.
 fn record(
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
     fig: Figure,
 ) -> Result<(), BenchError> {
-    progress(Event::Figure(&fig));
-    let warnings = hazards(&fig);
-    rec.push(fig)?;
-    for w in warnings {
-        progress(Event::Warning(&w));
-        rec.warn(w)?;
-    }
+    emit::figure(rec, events, fig)?;
+    events(Event::Advanced(1));
     Ok(())
 }
 
@@ -301,26 +257,36 @@ fn base_figure(metric: &str, unit: Unit, samples: Vec<f64>, backend: &str) -> Op
 /// Runs the bench: every backend in turn, and for each message size the memcpy ceiling
 /// right before that size's figures (so ceiling and figure see the same machine conditions,
 /// which on a shared 2-core VM swing by 2x within seconds). Figures are recorded in `rec` as
-/// they are measured and reported through `progress`.
+/// they are measured and reported through `events`.
 ///
-/// While it runs, the first Ctrl-C ends the run after the current figure (a second one kills
-/// as usual), and the calling thread is pinned to one CPU; both are restored on return. A
+/// With a [`crate::cancel::SigintGuard`] installed, the first Ctrl-C ends the run after the
+/// current figure (a second one kills as usual). While it runs, the calling thread is pinned
+/// to one CPU; that is restored on return. A
 /// backend this build cannot listen on is skipped with a warning.
 pub fn run(
     opts: &Options,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
 ) -> Result<(), BenchError> {
     let sizes = opts.effective_sizes()?;
     let backends = opts.effective_backends()?;
-    let _sigint = os::SigintGuard::install();
+    let reg = if opts.quick {
+        QUICK_REGISTER_SIZES.len()
+    } else {
+        REGISTER_SIZES.len()
+    };
+    // Per backend: four figures per size (memcpy, latency, stream, RMA), the connection,
+    // and registration and unregistration per registration size.
+    events(Event::Started {
+        bench: BENCH,
+        total: (backends.len() * (sizes.len() * 4 + 1 + reg * 2)) as u64,
+    });
     let mut cpus = if opts.pin { os::pick_cpus() } else { None };
     let _affinity = match cpus.map(|(d, _)| os::AffinityGuard::pin(d)).transpose() {
         Ok(g) => g,
         Err(e) => {
             let w = format!("could not pin the driver to a cpu ({e}); running unpinned");
-            progress(Event::Warning(&w));
-            rec.warn(w)?;
+            emit::hazard(rec, events, Hazard::new(HazardKind::Caution, BENCH, w))?;
             cpus = None;
             None
         }
@@ -331,17 +297,20 @@ pub fn run(
         let mut session = match Session::open(backend, opts, cpus)? {
             Ok(s) => s,
             Err(why) => {
-                progress(Event::Skipped(&why));
-                rec.warn(why.clone())?;
+                events(Event::Skipped(&why));
+                rec.hazard(Hazard::new(HazardKind::NotMeasured, BENCH, why.clone()))?;
                 skipped.push(why);
                 continue;
             }
         };
-        progress(Event::Backend {
-            backend,
-            peer_pid: session.peer_pid,
-            cpus,
-        });
+        events(Event::Step(&format!(
+            "{backend}: peer process {}{}",
+            session.peer_pid,
+            match cpus {
+                Some((d, p)) => format!(", driver on cpu {d}, peer on cpu {p}"),
+                None => ", not pinned".into(),
+            }
+        )));
         let cx = Context {
             opts,
             sizes: &sizes,
@@ -349,18 +318,19 @@ pub fn run(
         };
         // After a failure the protocol state is unknown: no polite Quit, the peer is killed
         // and reaped when the session drops.
-        measure_backend(&mut session, &cx, rec, progress)?;
+        measure_backend(&mut session, &cx, rec, events)?;
         session.close()?;
         measured += 1;
     }
     if measured == 0 {
         return Err(BenchError::NothingMeasured(skipped.join("; ")));
     }
+    events(Event::Done);
     Ok(())
 }
 
 fn check_interrupt(backend: &str, scenario: &str) -> Result<(), BenchError> {
-    if os::interrupted() {
+    if crate::cancel::interrupted() {
         Err(BenchError::Interrupted {
             backend: backend.into(),
             scenario: scenario.into(),
@@ -378,7 +348,7 @@ fn measure_memcpy(
     size: u64,
     plan: &Plan,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Option<f64>, BenchError> {
     let samples = memcpy_gbps(size as usize, plan.memcpy_samples, plan.memcpy_batch);
     let Some(fig) = base_figure(metric::MEMCPY, Unit::GBps, samples, backend) else {
@@ -395,7 +365,7 @@ fn measure_memcpy(
         plan.memcpy_batch.as_millis()
     ));
     let median = fig.summary.median;
-    record(rec, progress, fig)?;
+    record(rec, events, fig)?;
     Ok(Some(median))
 }
 
@@ -467,7 +437,7 @@ impl Session {
     /// Turns a scenario failure into an error that says whether the peer died.
     fn fail(&mut self, scenario: &str, f: Fail) -> BenchError {
         let (backend, scenario) = (self.backend.clone(), scenario.to_string());
-        if os::interrupted() {
+        if crate::cancel::interrupted() {
             return BenchError::Interrupted { backend, scenario };
         }
         let dead = self.child.as_mut().and_then(|c| {
@@ -611,7 +581,7 @@ fn outcome<T>(
     scenario: &str,
     r: Result<T, Fail>,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Option<T>, BenchError> {
     let unsupported = match &r {
         Err(Fail::Accio(e)) => e.kind() == ErrorKind::Unsupported,
@@ -626,8 +596,8 @@ fn outcome<T>(
                 Fail::Peer { text, .. } => text,
             };
             let why = format!("{} {scenario}: {text}", session.backend);
-            progress(Event::Skipped(&why));
-            rec.warn(why)?;
+            events(Event::Skipped(&why));
+            rec.hazard(Hazard::new(HazardKind::NotMeasured, BENCH, why))?;
             Ok(None)
         }
         Err(f) => Err(session.fail(scenario, f)),
@@ -638,7 +608,7 @@ fn measure_backend(
     s: &mut Session,
     cx: &Context<'_>,
     rec: &mut Recorder,
-    progress: &mut dyn FnMut(Event<'_>),
+    events: &mut dyn FnMut(Event<'_>),
 ) -> Result<(), BenchError> {
     let backend = s.backend.clone();
     let b = backend.as_str();
@@ -649,12 +619,12 @@ fn measure_backend(
         let n = size as usize;
 
         check_interrupt(b, &format!("memcpy {z}"))?;
-        let memcpy = measure_memcpy(cx, b, size, &plan, rec, progress)?;
+        let memcpy = measure_memcpy(cx, b, size, &plan, rec, events)?;
 
         let scenario = format!("latency {z}");
         check_interrupt(b, &scenario)?;
         let r = driver::latency(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, progress)? {
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::LATENCY, Unit::Micros, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "ping-pong of {size}-byte messages, {pin}; {} warm-up round trips, then \
@@ -665,14 +635,14 @@ fn measure_backend(
                     m.per_sample,
                     plan.lat_batch_time.as_millis()
                 ));
-                record(rec, progress, cx.latency_ceiling(fig, size, memcpy))?;
+                record(rec, events, cx.latency_ceiling(fig, size, memcpy))?;
             }
         }
 
         let scenario = format!("stream_bw {z}");
         check_interrupt(b, &scenario)?;
         let r = driver::stream(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, progress)? {
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::STREAM_BW, Unit::GBps, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "{} back-to-back send()s of {size} bytes per pass (~{} ms), {pin}; a pass \
@@ -684,14 +654,14 @@ fn measure_backend(
                     plan.passes,
                     plan.warmup_msgs
                 ));
-                record(rec, progress, cx.bw_ceiling(fig, size, memcpy))?;
+                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
             }
         }
 
         let scenario = format!("rma_write_bw {z}");
         check_interrupt(b, &scenario)?;
         let r = driver::rma_write(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, progress)? {
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::RMA_WRITE_BW, Unit::GBps, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "{} write_to(ASYNC) of {size} bytes per pass (~{} ms) from a pre-faulted \
@@ -703,7 +673,7 @@ fn measure_backend(
                     plan.passes,
                     plan.warmup_msgs
                 ));
-                record(rec, progress, cx.bw_ceiling(fig, size, memcpy))?;
+                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
             }
         }
     }
@@ -711,14 +681,14 @@ fn measure_backend(
     let setup = SetupPlan::new(cx.opts.quick, cx.opts.repetitions);
     check_interrupt(b, "connect")?;
     let r = driver::connect(&link(s), setup.connects);
-    if let Some(samples) = outcome(s, "connect", r, rec, progress)? {
+    if let Some(samples) = outcome(s, "connect", r, rec, events)? {
         if let Some(fig) = base_figure(metric::CONNECT, Unit::Micros, samples, b) {
             let fig = fig.method(format!(
                 "connect() to a listening peer, timed by the connecting process, {} \
                  connections one at a time (each accepted before the next)",
                 setup.connects
             ));
-            record(rec, progress, fig)?;
+            record(rec, events, fig)?;
         }
     }
 
@@ -732,21 +702,21 @@ fn measure_backend(
             setup.register_max,
             setup.register_budget,
         );
-        if let Some((reg, unreg)) = outcome(s, &scenario, r, rec, progress)? {
+        if let Some((reg, unreg)) = outcome(s, &scenario, r, rec, events)? {
             let n = reg.len();
             if let Some(fig) = base_figure(metric::REGISTER, Unit::Micros, reg, b) {
                 let fig = fig.param("size", size).method(format!(
                     "register({size}, READ_WRITE): fresh zeroed memory mapped and exposed to \
                      the peer; {n} iterations, each cold (no warm-up)"
                 ));
-                record(rec, progress, fig)?;
+                record(rec, events, fig)?;
             }
             if let Some(fig) = base_figure(metric::UNREGISTER, Unit::Micros, unreg, b) {
                 let fig = fig.param("size", size).method(format!(
                     "unregister() of a {size}-byte window plus dropping its last handle \
                      (unmaps the memory); {n} iterations"
                 ));
-                record(rec, progress, fig)?;
+                record(rec, events, fig)?;
             }
         }
     }
@@ -856,7 +826,12 @@ mod tests {
         };
         let mut rec = Recorder::new(None).unwrap();
         let mut lines = Vec::new();
-        measure_backend(&mut s, &cx, &mut rec, &mut |e| lines.push(e.to_string())).unwrap();
+        measure_backend(&mut s, &cx, &mut rec, &mut |e| {
+            if let Event::Figure(f) = e {
+                lines.push(accio_report::text::transport::describe(f));
+            }
+        })
+        .unwrap();
         s.close().unwrap();
         peer.join().unwrap().unwrap();
 
@@ -900,7 +875,7 @@ mod tests {
         assert!(lines
             .iter()
             .any(|l| l.starts_with("mock rma_write_bw 5000: ")));
-        let table = render_tables(r);
+        let table = accio_report::text::transport::render_tables(r);
         assert!(table.contains("mock: median") && table.contains("mock connect:"));
     }
 

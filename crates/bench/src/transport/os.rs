@@ -1,12 +1,12 @@
 //! The operating-system side of a two-process bench: core pinning, the peer process's
-//! lifetime, and Ctrl-C.
+//! lifetime.
 //!
 //! Why pin: on a 2-core VM two busy processes own both cores, and letting the scheduler
 //! move them adds migrations to every figure (`MACHINE_NOTES.md`, trait 3). Why the
 //! care with the child: a peer left running after the driver fails would keep a core
 //! busy and, for `shm`, a name bound; so the child dies with its parent (`PR_SET_PDEATHSIG`),
 //! is killed and reaped when the driver drops it, and Ctrl-C (which the terminal delivers to
-//! both) ends the run with what it measured so far.
+//! both; see [`crate::cancel`]) ends the run with what it measured so far.
 
 use std::ffi::OsString;
 use std::io;
@@ -14,7 +14,6 @@ use std::mem::MaybeUninit;
 use std::os::unix::process::ExitStatusExt;
 use std::path::PathBuf;
 use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 /// How to start the peer process: a program and its leading arguments. The bench appends
@@ -126,52 +125,6 @@ impl Drop for AffinityGuard {
     fn drop(&mut self) {
         // Best effort: the set was valid when read; there is nothing to do if it fails now.
         let _ = set_affinity(&self.saved);
-    }
-}
-
-static INTERRUPTED: AtomicBool = AtomicBool::new(false);
-
-extern "C" fn on_sigint(_signal: libc::c_int) {
-    // Only an atomic store: async-signal-safe.
-    INTERRUPTED.store(true, Ordering::SeqCst);
-}
-
-/// True once Ctrl-C arrived while a [`SigintGuard`] was installed.
-pub(crate) fn interrupted() -> bool {
-    INTERRUPTED.load(Ordering::SeqCst)
-}
-
-/// Turns the first SIGINT into a flag the bench checks between figures (the terminal also
-/// delivers it to the peer, which dies, so a blocked driver wakes with `PeerGone` within a
-/// second); a second SIGINT kills as usual (`SA_RESETHAND`). Restores the previous handler
-/// when dropped.
-pub(crate) struct SigintGuard {
-    old: libc::sigaction,
-}
-
-impl SigintGuard {
-    /// Installs the handler and clears the flag.
-    pub(crate) fn install() -> io::Result<SigintGuard> {
-        INTERRUPTED.store(false, Ordering::SeqCst);
-        // SAFETY: a zeroed sigaction is a valid starting value (empty mask, no flags).
-        let mut new: libc::sigaction = unsafe { std::mem::zeroed() };
-        new.sa_sigaction = on_sigint as extern "C" fn(libc::c_int) as libc::sighandler_t;
-        new.sa_flags = libc::SA_RESETHAND | libc::SA_RESTART;
-        // SAFETY: as above.
-        let mut old: libc::sigaction = unsafe { std::mem::zeroed() };
-        // SAFETY: both pointers are valid sigaction structs; the handler only stores to an
-        // atomic, which is async-signal-safe.
-        if unsafe { libc::sigaction(libc::SIGINT, &new, &mut old) } != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(SigintGuard { old })
-    }
-}
-
-impl Drop for SigintGuard {
-    fn drop(&mut self) {
-        // SAFETY: restores the action read at install time.
-        unsafe { libc::sigaction(libc::SIGINT, &self.old, std::ptr::null_mut()) };
     }
 }
 

@@ -4,6 +4,7 @@
 //! Everything here reads a [`Report`] (or one [`Figure`]), never the measurements
 //! themselves, so a table can be rebuilt from any saved JSON document.
 
+use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{Figure, Report, Unit};
 use accio_results::num::{fmt3, fmt_small, median_range};
 use accio_results::size::format_size;
@@ -38,20 +39,22 @@ pub fn describe(f: &Figure) -> String {
     line
 }
 
-/// Measurement hazards a figure shows, as advice for the reader: a bandwidth above its
+/// The transport bench's rule for the hazards a figure shows, as advice for the reader
+/// (the post-run analysis, [`crate::warnings`], applies it to transport figures): a bandwidth above its
 /// memcpy ceiling, or (for the per-size figures) samples spread wider than half the median.
 /// Connection and registration samples are not judged by spread: every registration is cold
 /// by design, so a slow first touch now and then is part of what they measure.
-pub fn hazards(f: &Figure) -> Vec<String> {
+pub fn hazards(f: &Figure) -> Vec<Hazard> {
     let mut w = Vec::new();
     let what = describe(f);
     if let Some(c) = &f.ceiling {
         if matches!(f.unit, Unit::GBps) && c.ratio.is_some_and(|r| r > 1.1) {
-            w.push(format!(
-                "{what}: above its ceiling ({}); the ceiling's core was probably busy \
-                 when it was measured — rerun on a quiet machine",
+            let text = format!(
+                "{what}: above its ceiling ({}); the ceiling's core was probably busy when it \
+                 was measured — rerun on a quiet machine",
                 c.name
-            ));
+            );
+            w.push(Hazard::new(HazardKind::AboveCeiling, BENCH, text).about([f]));
         }
     }
     let steady = [
@@ -63,11 +66,12 @@ pub fn hazards(f: &Figure) -> Vec<String> {
     .contains(&f.metric.as_str());
     let spread = f.summary.spread();
     if steady && f.summary.n >= 3 && spread > 0.5 {
-        w.push(format!(
+        let text = format!(
             "{what}: noisy, (max-min)/median = {}; rerun when the machine is quiet or with \
              more --repetitions",
             fmt3(spread)
-        ));
+        );
+        w.push(Hazard::new(HazardKind::Noisy, BENCH, text).about([f]));
     }
     w
 }
@@ -344,7 +348,11 @@ mod tests {
         );
         let h = hazards(&f);
         assert_eq!(h.len(), 2);
-        assert!(h[0].contains("above its ceiling") && h[1].contains("noisy"));
+        assert!(h[0].text.contains("above its ceiling") && h[1].text.contains("noisy"));
+        assert_eq!(
+            (h[0].kind, h[1].kind),
+            (HazardKind::AboveCeiling, HazardKind::Noisy)
+        );
         let calm = fig(
             metric::LATENCY,
             Unit::Micros,
