@@ -152,9 +152,15 @@ impl CoalesceArgs {
 
 /// Runs the coalescing bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: CoalesceArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    let r = run_with(args, rec, &mut |e| common::print_event("coalesce", e), true);
-    common::post_run_warnings("coalesce", rec)?;
-    r
+    let common = args.common.clone();
+    let standalone = !common.stdout_taken();
+    let r = run_with(
+        args,
+        rec,
+        &mut |e| common::print_event("coalesce", e),
+        standalone,
+    );
+    common::finish("coalesce", &common, rec, r)
 }
 
 /// Runs the coalescing bench with its events going to `events`; `standalone`

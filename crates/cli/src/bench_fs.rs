@@ -193,9 +193,10 @@ impl MemArgs {
 
 /// Runs the file-system bench.
 pub fn run_fs(args: FsArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    let r = run_fs_with(args, rec, &mut |e| common::print_event("fs", e), true);
-    common::post_run_warnings("fs", rec)?;
-    r
+    let common = args.common.clone();
+    let tables = !common.stdout_taken();
+    let r = run_fs_with(args, rec, &mut |e| common::print_event("fs", e), tables);
+    common::finish("fs", &common, rec, r)
 }
 
 /// Runs the file-system bench with its events going to `events` and, with `tables`, its
@@ -252,8 +253,10 @@ pub(crate) fn run_fs_with(
 
 /// Runs the memory bench.
 pub fn run_mem(args: MemArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    run_mem_with(args, rec, &mut |e| common::print_event("mem", e), true)?;
-    common::post_run_warnings("mem", rec)
+    let common = args.common.clone();
+    let tables = !common.stdout_taken();
+    let r = run_mem_with(args, rec, &mut |e| common::print_event("mem", e), tables);
+    common::finish("mem", &common, rec, r)
 }
 
 /// Runs the memory bench with its events going to `events` and, with `tables`, its table

@@ -168,9 +168,15 @@ pub struct ProducerArgs {
 /// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
 /// `--json FILE`.
 pub fn run(args: MergeArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    let r = run_with(args, rec, &mut |e| common::print_event("merge", e), true);
-    common::post_run_warnings("merge", rec)?;
-    r
+    let common = args.common.clone();
+    let standalone = !common.stdout_taken();
+    let r = run_with(
+        args,
+        rec,
+        &mut |e| common::print_event("merge", e),
+        standalone,
+    );
+    common::finish("merge", &common, rec, r)
 }
 
 /// Runs the merge bench with its events going to `events`; `standalone` also

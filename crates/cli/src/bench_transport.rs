@@ -82,14 +82,15 @@ impl From<PeerArgs> for PeerConfig {
 
 /// Runs the transport bench: progress on stderr, tables on stdout, JSON to `--json FILE`.
 pub fn run(args: TransportArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    let common = args.common.clone();
+    let standalone = !common.stdout_taken();
     let r = run_with(
         args,
         rec,
         &mut |e| common::print_event("transport", e),
-        true,
+        standalone,
     );
-    common::post_run_warnings("transport", rec)?;
-    r
+    common::finish("transport", &common, rec, r)
 }
 
 /// Runs the transport bench with its events going to `events`; `standalone` also prints

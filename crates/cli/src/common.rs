@@ -1,9 +1,10 @@
 //! Flags every bench shares.
 
-use std::path::PathBuf;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
 
 use accio_results::event::Event;
-use accio_results::model::Recorder;
+use accio_results::model::{Recorder, Report};
 use accio_results::size::parse_sizes;
 use anyhow::Context as _;
 
@@ -16,9 +17,20 @@ pub struct CommonArgs {
     /// Message, record or buffer sizes, comma-separated, binary suffixes (e.g. 8,4K,2M).
     #[arg(long, value_parser = parse_size_list)]
     pub sizes: Option<SizeList>,
-    /// Also write the results as JSON to FILE (rewritten as figures arrive).
+    /// Also write the results as JSON to FILE (rewritten as figures arrive), or to stdout
+    /// at the end with `-`.
     #[arg(long, value_name = "FILE")]
     pub json: Option<PathBuf>,
+    /// Also write the figures as CSV (one row per figure) to FILE, or to stdout with `-`.
+    #[arg(long, value_name = "FILE")]
+    pub export_csv: Option<PathBuf>,
+    /// Also write the results as a Markdown report to FILE, or to stdout with `-`.
+    #[arg(long, value_name = "FILE")]
+    pub export_markdown: Option<PathBuf>,
+    /// Fail (exit status 1) when the run gave any warning (a noisy figure, one above its
+    /// ceiling, something skipped): for CI jobs that must not pass on doubtful figures.
+    #[arg(long)]
+    pub strict: bool,
     /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
     #[arg(long, conflicts_with = "full")]
     pub quick: bool,
@@ -51,10 +63,15 @@ fn parse_backend(s: &str) -> Result<String, String> {
     }
 }
 
+/// `-`: the path that stands for stdout.
+fn is_stdout(p: &Path) -> bool {
+    p == Path::new("-")
+}
+
 /// The recorder for a run: figures kept in memory and, with `--json FILE`, rewritten to FILE
-/// as they arrive.
+/// as they arrive (`--json -` prints them at the end instead, see [`finish`]).
 pub fn recorder(common: &CommonArgs) -> anyhow::Result<Recorder> {
-    let json = common.json.as_deref();
+    let json = common.json.as_deref().filter(|p| !is_stdout(p));
     Recorder::new(json).with_context(|| match json {
         Some(p) => format!("creating the results file {}", p.display()),
         None => "creating the results".into(),
@@ -71,7 +88,72 @@ impl CommonArgs {
         self.quick |= parent.quick;
         self.full |= parent.full;
         self.out = self.out.take().or_else(|| parent.out.clone());
+        self.export_csv = self.export_csv.take().or_else(|| parent.export_csv.clone());
+        self.export_markdown = self
+            .export_markdown
+            .take()
+            .or_else(|| parent.export_markdown.clone());
+        self.strict |= parent.strict;
     }
+
+    /// Whether an export goes to stdout (`-`): then stdout carries only that export, and
+    /// the tables a bench prints there are left out.
+    pub fn stdout_taken(&self) -> bool {
+        [&self.json, &self.export_csv, &self.export_markdown]
+            .into_iter()
+            .flatten()
+            .any(|p| is_stdout(p))
+    }
+
+    /// Writes the exports asked for: `--json -` (the file form is written as figures
+    /// arrive), `--export-csv`, `--export-markdown`.
+    pub fn export(&self, report: &Report) -> anyhow::Result<()> {
+        let write = |path: &Path, text: String| -> anyhow::Result<()> {
+            if is_stdout(path) {
+                std::io::stdout()
+                    .write_all(text.as_bytes())
+                    .context("writing to stdout")
+            } else {
+                std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
+            }
+        };
+        if let Some(p) = self.json.as_deref().filter(|p| is_stdout(p)) {
+            let mut text = serde_json::to_string_pretty(report).context("encoding the results")?;
+            text.push('\n');
+            write(p, text)?;
+        }
+        if let Some(p) = &self.export_csv {
+            write(p, accio_report::csv(report))?;
+        }
+        if let Some(p) = &self.export_markdown {
+            write(p, accio_report::markdown(report))?;
+        }
+        Ok(())
+    }
+
+    /// With `--strict`, an error when the report holds warnings.
+    pub fn check_strict(&self, report: &Report) -> anyhow::Result<()> {
+        let n = report.warnings.len();
+        anyhow::ensure!(
+            !self.strict || n == 0,
+            "{n} warning(s) and --strict: the figures are doubtful (see the warnings above)"
+        );
+        Ok(())
+    }
+}
+
+/// The end of a bench run on its own: the post-run warnings, the exports, then the run's
+/// own result, then `--strict`.
+pub(crate) fn finish(
+    bench: &str,
+    common: &CommonArgs,
+    rec: &mut Recorder,
+    result: anyhow::Result<()>,
+) -> anyhow::Result<()> {
+    post_run_warnings(bench, rec)?;
+    common.export(rec.report())?;
+    result?;
+    common.check_strict(rec.report())
 }
 
 /// Prints a bench event as a plain progress line on stderr, named after the bench where the

@@ -18,7 +18,7 @@
 //! quick fs bench: about two minutes), `--full` (every size and thread count of every
 //! bench, several minutes).
 
-use std::io::IsTerminal as _;
+use std::io::{IsTerminal as _, Write as _};
 use std::path::PathBuf;
 use std::time::Instant;
 
@@ -303,34 +303,52 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     accio_report::warnings::apply(&mut rec)
         .with_context(|| format!("writing {}", results.display()))?;
     let written = accio_report::write(rec.report(), &dir)?;
-    if let Some(json) = &common.json {
+    if let Some(json) = common
+        .json
+        .as_deref()
+        .filter(|p| *p != std::path::Path::new("-"))
+    {
         std::fs::copy(&results, json)
             .with_context(|| format!("copying the results to {}", json.display()))?;
     }
+    common.export(rec.report())?;
 
     let report = rec.report();
-    println!(
+    // With an export on stdout, stdout carries only that export.
+    let mut out: Box<dyn std::io::Write> = if common.stdout_taken() {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    writeln!(
+        out,
         "\naccio bench: {} figures in {:.0} s on {} ({} CPUs, {})",
         report.figures.len(),
         started.elapsed().as_secs_f64(),
         report.host.hostname,
         report.host.cores,
         report.host.cpu
-    );
-    print!("{}", accio_report::summary::text(report));
+    )?;
+    write!(out, "{}", accio_report::summary::text(report))?;
     if !report.warnings.is_empty() {
-        println!(
+        writeln!(
+            out,
             "{} warning(s): see the report's Warnings section",
             report.warnings.len()
-        );
+        )?;
     }
-    println!(
+    writeln!(
+        out,
         "report: {} (with report.md, results.json, info.json in {})",
         written.html.display(),
         dir.display()
-    );
-    if let Some(json) = &common.json {
-        println!("results also copied to {}", json.display());
+    )?;
+    if let Some(json) = common
+        .json
+        .as_deref()
+        .filter(|p| *p != std::path::Path::new("-"))
+    {
+        writeln!(out, "results also copied to {}", json.display())?;
     }
     if interrupted {
         // main reports the interruption and exits with its status.
@@ -346,7 +364,7 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         "{} failed (see above); the report holds what the other benches measured",
         failed.join(", ")
     );
-    Ok(())
+    common.check_strict(rec.report())
 }
 
 /// Closes a bench's progress with its outcome and prints its error.

@@ -24,13 +24,15 @@
 //! assert!(html.contains("<svg") && html.contains("id=\"accio-results\""));
 //! ```
 //!
-//! - [`markdown`] and [`html`]: the two exporters, built on one [`doc::Document`].
+//! - [`markdown`] and [`html`]: the two page exporters, built on one [`doc::Document`];
+//!   [`csv`]: one row per figure.
 //! - [`summary`]: the headline figures (also printed by `accio bench` at the end of a run).
 //! - [`svg`]: the plots, hand-written SVG (why not a plotting crate: see its docs).
 //! - [`text`]: the plain-text tables the CLI prints, one module per bench.
 //! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
 //! - [`write`]: both files into a folder.
 
+pub mod csv;
 pub mod doc;
 pub mod html;
 pub mod markdown;
@@ -43,6 +45,7 @@ use std::path::{Path, PathBuf};
 
 use accio_results::model::Report;
 
+pub use csv::csv;
 pub use html::html;
 pub use markdown::markdown;
 
