@@ -36,6 +36,8 @@ enum Command {
     Info(report_cmd::InfoArgs),
     /// Re-render a results file (JSON) as Markdown and HTML.
     Report(report_cmd::ReportArgs),
+    /// Two results files side by side: per-figure ratios, changes beyond the noise flagged.
+    Compare(report_cmd::CompareArgs),
     /// Summarize an accio container file: producers, blocks, bytes.
     Inspect(files::InspectArgs),
     /// Check an accio container file's checksums and sequences (exit code 0 if whole).
@@ -163,6 +165,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }) => suite::run(common),
         Command::Info(a) => report_cmd::run_info(a),
         Command::Report(a) => report_cmd::run_report(a),
+        Command::Compare(a) => report_cmd::run_compare(a),
         Command::Inspect(a) => files::run_inspect(a),
         Command::Verify(a) => files::run_verify(a),
         Command::Recover(a) => files::run_recover(a),

@@ -24,6 +24,41 @@ pub struct ReportArgs {
     pub out: Option<PathBuf>,
 }
 
+/// `accio compare OLD.json NEW.json`.
+#[derive(clap::Args, Debug)]
+pub struct CompareArgs {
+    /// The earlier results file (results.json, or a bench's --json).
+    pub old: PathBuf,
+    /// The later results file.
+    pub new: PathBuf,
+    /// The smallest relative change that counts, in percent.
+    #[arg(long, default_value_t = 5.0, value_name = "PERCENT")]
+    pub threshold: f64,
+    /// Exit with status 1 when any figure got worse beyond the noise (for CI).
+    #[arg(long)]
+    pub fail_on_regression: bool,
+}
+
+/// Runs `accio compare`: per-figure ratios of two runs, changes beyond the noise flagged.
+pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
+    let old = Report::read(&args.old)?;
+    let new = Report::read(&args.new)?;
+    let c = accio_report::compare::compare(&old, &new, args.threshold / 100.0);
+    anyhow::ensure!(
+        !c.changes.is_empty(),
+        "{} and {} have no figure in common (different benches or parameters)",
+        args.old.display(),
+        args.new.display()
+    );
+    print!("{}", c.text());
+    anyhow::ensure!(
+        !args.fail_on_regression || c.regressions() == 0,
+        "{} figure(s) got worse beyond the noise",
+        c.regressions()
+    );
+    Ok(())
+}
+
 /// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
 pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {
     let info = NodeInfo::detect();
