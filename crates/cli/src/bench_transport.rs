@@ -112,7 +112,8 @@ pub(crate) fn run_with(
     let result = transport::run(&opts, rec, events);
     if standalone {
         // Tables of whatever was measured, also when the run failed part-way.
-        let tables = accio_report::text::transport::render_tables(rec.report());
+        let tables =
+            accio_report::text::transport::render_tables_fit(rec.report(), common::stdout_width());
         if !tables.is_empty() {
             print!("\n{tables}");
         }

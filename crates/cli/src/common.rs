@@ -181,3 +181,26 @@ pub(crate) fn post_run_warnings(bench: &str, rec: &mut Recorder) -> anyhow::Resu
     }
     Ok(())
 }
+
+/// Columns to fit tables printed on stdout into: `COLUMNS` when set, else the width of the
+/// terminal on stdout; unlimited when stdout is not a terminal (a file or a pipe keeps
+/// whole rows).
+pub(crate) fn stdout_width() -> usize {
+    if let Some(c) = std::env::var("COLUMNS")
+        .ok()
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&c| c > 0)
+    {
+        return c;
+    }
+    // SAFETY: an all-zero winsize is a valid value for the kernel to overwrite.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: TIOCGWINSZ writes one winsize into the valid, exclusively borrowed `ws`;
+    // on a descriptor that is not a terminal it fails and writes nothing.
+    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
+    if rc == 0 && ws.ws_col > 0 {
+        usize::from(ws.ws_col)
+    } else {
+        usize::MAX
+    }
+}

@@ -93,7 +93,10 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
         .collect();
     report.warnings.extend(new);
     let written = accio_report::write(&report, &dir)?;
-    print!("{}", accio_report::summary::text(&report));
+    print!(
+        "{}",
+        accio_report::summary::text_fit(&report, crate::common::stdout_width())
+    );
     println!(
         "report: {} (also {})",
         written.html.display(),

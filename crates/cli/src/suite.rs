@@ -329,7 +329,12 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         report.host.cores,
         report.host.cpu
     )?;
-    write!(out, "{}", accio_report::summary::text(report))?;
+    let width = if common.stdout_taken() {
+        usize::MAX
+    } else {
+        crate::common::stdout_width()
+    };
+    write!(out, "{}", accio_report::summary::text_fit(report, width))?;
     if !report.warnings.is_empty() {
         writeln!(
             out,

@@ -217,6 +217,12 @@ pub fn table(heads: &[Headline<'_>]) -> Table {
 
 /// The summary as plain text for a terminal: one line per headline, columns aligned.
 pub fn text(report: &Report) -> String {
+    text_fit(report, usize::MAX)
+}
+
+/// [`text`] within `width` columns: rows stacked where the table would be wider (see
+/// [`crate::text::table::render_fit`]).
+pub fn text_fit(report: &Report, width: usize) -> String {
     let heads = headlines(report);
     if heads.is_empty() {
         return "no figures were recorded\n".into();
@@ -233,9 +239,10 @@ pub fn text(report: &Report) -> String {
             ]
         })
         .collect();
-    crate::text::table::render(
+    crate::text::table::render_fit(
         &["figure", "median (min–max)", "ceiling", "of ceiling"],
         &rows,
+        width,
     )
 }
 

@@ -43,6 +43,59 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// [`render`] within `width` columns: the table as it is when it fits; otherwise each row
+/// stacked, its first cell on a line of its own and the other cells below it, indented, as
+/// `header: cell`, as many to a line as fit. A terminal then never wraps a row into noise
+/// (the headline table is about 180 columns wide, a terminal often 80).
+pub fn render_fit(headers: &[&str], rows: &[Vec<String>], width: usize) -> String {
+    let plain = render(headers, rows);
+    if plain.lines().all(|l| l.chars().count() <= width) {
+        return plain;
+    }
+    let cut = |s: &str, w: usize| -> String {
+        if s.chars().count() <= w {
+            s.to_string()
+        } else {
+            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
+            t.push('…');
+            t
+        }
+    };
+    let mut out = String::new();
+    for row in rows {
+        let Some((first, rest)) = row.split_first() else {
+            continue;
+        };
+        out.push_str(&cut(first, width));
+        out.push('\n');
+        let mut line = String::new();
+        for (h, c) in headers.iter().skip(1).zip(rest) {
+            if c.is_empty() || c == "-" {
+                continue;
+            }
+            let item = if h.is_empty() {
+                c.clone()
+            } else {
+                format!("{h}: {c}")
+            };
+            if !line.is_empty() && 4 + line.chars().count() + 3 + item.chars().count() > width {
+                out.push_str(&cut(&format!("    {line}"), width));
+                out.push('\n');
+                line.clear();
+            }
+            if !line.is_empty() {
+                line.push_str(" | ");
+            }
+            line.push_str(&item);
+        }
+        if !line.is_empty() {
+            out.push_str(&cut(&format!("    {line}"), width));
+            out.push('\n');
+        }
+    }
+    out
+}
+
 /// A document table as text: [`render`] of its headers and rows, then its notes, one line
 /// each. This is how the text exporter shows every table the pages show too.
 pub fn table(t: &Table) -> String {
@@ -94,5 +147,38 @@ mod tests {
             ],
         );
         assert_eq!(t, "a   b\n--  ---\n 1  n/a\n22    3\n");
+    }
+
+    #[test]
+    fn a_table_too_wide_for_the_terminal_is_stacked_row_by_row() {
+        let rows = vec![
+            vec![
+                "coalesce shm item_rate pattern=random mode=cache item=64 (best)".to_string(),
+                "108 (107–110) Mop/s".into(),
+                "large-message bw / 64 B = 687 Mop/s".into(),
+                "16%".into(),
+            ],
+            vec![
+                "shm latency, 8 B".into(),
+                "0.130 us".into(),
+                "-".into(),
+                "-".into(),
+            ],
+        ];
+        let h = ["figure", "median (min–max)", "ceiling", "of ceiling"];
+        // Wide enough: the plain table.
+        assert_eq!(render_fit(&h, &rows, 200), render(&h, &rows));
+        let t = render_fit(&h, &rows, 80);
+        assert!(t.lines().all(|l| l.chars().count() <= 80), "{t}");
+        assert_eq!(
+            t,
+            "coalesce shm item_rate pattern=random mode=cache item=64 (best)\n    \
+             median (min–max): 108 (107–110) Mop/s\n    ceiling: large-message bw / 64 B = \
+             687 Mop/s | of ceiling: 16%\nshm latency, 8 B\n    median (min–max): 0.130 us\n"
+        );
+        // Very narrow: lines are cut, never wrapped.
+        assert!(render_fit(&h, &rows, 20)
+            .lines()
+            .all(|l| l.chars().count() <= 20));
     }
 }

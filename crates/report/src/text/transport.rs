@@ -9,7 +9,7 @@ use accio_results::model::{Figure, Report, Unit};
 use accio_results::num::{fmt3, fmt_small, median_range};
 use accio_results::size::format_size;
 
-use super::table::render;
+use super::table::render_fit;
 
 use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
@@ -104,6 +104,11 @@ fn backends(r: &Report) -> Vec<String> {
 /// Renders every transport figure of `report`: per backend a table by message size, the
 /// connection time, and a registration table beside seed 004's SCIF figures.
 pub fn render_tables(report: &Report) -> String {
+    render_tables_fit(report, usize::MAX)
+}
+
+/// [`render_tables`] within `width` columns (see [`render_fit`]).
+pub fn render_tables_fit(report: &Report, width: usize) -> String {
     let mut out = String::new();
     for b in backends(report) {
         let b = b.as_str();
@@ -141,7 +146,7 @@ pub fn render_tables(report: &Report) -> String {
             out.push_str(&format!(
                 "{b}: median (min–max); latency is one-way (half the round trip)\n"
             ));
-            out.push_str(&render(
+            out.push_str(&render_fit(
                 &[
                     "size",
                     "latency us",
@@ -152,6 +157,7 @@ pub fn render_tables(report: &Report) -> String {
                     "memcpy GB/s",
                 ],
                 &rows,
+                width,
             ));
         }
         if let Some(c) = report
@@ -186,7 +192,7 @@ pub fn render_tables(report: &Report) -> String {
                     ]
                 })
                 .collect();
-            out.push_str(&render(
+            out.push_str(&render_fit(
                 &[
                     "window",
                     "register us",
@@ -194,6 +200,7 @@ pub fn render_tables(report: &Report) -> String {
                     "SCIF register us (seed 004)",
                 ],
                 &rows,
+                width,
             ));
         }
         out.push('\n');
