@@ -63,9 +63,10 @@ impl ShmOptions {
 
 /// How often a sleeping waiter wakes to check whether the peer is still there.
 const LIVENESS_TICK: Duration = Duration::from_millis(50);
-/// How often a non-blocking call that would block probes the control socket for a hang-up
-/// (one `poll` system call): often enough that a polling loop sees a killed peer well within
-/// a second, rarely enough that polling stays free of system calls almost always.
+/// How often a call that does not wait (a non-blocking one that would block, a `send` that
+/// finds room, an RMA) probes the control socket for a hang-up (one `poll` system call):
+/// often enough that a caller sees a killed or exited peer well within a second, rarely
+/// enough that these calls stay free of system calls almost always.
 const POLL_PROBE_NS: u64 = 10_000_000;
 /// Control-socket record: kind, access, window offset, length, and where the window starts
 /// in the memory object sent with it.
@@ -236,9 +237,8 @@ pub struct ShmEndpoint {
     ctl: Mutex<Ctl>,
     gone: AtomicBool,
     rma_issued: AtomicU64,
-    /// When a would-block call last probed for a hang-up, in ns after `created`.
+    /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
-    created: Instant,
 }
 
 impl ShmEndpoint {
@@ -352,7 +352,6 @@ impl ShmEndpoint {
             gone: AtomicBool::new(false),
             rma_issued: AtomicU64::new(0),
             probed: AtomicU64::new(0),
-            created: Instant::now(),
         })
     }
 
@@ -397,16 +396,17 @@ impl ShmEndpoint {
         self.link.closed(1 - self.side).load(Ordering::Acquire);
     }
 
-    /// For non-blocking calls that would block: [`ShmEndpoint::check_alive`], but at most
-    /// once per [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring
-    /// simply stays empty) without a system call on every turn.
+    /// For calls that do not wait: [`ShmEndpoint::check_alive`], but at most once per
+    /// [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring simply
+    /// stays empty), and a `send` one that exited (whose ring still has room), without a
+    /// system call on every turn.
     fn probe_alive_now_and_then(&self) -> Result<()> {
         // A peer that closed says so in shared memory: that costs one load, check it always.
         if self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
             self.gone.store(true, Ordering::Relaxed);
             return Err(self.peer_gone_error());
         }
-        let now = self.created.elapsed().as_nanos() as u64;
+        let now = sys::coarse_clock_ns();
         if now.saturating_sub(self.probed.load(Ordering::Relaxed)) < POLL_PROBE_NS {
             return Ok(());
         }
@@ -694,11 +694,14 @@ impl ShmEndpoint {
         self.rma_issued.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Ok unless the peer is gone, for calls that may not wait and so would otherwise never
+    /// look: the sticky `gone` flag, the peer's closed word (one load), and now and then the
+    /// control socket (a peer that exited or was killed sets no closed word).
     fn check_not_gone(&self) -> Result<()> {
         if self.gone.load(Ordering::Relaxed) {
             return Err(self.peer_gone_error());
         }
-        Ok(())
+        self.probe_alive_now_and_then()
     }
 
     fn finish_rma(&self, flags: RmaFlags) -> Result<()> {
