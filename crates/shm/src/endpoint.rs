@@ -5,7 +5,7 @@ use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixListener, UnixStream};
-use std::sync::atomic::{fence, AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
@@ -15,8 +15,8 @@ use accio_core::{
     PAGE,
 };
 
-use crate::link::{Entry, Geometry, Link, TABLE_SLOTS};
-use crate::ring::{announce_sleep, Consumer, Producer};
+use crate::link::{Entry, Geometry, Gone, Link, TABLE_SLOTS};
+use crate::ring::{sleep_once, Consumer, Producer};
 use crate::sys;
 
 /// Tuning of shm endpoints. The connecting side's choice is used by both ends.
@@ -63,9 +63,10 @@ impl ShmOptions {
 
 /// How often a sleeping waiter wakes to check whether the peer is still there.
 const LIVENESS_TICK: Duration = Duration::from_millis(50);
-/// How often a non-blocking call that would block probes the control socket for a hang-up
-/// (one `poll` system call): often enough that a polling loop sees a killed peer well within
-/// a second, rarely enough that polling stays free of system calls almost always.
+/// How often a call that does not wait (a non-blocking one that would block, a `send` that
+/// finds room, an RMA) probes the control socket for a hang-up (one `poll` system call):
+/// often enough that a caller sees a killed or exited peer well within a second, rarely
+/// enough that these calls stay free of system calls almost always.
 const POLL_PROBE_NS: u64 = 10_000_000;
 /// Control-socket record: kind, access, window offset, length, and where the window starts
 /// in the memory object sent with it.
@@ -234,11 +235,10 @@ pub struct ShmEndpoint {
     local: RwLock<LocalSpace>,
     peer: RwLock<BTreeMap<u64, PeerWin>>,
     ctl: Mutex<Ctl>,
-    gone: AtomicBool,
+    gone: Gone,
     rma_issued: AtomicU64,
-    /// When a would-block call last probed for a hang-up, in ns after `created`.
+    /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
-    created: Instant,
 }
 
 impl ShmEndpoint {
@@ -349,10 +349,9 @@ impl ShmEndpoint {
             local: RwLock::new(LocalSpace::default()),
             peer: RwLock::new(BTreeMap::new()),
             ctl: Mutex::new(Ctl::default()),
-            gone: AtomicBool::new(false),
+            gone: Gone::new(),
             rma_issued: AtomicU64::new(0),
             probed: AtomicU64::new(0),
-            created: Instant::now(),
         })
     }
 
@@ -369,7 +368,7 @@ impl ShmEndpoint {
     // ---- liveness -------------------------------------------------------------------
 
     fn peer_gone_error(&self) -> Error {
-        let cause = if self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
+        let cause = if self.link.is_closed(1 - self.side) {
             "it closed the endpoint"
         } else {
             "its process exited or was killed (control socket hung up)"
@@ -380,33 +379,33 @@ impl ShmEndpoint {
     /// Ok if the peer is still there; checks the shared "closed" word and the control
     /// socket's hang-up state (one `poll` system call).
     fn check_alive(&self) -> Result<()> {
-        if self.gone.load(Ordering::Relaxed)
-            || self.link.closed(1 - self.side).load(Ordering::Acquire) != 0
+        if self.gone.get()
+            || self.link.is_closed(1 - self.side)
             || sys::hung_up(self.sock.as_raw_fd())
         {
-            self.gone.store(true, Ordering::Relaxed);
+            self.gone.set();
             return Err(self.peer_gone_error());
         }
         Ok(())
     }
 
-    /// Makes everything the peer wrote before it marked itself closed visible here (the
-    /// Acquire pairs with its Release of the closed word), for a last look at the ring
-    /// after `gone` was found set, perhaps by another thread with a relaxed store.
-    fn see_peer_close(&self) {
-        self.link.closed(1 - self.side).load(Ordering::Acquire);
+    /// The last look at the ring after the peer was found gone (by this thread or, through
+    /// `gone`, another): see [`Link::last_look`].
+    fn last_look(&self, ready: impl FnOnce() -> bool) -> bool {
+        self.link.last_look(1 - self.side, ready)
     }
 
-    /// For non-blocking calls that would block: [`ShmEndpoint::check_alive`], but at most
-    /// once per [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring
-    /// simply stays empty) without a system call on every turn.
+    /// For calls that do not wait: [`ShmEndpoint::check_alive`], but at most once per
+    /// [`POLL_PROBE_NS`], so a `try_recv` loop notices a killed peer (whose ring simply
+    /// stays empty), and a `send` one that exited (whose ring still has room), without a
+    /// system call on every turn.
     fn probe_alive_now_and_then(&self) -> Result<()> {
         // A peer that closed says so in shared memory: that costs one load, check it always.
-        if self.link.closed(1 - self.side).load(Ordering::Acquire) != 0 {
-            self.gone.store(true, Ordering::Relaxed);
+        if self.link.is_closed(1 - self.side) {
+            self.gone.set();
             return Err(self.peer_gone_error());
         }
-        let now = self.created.elapsed().as_nanos() as u64;
+        let now = sys::coarse_clock_ns();
         if now.saturating_sub(self.probed.load(Ordering::Relaxed)) < POLL_PROBE_NS {
             return Ok(());
         }
@@ -436,8 +435,11 @@ impl ShmEndpoint {
             if let Err(gone) = self.check_alive() {
                 // The peer may have made us ready just before it went (a last message,
                 // then close): what it did before going still counts.
-                self.see_peer_close();
-                return if ready() { Ok(()) } else { Err(gone) };
+                return if self.last_look(ready) {
+                    Ok(())
+                } else {
+                    Err(gone)
+                };
             }
             let mut tick = LIVENESS_TICK;
             if let Some(d) = deadline {
@@ -451,14 +453,7 @@ impl ShmEndpoint {
                 }
                 tick = tick.min(d - now);
             }
-            announce_sleep(word);
-            if ready() {
-                word.store(0, Ordering::Relaxed);
-                return Ok(());
-            }
-            sys::futex_wait(word, 1, tick);
-            word.store(0, Ordering::Relaxed);
-            if ready() {
+            if sleep_once(word, &mut ready, tick) {
                 return Ok(());
             }
         }
@@ -501,10 +496,16 @@ impl ShmEndpoint {
                 Ok(Some(rec)) => rec,
                 Ok(None) => {
                     if !block && !started {
-                        if self.gone.load(Ordering::Relaxed) {
-                            return Err(self.peer_gone_error());
+                        if !self.gone.get() {
+                            return Ok(Progress::WouldBlock);
                         }
-                        return Ok(Progress::WouldBlock);
+                        // `gone` may have been set by another thread (a `send` that found
+                        // the peer closed) after our look at the ring: what the peer sent
+                        // before it closed still comes first.
+                        if self.last_look(|| rx.ready()) {
+                            continue;
+                        }
+                        return Err(self.peer_gone_error());
                     }
                     let ring = *rx.ring();
                     // Once a message has begun, its rest is already on the way: wait for it
@@ -514,12 +515,12 @@ impl ShmEndpoint {
                     continue;
                 }
                 Err(corrupt) => {
-                    self.gone.store(true, Ordering::Relaxed);
+                    self.gone.set();
                     return Err(Error::protocol(&self.addr, corrupt.0));
                 }
             };
             if rec.first == started {
-                self.gone.store(true, Ordering::Relaxed);
+                self.gone.set();
                 return Err(Error::protocol(
                     &self.addr,
                     "message records out of sequence",
@@ -649,7 +650,7 @@ impl ShmEndpoint {
             let got = sys::recv_with_fds(self.sock.as_raw_fd(), &mut rec, &mut fds, true).map_err(
                 |e| {
                     if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        self.gone.store(true, Ordering::Relaxed);
+                        self.gone.set();
                         self.peer_gone_error()
                     } else {
                         Error::io("recvmsg", self.addr.to_string(), e)
@@ -694,11 +695,14 @@ impl ShmEndpoint {
         self.rma_issued.fetch_add(1, Ordering::Relaxed);
     }
 
+    /// Ok unless the peer is gone, for calls that may not wait and so would otherwise never
+    /// look: the sticky `gone` flag, the peer's closed word (one load), and now and then the
+    /// control socket (a peer that exited or was killed sets no closed word).
     fn check_not_gone(&self) -> Result<()> {
-        if self.gone.load(Ordering::Relaxed) {
+        if self.gone.get() {
             return Err(self.peer_gone_error());
         }
-        Ok(())
+        self.probe_alive_now_and_then()
     }
 
     fn finish_rma(&self, flags: RmaFlags) -> Result<()> {
@@ -776,9 +780,8 @@ impl Endpoint for ShmEndpoint {
         let r = self.recv_locked(&mut rx, buf, None, false)?;
         if !r.is_ready() && self.probe_alive_now_and_then().is_err() {
             // A peer that sent its last message and closed between the look above and the
-            // probe: the message is delivered first (the probe marked the endpoint gone,
-            // so with the ring empty this is the peer-gone error).
-            self.see_peer_close();
+            // probe: the message is delivered first (the probe marked the endpoint gone, so
+            // this takes the last look, and with the ring empty it is the peer-gone error).
             return self.recv_locked(&mut rx, buf, None, false);
         }
         Ok(r)
@@ -846,7 +849,7 @@ impl Endpoint for ShmEndpoint {
             if e.kind() == std::io::ErrorKind::BrokenPipe
                 || e.kind() == std::io::ErrorKind::ConnectionReset
             {
-                self.gone.store(true, Ordering::Relaxed);
+                self.gone.set();
                 self.peer_gone_error()
             } else {
                 Error::io("sendmsg", self.addr.to_string(), e)
@@ -981,8 +984,7 @@ impl Endpoint for ShmEndpoint {
 
 impl Drop for ShmEndpoint {
     fn drop(&mut self) {
-        let closed = self.link.closed(self.side);
-        closed.store(1, Ordering::Release);
+        self.link.mark_closed(self.side);
         // Wake a peer sleeping on either ring so it notices at once.
         sys::futex_wake(self.link.ring(self.side).consumer_wait());
         sys::futex_wake(self.link.ring(1 - self.side).producer_wait());

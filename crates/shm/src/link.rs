@@ -13,11 +13,10 @@
 //! seqlock: `state_gen` (generation << 1 | active) is written last with release ordering
 //! and re-read by the reader after the fields, so a torn read is detected and retried.
 
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
-
 use accio_core::{Access, WindowDesc, PAGE};
 
 use crate::ring::RingMem;
+use crate::sync::{self, AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 const MAGIC: u64 = u64::from_le_bytes(*b"ACCIOSHM");
 const VERSION: u64 = 1;
@@ -47,6 +46,11 @@ impl Geometry {
     pub fn segment_bytes(&self) -> usize {
         self.ring_offset(2)
     }
+}
+
+/// Where side `side`'s closed word lives in the header page.
+fn closed_offset(side: usize) -> usize {
+    64 + 64 * side
 }
 
 /// A mapped link segment (raw pointer; the owner keeps the mapping alive).
@@ -125,6 +129,25 @@ impl Link {
         Ok(Link { base, geo })
     }
 
+    /// A link for loom's models at `base`: the closed words and both rings are constructed
+    /// (as model atomics); the header and the window tables are not, and must not be used.
+    ///
+    /// # Safety
+    /// `base` must point at `geo.segment_bytes()` writable bytes, page aligned, that stay
+    /// allocated while the link is used.
+    #[cfg(loom)]
+    pub unsafe fn place(base: *mut u8, geo: Geometry) -> Link {
+        let link = Link { base, geo };
+        for side in 0..2 {
+            // SAFETY: the closed words and rings lie inside the segment, 64-byte aligned.
+            unsafe {
+                sync::place_u32(base.add(closed_offset(side)), 0);
+                RingMem::place(base.add(geo.ring_offset(side)), geo.ring_cap);
+            }
+        }
+        link
+    }
+
     /// The geometry.
     pub fn geometry(&self) -> Geometry {
         self.geo
@@ -132,13 +155,44 @@ impl Link {
 
     fn u64_at(&self, at: usize) -> &AtomicU64 {
         // SAFETY: callers pass 8-aligned offsets inside the mapped segment.
-        unsafe { AtomicU64::from_ptr(self.base.add(at) as *mut u64) }
+        unsafe { sync::u64_at(self.base.add(at)) }
     }
 
     /// The word side `side` sets when it closes (also a futex word).
     pub fn closed(&self, side: usize) -> &AtomicU32 {
-        // SAFETY: 64 and 128 are aligned offsets in the header page.
-        unsafe { AtomicU32::from_ptr(self.base.add(64 + 64 * side) as *mut u32) }
+        // SAFETY: 64 and 128 are aligned offsets in the header page (under loom, `place`
+        // put model atomics there).
+        unsafe { sync::u32_at(self.base.add(closed_offset(side))) }
+    }
+
+    /// Whether side `side` has closed. Relaxed: deciding that the peer is gone needs no
+    /// ordering, and what the peer wrote before closing is read only after
+    /// [`Link::last_look`], which acquires.
+    pub fn is_closed(&self, side: usize) -> bool {
+        self.closed(side).load(Ordering::Relaxed) != 0
+    }
+
+    /// Marks side `side` closed. The Release store publishes everything the side wrote
+    /// before, its last messages included, to whoever acquires the word.
+    pub fn mark_closed(&self, side: usize) {
+        self.closed(side).store(1, Ordering::Release);
+    }
+
+    /// The last look at the ring by a receiver that found its peer, side `peer`, gone
+    /// (through [`Link::is_closed`], or a [`Gone`] flag read set): returns `ready()`,
+    /// evaluated so that it sees every record the peer published before
+    /// [`Link::mark_closed`]. Two steps, each checked by the loom model
+    /// `loom_last_message_before_close_is_not_lost`:
+    ///
+    /// - the Acquire fence pairs with [`Gone::set`]'s Release when another thread set the
+    ///   flag, so this thread's load of the closed word cannot read an older value than
+    ///   the one that thread saw (without it, loom finds a run where it reads 0);
+    /// - the Acquire load of the closed word pairs with the peer's Release in
+    ///   [`Link::mark_closed`], ordering the peer's ring writes before `ready()`.
+    pub fn last_look(&self, peer: usize, ready: impl FnOnce() -> bool) -> bool {
+        sync::fence(Ordering::Acquire);
+        self.closed(peer).load(Ordering::Acquire);
+        ready()
     }
 
     /// The ring on which side `side` sends.
@@ -153,6 +207,36 @@ impl Link {
             // SAFETY: tables lie after the header page, inside the segment.
             base: unsafe { self.base.add(PAGE + side * Geometry::table_bytes()) },
         }
+    }
+}
+
+/// An endpoint's sticky "the peer is gone" flag, set by whichever of its threads finds
+/// out first and read by all of them on every call.
+#[derive(Debug)]
+pub struct Gone(AtomicBool);
+
+impl Gone {
+    /// A flag not set.
+    pub fn new() -> Gone {
+        Gone(AtomicBool::new(false))
+    }
+
+    /// Sets the flag. Release, so that a thread that reads it set and then takes
+    /// [`Link::last_look`] sees the peer's closed word as this thread saw it.
+    pub fn set(&self) {
+        self.0.store(true, Ordering::Release);
+    }
+
+    /// Whether the flag is set. Relaxed: a plain load on the hot path of every call;
+    /// [`Link::last_look`] supplies the ordering where data depends on it.
+    pub fn get(&self) -> bool {
+        self.0.load(Ordering::Relaxed)
+    }
+}
+
+impl Default for Gone {
+    fn default() -> Gone {
+        Gone::new()
     }
 }
 
@@ -182,7 +266,7 @@ impl Table {
     fn word(&self, slot: usize, field: usize) -> &AtomicU64 {
         assert!(slot < TABLE_SLOTS);
         // SAFETY: slot < TABLE_SLOTS and field < 4, so the word lies inside the table.
-        unsafe { AtomicU64::from_ptr(self.base.add(slot * ENTRY + field * 8) as *mut u64) }
+        unsafe { sync::u64_at(self.base.add(slot * ENTRY + field * 8)) }
     }
 
     /// Current `state_gen` of `slot` (odd = active).
@@ -217,7 +301,7 @@ impl Table {
             let offset = self.word(slot, 1).load(Ordering::Relaxed);
             let len = self.word(slot, 2).load(Ordering::Relaxed);
             let access = self.word(slot, 3).load(Ordering::Relaxed);
-            std::sync::atomic::fence(Ordering::Acquire);
+            sync::fence(Ordering::Acquire);
             if self.word(slot, 0).load(Ordering::Relaxed) == s1 {
                 let access = Access::from_bits(access as u8).unwrap_or(Access::NONE);
                 return Some(Entry {

@@ -20,9 +20,11 @@
 //! The consumer checks every header it reads (lengths, flags, bounds) before copying, so a
 //! corrupted ring — a buggy or malicious peer — is a protocol error, not a wild copy.
 
-use std::sync::atomic::{fence, AtomicU32, AtomicU64, Ordering};
+use std::time::Duration;
 
 use accio_core::copy_bytes;
+
+use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of the control page in front of the data.
 pub const CTL_BYTES: usize = 4096;
@@ -70,7 +72,31 @@ unsafe impl Sync for RingMem {}
 impl RingMem {
     /// Total bytes a ring with `cap` data bytes occupies.
     pub fn footprint(cap: usize) -> usize {
-        CTL_BYTES + cap
+        #[cfg(not(loom))]
+        let extra = 0;
+        // Under loom, one access-tracking cell per data line follows the data.
+        #[cfg(loom)]
+        let extra = (cap / LINE * std::mem::size_of::<sync::LineCell>()).next_multiple_of(LINE);
+        CTL_BYTES + cap + extra
+    }
+
+    /// Constructs the model atomics and line cells of a ring at `base` (loom builds only).
+    ///
+    /// # Safety
+    /// `base` must point at `footprint(cap)` writable bytes, 64-byte aligned, that stay
+    /// allocated while the ring is used; `cap` a power of two of at least one line.
+    #[cfg(loom)]
+    pub unsafe fn place(base: *mut u8, cap: usize) {
+        // SAFETY: every offset lies inside the footprint and is 64-byte aligned.
+        unsafe {
+            for at in [HEAD, TAIL] {
+                sync::place_u64(base.add(at), 0);
+            }
+            for at in [CONSUMER_WAIT, PRODUCER_WAIT] {
+                sync::place_u32(base.add(at), 0);
+            }
+            sync::place_cells(base.add(CTL_BYTES + cap), cap / LINE);
+        }
     }
 
     /// A ring at `base` (page aligned, `footprint(cap)` bytes, zeroed or previously used
@@ -85,13 +111,44 @@ impl RingMem {
     }
 
     fn word64(&self, at: usize) -> &AtomicU64 {
-        // SAFETY: `at` is one of the 64-byte aligned control slots inside the control page.
-        unsafe { AtomicU64::from_ptr(self.base.add(at) as *mut u64) }
+        // SAFETY: `at` is one of the 64-byte aligned control slots inside the control page
+        // (under loom, `place` put a model atomic there).
+        unsafe { sync::u64_at(self.base.add(at)) }
     }
 
     fn word32(&self, at: usize) -> &AtomicU32 {
         // SAFETY: as for `word64`.
-        unsafe { AtomicU32::from_ptr(self.base.add(at) as *mut u32) }
+        unsafe { sync::u32_at(self.base.add(at)) }
+    }
+
+    /// Reports an access to `len` bytes of ring data at `at` to loom, which checks that it
+    /// happens after the last conflicting one. Nothing at all in normal builds.
+    #[inline(always)]
+    fn touch(&self, at: *const u8, len: usize, write: bool) {
+        #[cfg(not(loom))]
+        let _ = (at, len, write);
+        #[cfg(loom)]
+        {
+            let data = self.base as usize + CTL_BYTES;
+            let first = (at as usize - data) / LINE;
+            let end = (at as usize - data + len).div_ceil(LINE);
+            for line in first..end {
+                // SAFETY: `place` constructed `cap / LINE` cells after the data, and `at`
+                // and `len` lie inside the data area.
+                let cell = unsafe {
+                    &*self
+                        .base
+                        .add(CTL_BYTES + self.cap)
+                        .cast::<sync::LineCell>()
+                        .add(line)
+                };
+                if write {
+                    cell.with_mut(|_| ());
+                } else {
+                    cell.with(|_| ());
+                }
+            }
+        }
     }
 
     fn data(&self, pos: u64) -> *mut u8 {
@@ -115,15 +172,30 @@ fn wake(word: &AtomicU32) {
     fence(Ordering::SeqCst);
     if word.load(Ordering::Relaxed) != 0 {
         word.store(0, Ordering::Relaxed);
-        crate::sys::futex_wake(word);
+        sync::futex_wake(word);
     }
 }
 
 /// Announces that the caller is about to sleep on `word`; the caller must re-check its
 /// condition afterwards and only then sleep (the Dekker pattern with [`wake`]).
-pub fn announce_sleep(word: &AtomicU32) {
+fn announce_sleep(word: &AtomicU32) {
     word.store(1, Ordering::Relaxed);
     fence(Ordering::SeqCst);
+}
+
+/// One sleep of a waiter on `word` (a ring's [`RingMem::consumer_wait`] or
+/// [`RingMem::producer_wait`]): announces itself, re-checks `ready`, and sleeps at most
+/// `tick` only if still not ready. Returns `ready()` as of the end; the other side's
+/// push or pop wakes a sleeper that announced itself, so no wake-up is lost.
+pub fn sleep_once(word: &AtomicU32, mut ready: impl FnMut() -> bool, tick: Duration) -> bool {
+    announce_sleep(word);
+    if ready() {
+        word.store(0, Ordering::Relaxed);
+        return true;
+    }
+    sync::futex_wait(word, 1, tick);
+    word.store(0, Ordering::Relaxed);
+    ready()
 }
 
 /// The producing end (one per ring, used under the endpoint's send lock).
@@ -192,13 +264,16 @@ impl Producer {
         }
         let off = self.head as usize & (self.ring.cap - 1);
         if rec > self.ring.cap - off {
+            let at = self.ring.data(self.head);
+            self.ring.touch(at, HDR, true);
             // SAFETY: `off` is 64-byte aligned and at least one line remains before the
             // end of the data area, which the consumer has released (checked by `fits`).
-            unsafe { write_header(self.ring.data(self.head), 0, PAD, 0) };
+            unsafe { write_header(at, 0, PAD, 0) };
             self.head += (self.ring.cap - off) as u64;
         }
         let flags = if first { FIRST } else { 0 } | if more { MORE } else { 0 };
         let at = self.ring.data(self.head);
+        self.ring.touch(at, rec, true);
         // SAFETY: the record's `rec` bytes at `at` are free (checked above) and do not wrap;
         // `chunk` is caller memory, distinct from the ring.
         unsafe {
@@ -296,6 +371,7 @@ impl Consumer {
                 )));
             }
             let at = self.ring.data(self.tail);
+            self.ring.touch(at, HDR, false);
             // SAFETY: the producer published at least one line at `tail` (avail > 0 and
             // records are whole lines); `at` is 64-byte aligned.
             let (len, flags, total) = unsafe {
@@ -345,6 +421,7 @@ impl Consumer {
     /// `dst` must be valid for `rec.len` writes, and `rec` must be the record returned by
     /// the last `peek` (not yet popped).
     pub unsafe fn copy_out(&self, rec: &Record, dst: *mut u8) {
+        self.ring.touch(rec.payload, rec.len, false);
         // SAFETY: forwarded; the payload is published and not reused until `pop`.
         unsafe { copy_bytes(dst, rec.payload, rec.len) }
     }
@@ -357,7 +434,7 @@ impl Consumer {
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, not(loom)))]
 mod tests {
     use super::*;
 

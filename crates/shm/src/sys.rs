@@ -181,6 +181,18 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
+/// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: a few ns to read (vDSO, no system call), and
+/// exact to a scheduler tick (1-4 ms), plenty for rate-limiting a probe.
+pub fn coarse_clock_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; the clock id is supported since Linux 2.6.32.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_COARSE, &mut ts) };
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
 /// True if the peer of socket `sock` has closed it or died (hang-up pending).
 pub fn hung_up(sock: RawFd) -> bool {
     let mut p = libc::pollfd {

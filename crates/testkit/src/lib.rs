@@ -23,6 +23,8 @@
 //! - [`registration`]: page-aligned, guarded, zeroed, never-reused windows; views of the
 //!   caller's memory registered on one endpoint after another.
 //! - [`connection`]: address and connection errors, 64 concurrent endpoints.
+//! - [`gone`]: after the peer closed, or its process exited, calls that need not wait
+//!   (`send`, `try_send`, `write_to`, `fence_signal`) fail with `PeerGone` too.
 //! - [`process`]: endpoints in two OS processes (the `accio-conformance-peer` binary), and
 //!   peer death by `SIGKILL`: the survivor fails with `PeerGone` within one second and no
 //!   shared-memory object outlives the two sides.
@@ -39,6 +41,7 @@ use accio::{Endpoint, Listener};
 
 pub mod caps;
 pub mod connection;
+pub mod gone;
 pub mod harness;
 pub mod messages;
 pub mod pattern;
@@ -53,6 +56,7 @@ pub use connection::{
     accept_times_out, bad_addresses_are_rejected, connect_to_nobody_fails_fast,
     listen_twice_is_addr_in_use, local_and_peer_addrs, sixty_four_concurrent_endpoints,
 };
+pub use gone::{calls_after_peer_close_fail, calls_after_peer_exit_fail};
 pub use messages::{
     concurrent_senders_and_receivers, message_order_and_integrity,
     messages_sent_before_a_close_arrive, nonblocking_calls, one_gib_message,
@@ -196,6 +200,8 @@ macro_rules! __with_suite_list {
             one_gib_message,
             peer_close_is_peer_gone,
             messages_sent_before_a_close_arrive,
+            calls_after_peer_close_fail,
+            calls_after_peer_exit_fail,
             rma_content,
             big_rma,
             fence_ordering,

@@ -25,8 +25,13 @@ pub const STREAM_RECV: &str = "stream-recv";
 /// is gone.
 pub const WINDOW: &str = "window";
 
+/// Register a [`EXIT_WINDOW_LEN`]-byte window, send `[offset, len]`, then receive until
+/// the message `[EXIT_NOW]` and exit at once, without closing the endpoint (as a process
+/// that calls `exit` or crashes does): only the operating system's cleanup tells the parent.
+pub const EXIT: &str = "exit";
+
 /// Every scenario.
-pub const SCENARIOS: &[&str] = &[ECHO, RMA, STREAM_SEND, STREAM_RECV, WINDOW];
+pub const SCENARIOS: &[&str] = &[ECHO, RMA, STREAM_SEND, STREAM_RECV, WINDOW, EXIT];
 
 /// Data was wrong.
 pub const EXIT_CHECK: i32 = 3;
@@ -51,6 +56,10 @@ pub const RMA_LEN: usize = (8 << 20) + 24 + 3;
 pub const WINDOW_LEN: usize = 16 << 20;
 /// Request code of `window`: check the window against a stream.
 pub const CHECK: u64 = 0xc4ec;
+/// Length of the `exit` window.
+pub const EXIT_WINDOW_LEN: usize = 4096;
+/// Request code of `exit`: exit now without closing the endpoint.
+pub const EXIT_NOW: u64 = 0xe817;
 
 enum Failure {
     Check(String),
@@ -107,6 +116,7 @@ pub fn main_with_args(args: &[String]) -> i32 {
         RMA => rma(ep),
         STREAM_SEND => stream_send(ep),
         STREAM_RECV => stream_recv(ep),
+        EXIT => exit_unclosed(ep),
         _ => window(ep),
     };
     match outcome {
@@ -207,6 +217,17 @@ fn window(ep: &dyn Endpoint) -> Outcome {
             },
             Err(e) if e.kind() == ErrorKind::PeerGone => return Ok(()),
             Err(e) => return Err(Failure::Accio("recv", e)),
+        }
+    }
+}
+
+fn exit_unclosed(ep: &dyn Endpoint) -> Outcome {
+    let w = at("register", ep.register(EXIT_WINDOW_LEN, Access::READ_WRITE))?;
+    send_words(ep, &[w.offset(), w.len() as u64])?;
+    loop {
+        if recv_words(ep)? == [EXIT_NOW] {
+            // `exit` runs no destructor of this stack: the endpoint is never closed.
+            std::process::exit(0);
         }
     }
 }

@@ -29,10 +29,10 @@ fn secs(s: u64) -> Duration {
 }
 
 /// A listening parent with its connected child.
-struct Peer {
-    listener: Box<dyn Listener>,
-    child: ChildGuard,
-    ep: Box<dyn Endpoint>,
+pub(crate) struct Peer {
+    pub(crate) listener: Box<dyn Listener>,
+    pub(crate) child: ChildGuard,
+    pub(crate) ep: Box<dyn Endpoint>,
 }
 
 fn child_stderr(child: &mut std::process::Child) -> String {
@@ -45,7 +45,7 @@ fn child_stderr(child: &mut std::process::Child) -> String {
 
 /// Listens, spawns the peer binary in `scenario`, and accepts it (failing with the child's
 /// stderr if it exits first).
-fn start_peer(b: &Backend, scenario: &str) -> Peer {
+pub(crate) fn start_peer(b: &Backend, scenario: &str) -> Peer {
     let (listener, addr) = b.listen();
     let exe = b.peer_exe();
     let child = Command::new(&exe)
@@ -84,7 +84,7 @@ fn start_peer(b: &Backend, scenario: &str) -> Peer {
 }
 
 /// Waits (at most 15 s) for the child to exit; returns its status and stderr.
-fn finish(child: &mut ChildGuard) -> (ExitStatus, String) {
+pub(crate) fn finish(child: &mut ChildGuard) -> (ExitStatus, String) {
     let mut c = child.take();
     let start = Instant::now();
     loop {
