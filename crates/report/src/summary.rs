@@ -2,11 +2,13 @@
 //! ceiling. Shown first in every report and printed by `accio bench` at the end of a run.
 //!
 //! Picked from whatever the report holds: memcpy at the largest buffer (one thread and all
-//! threads); per file-system path the best write and the best cold read; per transport
+//! threads); per file-system path write and cold read at the most threads; per transport
 //! backend the latency of the smallest message (8 B by default) and streaming and RMA
 //! bandwidth at 2 MiB (or the size nearest to it); for every other bench (merge,
-//! coalesce, ...) the best figure of each metric, leaving out baselines (merge's naive
-//! alternative, coalesce's large-message ceiling).
+//! coalesce, ...) one figure of each metric picked by its parameters, never by its value
+//! (the most producers, the layer's own mode, the usual pattern, else the first measured),
+//! so that every run of a preset has the same rows; baselines (merge's naive alternative,
+//! coalesce's large-message ceiling) are left out.
 
 use accio_results::model::{Figure, Report};
 use accio_results::num::fmt_small;
@@ -34,17 +36,57 @@ fn is_matrix(f: &Figure) -> bool {
     f.params.contains_key("src") && f.params.contains_key("dst")
 }
 
-fn best<'a>(figs: impl Iterator<Item = &'a Figure>) -> Option<&'a Figure> {
-    figs.max_by(|a, b| {
-        let key = |f: &Figure| {
-            if f.higher_is_better() {
-                f.summary.median
-            } else {
-                -f.summary.median
-            }
+/// How a headline picks the value of one parameter among a metric's figures.
+enum Pick {
+    /// The largest value: the scaling end (`producers`, `threads`).
+    Max,
+    /// The first of these values that a figure has (the layer's own mode, the usual
+    /// pattern), else the first recorded.
+    Prefer(&'static [&'static str]),
+}
+
+/// Parameters whose headline value is not simply the first recorded one.
+const PICKS: &[(&str, Pick)] = &[
+    ("producers", Pick::Max),
+    ("threads", Pick::Max),
+    ("placement", Pick::Prefer(&["processes"])),
+    ("pattern", Pick::Prefer(&["random"])),
+    ("mode", Pick::Prefer(&["cache", "aggregate"])),
+];
+
+/// One figure of a metric, by fixed rules on its parameters, never by its value: for each
+/// identifying parameter in turn (backend first), the value [`PICKS`] names, else the value
+/// of the first figure recorded. The same options give the same row in every run.
+fn fixed<'a>(figs: &[&'a Figure]) -> Option<&'a Figure> {
+    let mut left: Vec<&Figure> = figs.to_vec();
+    let first = *left.first()?;
+    let mut keys: Vec<String> = first
+        .identifying()
+        .iter()
+        .map(|(k, _)| k.to_string())
+        .collect();
+    keys.sort_by_key(|k| (k != "backend", k.clone()));
+    for k in keys {
+        let values: Vec<String> = left.iter().map(|f| f.param_str(&k)).collect();
+        let Some(v0) = values.first().cloned() else {
+            break;
         };
-        key(a).total_cmp(&key(b))
-    })
+        let pick = PICKS.iter().find(|(p, _)| *p == k).map(|(_, p)| p);
+        let want = match pick {
+            Some(Pick::Max) => left
+                .iter()
+                .filter_map(|f| f.param_u64(&k))
+                .max()
+                .map_or(v0, |m| m.to_string()),
+            Some(Pick::Prefer(vs)) => vs
+                .iter()
+                .find(|v| values.iter().any(|x| x == *v))
+                .map_or(v0, |v| v.to_string()),
+            None => v0,
+        };
+        left.retain(|f| f.param_str(&k) == want);
+    }
+    left.last().copied()
 }
 
 /// The headline figures of `report`, in display order.
@@ -78,7 +120,8 @@ pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
             }
         }
     }
-    // File systems: per path, the best write and the best cold read.
+    // File systems: per path, write and cold read at the most threads measured (a fixed
+    // row, whichever thread count happened to be fastest in this run).
     let mut paths: Vec<String> = Vec::new();
     for f in report.figures.iter().filter(|f| is_fs_bench(f)) {
         let p = f.param_str("path");
@@ -92,19 +135,12 @@ pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
                 .select("fs", metric)
                 .filter(|f| is_fs_bench(f) && &f.param_str("path") == p)
                 .collect();
-            if let Some(f) = best(figs.iter().copied()) {
+            if let Some(f) = fixed(&figs) {
                 let n = u64_param(f, "threads").unwrap_or(1);
-                let what = if figs.len() > 1 {
-                    format!(
-                        "fs {p} {label} (best: {n} thread{})",
-                        if n == 1 { "" } else { "s" }
-                    )
-                } else {
-                    format!(
-                        "fs {p} {label}, {n} thread{}",
-                        if n == 1 { "" } else { "s" }
-                    )
-                };
+                let what = format!(
+                    "fs {p} {label}, {n} thread{}",
+                    if n == 1 { "" } else { "s" }
+                );
                 out.push(Headline { what, figure: f });
             }
         }
@@ -157,9 +193,10 @@ pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
             }
         }
     }
-    // Every other bench: the best figure of each metric, except the metrics that are only
-    // there to be read against (the naive alternative, a ceiling measured by the bench):
-    // they stand beside their figures in the bench's own section.
+    // Every other bench: one fixed figure of each metric (the same parameters on every run
+    // of a preset, so two runs can be compared row by row), except the metrics that are
+    // only there to be read against (the naive alternative, a ceiling measured by the
+    // bench): they stand beside their figures in the bench's own section.
     const BASELINES: &[&str] = &["naive", "large_msg_bw"];
     let mut others: Vec<&str> = Vec::new();
     for f in &report.figures {
@@ -180,13 +217,11 @@ pub fn headlines(report: &Report) -> Vec<Headline<'_>> {
         }
         for m in metrics.into_iter().take(PER_OTHER_BENCH) {
             let figs: Vec<&Figure> = report.select(bench, m).filter(|f| !is_matrix(f)).collect();
-            if let Some(f) = best(figs.iter().copied()) {
-                let what = if figs.len() > 1 {
-                    format!("{} (best)", f.label())
-                } else {
-                    f.label()
-                };
-                out.push(Headline { what, figure: f });
+            if let Some(f) = fixed(&figs) {
+                out.push(Headline {
+                    what: f.label(),
+                    figure: f,
+                });
             }
         }
     }
@@ -256,6 +291,32 @@ mod tests {
     }
 
     #[test]
+    fn other_benches_get_the_same_row_whatever_their_values() {
+        let rates = |direct: f64, cache: f64| {
+            let mut r = Report::new();
+            for pattern in ["streaming", "random"] {
+                for (mode, v) in [("direct", direct), ("cache", cache)] {
+                    r.figures.push(
+                        fig("coalesce", "item_rate", Unit::MopsPerSec, v)
+                            .param("backend", "shm")
+                            .param("pattern", pattern)
+                            .param("mode", mode)
+                            .param("item", 64u64),
+                    );
+                }
+            }
+            let h = headlines(&r);
+            assert_eq!(h.len(), 1);
+            h[0].what.clone()
+        };
+        // Which mode is faster does not change the row: the layer's own mode, the usual
+        // pattern.
+        let row = "coalesce shm item_rate pattern=random mode=cache item=64";
+        assert_eq!(rates(10.0, 90.0), row);
+        assert_eq!(rates(90.0, 10.0), row);
+    }
+
+    #[test]
     fn picks_largest_memcpy_best_fs_and_transport_endpoints() {
         let mut r = Report::new();
         for (s, t, v) in [(65536u64, 1, 30.0), (1 << 28, 1, 9.0), (1 << 28, 2, 14.0)] {
@@ -298,10 +359,10 @@ mod tests {
             [
                 "memcpy 256M, 1 thread",
                 "memcpy 256M, 2 threads",
-                "fs /dev/shm write (best: 2 threads)",
+                "fs /dev/shm write, 2 threads",
                 "shm latency, 8 B",
                 "shm stream, 2M",
-                "merge throughput producers=4 (best)",
+                "merge throughput producers=4",
             ]
         );
         assert_eq!(h[1].figure.summary.median, 14.0);
@@ -309,7 +370,7 @@ mod tests {
         let text = text(&r);
         assert!(
             text.lines().any(|l| l
-                == "fs /dev/shm write (best: 2 threads)  3.50 (3.15–3.85) GB/s   memcpy 4M = 10.0 GB/s         35%"),
+                == "fs /dev/shm write, 2 threads  3.50 (3.15–3.85) GB/s   memcpy 4M = 10.0 GB/s         35%"),
             "{text}"
         );
     }
