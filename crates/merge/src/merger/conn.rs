@@ -1,0 +1,39 @@
+//! Per-connection state: one producer's endpoint, its windows and its progress.
+
+use std::time::Instant;
+
+use accio::Endpoint;
+
+use super::slots::SlotWin;
+
+pub(super) struct Conn {
+    pub(super) ep: Box<dyn Endpoint>,
+    pub(super) peer: String,
+    /// Set by hello.
+    pub(super) producer: Option<u32>,
+    pub(super) slots: Vec<SlotWin>,
+    /// Acquires queued in `Core::waiters`.
+    pub(super) waiting: u32,
+    pub(super) next_seq: u64,
+    pub(super) blocks: u64,
+    pub(super) bytes: u64,
+    /// Bye received (and answered once synced).
+    pub(super) done: bool,
+    /// Why the connection must go (set while handling a message).
+    pub(super) drop_reason: Option<Why>,
+    /// Last time a message came or the peer was probed for liveness.
+    pub(super) last_heard: Instant,
+}
+
+pub(super) enum Why {
+    /// The peer is gone (died or closed).
+    Gone(String),
+    /// It broke the protocol.
+    Protocol(String),
+}
+
+impl Conn {
+    pub(super) fn granted(&self) -> u32 {
+        self.slots.iter().filter(|s| s.granted).count() as u32
+    }
+}

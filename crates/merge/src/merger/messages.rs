@@ -1,0 +1,228 @@
+//! Handling a producer's messages: hello, acquire, release, commit (the write), bye.
+
+use std::time::Instant;
+
+use super::conn::Why;
+use super::progress::Core;
+use super::Event;
+use crate::container::BlockKind;
+use crate::error::MergeError;
+use crate::sink::Block;
+use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
+
+impl Core {
+    pub(super) fn handle(&mut self, key: u64, m: Msg) -> std::result::Result<(), Why> {
+        let c = self.conns.get_mut(&key).expect("live connection");
+        if c.producer.is_none() {
+            let Msg::Hello { version, producer } = m else {
+                return Err(Why::Protocol(format!(
+                    "expected hello as the first message, got {m:?}"
+                )));
+            };
+            if version != PROTOCOL {
+                let reason = format!(
+                    "producer speaks merge protocol {version}, this merger speaks {PROTOCOL}"
+                );
+                self.send(
+                    key,
+                    &Msg::Fail {
+                        reason: reason.clone(),
+                    },
+                );
+                return Err(Why::Protocol(reason));
+            }
+            let id = if producer == ANY_PRODUCER {
+                while self.ids_used.contains(&self.next_auto_id) {
+                    self.next_auto_id += 1;
+                }
+                self.next_auto_id
+            } else if self.ids_used.contains(&producer) {
+                let reason = format!("producer id {producer} is already taken in this file");
+                self.send(
+                    key,
+                    &Msg::Fail {
+                        reason: reason.clone(),
+                    },
+                );
+                return Err(Why::Protocol(reason));
+            } else {
+                producer
+            };
+            self.ids_used.insert(id);
+            let peer = c.peer.clone();
+            c.producer = Some(id);
+            self.stats.active += 1;
+            self.send(
+                key,
+                &Msg::Welcome {
+                    producer: id,
+                    slot_bytes: self.slot_bytes as u64,
+                    credit: self.credit,
+                },
+            );
+            (self.shared.events)(&Event::Connected { producer: id, peer });
+            if let Some(why) = self.failed.clone() {
+                self.send(key, &Msg::Fail { reason: why });
+            }
+            return Ok(());
+        }
+        match m {
+            Msg::Acquire => {
+                if c.granted() + c.waiting >= self.credit {
+                    return Err(Why::Protocol(format!(
+                        "asked for a slot beyond its credit of {}",
+                        self.credit
+                    )));
+                }
+                if let Some(why) = self.failed.clone() {
+                    self.send(key, &Msg::Fail { reason: why });
+                    return Ok(());
+                }
+                c.waiting += 1;
+                self.waiters.push_back(key);
+                self.grant_waiters();
+                Ok(())
+            }
+            Msg::Release { slot } => {
+                let s = c
+                    .slots
+                    .iter_mut()
+                    .find(|s| s.id == slot && s.granted)
+                    .ok_or_else(|| {
+                        Why::Protocol(format!("released slot {slot}, which it does not hold"))
+                    })?;
+                s.granted = false;
+                self.grant_waiters();
+                Ok(())
+            }
+            Msg::Commit {
+                slot,
+                seq,
+                len,
+                crc,
+                kind,
+            } => self.commit(key, slot, seq, len, crc, kind),
+            Msg::Bye => {
+                c.done = true;
+                let producer = c.producer.expect("said hello");
+                let (blocks, bytes) = (c.blocks, c.bytes);
+                // Its slots stay registered until it hangs up; they are idle and may move.
+                for s in &mut c.slots {
+                    s.granted = false;
+                }
+                self.waiters.retain(|&k| k != key);
+                c.waiting = 0;
+                self.stats.active -= 1;
+                self.stats.finished += 1;
+                self.later(key, Msg::ByeAck);
+                (self.shared.events)(&Event::Finished {
+                    producer,
+                    blocks,
+                    bytes,
+                });
+                self.grant_waiters();
+                Ok(())
+            }
+            other => Err(Why::Protocol(format!(
+                "unexpected message from a producer: {other:?}"
+            ))),
+        }
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn commit(
+        &mut self,
+        key: u64,
+        slot: u32,
+        seq: u64,
+        len: u64,
+        crc: u32,
+        kind: u8,
+    ) -> std::result::Result<(), Why> {
+        let slot_bytes = self.slot_bytes as u64;
+        let c = self.conns.get_mut(&key).expect("live connection");
+        let producer = c.producer.expect("said hello");
+        if c.done {
+            return Err(Why::Protocol("commit after bye".into()));
+        }
+        if seq != c.next_seq {
+            return Err(Why::Protocol(format!(
+                "commit of sequence {seq}, expected {}",
+                c.next_seq
+            )));
+        }
+        if len > slot_bytes {
+            return Err(Why::Protocol(format!(
+                "commit of {len} bytes into a {slot_bytes}-byte slot"
+            )));
+        }
+        let Some(idx) = c.slots.iter().position(|s| s.id == slot && s.granted) else {
+            return Err(Why::Protocol(format!(
+                "commit into slot {slot}, which it does not hold"
+            )));
+        };
+        c.next_seq += 1;
+        if let Some(why) = self.failed.clone() {
+            c.slots[idx].granted = false;
+            self.send(key, &Msg::Fail { reason: why });
+            self.grant_waiters();
+            return Ok(());
+        }
+        let window = c.slots[idx].window.clone();
+        // SAFETY: the producer handed the slot over with this commit and, by the protocol,
+        // does not touch it again until it is granted anew (after this write). A producer
+        // that breaks that rule can only change its own block's bytes, which the checksum
+        // it sent then exposes; the bytes are plain data either way.
+        let payload = unsafe { &window.view().as_slice()[..len as usize] };
+        let block = Block {
+            producer,
+            seq,
+            kind: BlockKind::from_code(kind),
+            payload,
+            crc,
+        };
+        let sink = self.sink.as_mut().expect("sink present until close");
+        let t = Instant::now();
+        let written = sink.write(&block);
+        self.stats.sink_write_ns += t.elapsed().as_nanos() as u64;
+        match written {
+            Ok(()) => {
+                c.slots[idx].granted = false;
+                c.blocks += 1;
+                c.bytes += len;
+                self.stats.blocks += 1;
+                self.stats.bytes += len;
+                self.later(key, Msg::Ack { seq });
+            }
+            Err(e @ MergeError::Rejected { .. }) => {
+                c.slots[idx].granted = false;
+                self.grant_waiters();
+                return Err(Why::Protocol(e.to_string()));
+            }
+            Err(e) => {
+                c.slots[idx].granted = false;
+                let reason = e.to_string();
+                self.failed = Some(reason.clone());
+                (self.shared.events)(&Event::SinkFailed {
+                    reason: reason.clone(),
+                });
+                // Tell every producer now, so none keeps filling slots for nothing.
+                let keys: Vec<u64> = self.conns.keys().copied().collect();
+                for k in keys {
+                    self.send(
+                        k,
+                        &Msg::Fail {
+                            reason: reason.clone(),
+                        },
+                    );
+                }
+                self.waiters.clear();
+                for c in self.conns.values_mut() {
+                    c.waiting = 0;
+                }
+            }
+        }
+        self.grant_waiters();
+        Ok(())
+    }
+}

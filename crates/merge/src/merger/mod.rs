@@ -1,0 +1,502 @@
+//! The merger: accepts producers, lends them slots, writes committed slots to its sink.
+//!
+//! # Threads
+//!
+//! One **accept thread** waits in `Listener::accept` (100 ms ticks, so `close` is noticed)
+//! and hands new endpoints over. One **progress thread** owns everything else — the sink,
+//! every connection, the slot accounting — and polls the endpoints with `try_recv`; when a
+//! whole round finds nothing it backs off (yield, then sleeps growing from 20 µs to
+//! 500 µs). A single owner needs no locks on the hot path, keeps each producer's blocks in
+//! order for free, and writes blocks with one `pwritev` each from the slot memory. Polling
+//! was chosen over a waiting primitive because the endpoint contract has no way to wait on
+//! many endpoints at once; under load the thread is never idle (it is the one writing), and
+//! idle it costs a wake-up every 500 µs. The machines accio is measured on have two cores
+//! (`MACHINE_NOTES.md` trait 3), which rules out a spinning progress thread.
+//!
+//! # Slots and the memory budget
+//!
+//! The budget is a pool of `budget / slot_bytes` slots, each its own shareable memory
+//! region, allocated and faulted in when the merger starts listening: no producer ever
+//! waits for the merger's page faults, and the merger's memory is the budget from the
+//! first block on. A slot lent to a producer is a window on that producer's endpoint
+//! ([`Endpoint::register_view`] of the slot's memory). A producer holds at most `credit`
+//! slots (granted, not yet committed); a request beyond what is free waits in a FIFO
+//! queue, so the producer blocks (or sees "would block") and nothing queues without bound.
+//! A connection keeps its windows between blocks (its producer has them mapped). When
+//! every slot is lent and a waiting producer has none free, the merger moves one: it
+//! withdraws an idle window from another connection and registers the same memory for the
+//! waiter. Peak memory is therefore `budget` plus per-connection rings, whatever the
+//! producer count.
+//!
+//! Slots go back to the pool when their producer finishes or dies. The slots of a
+//! connection dropped for breaking the protocol do not: that peer may still be running
+//! with the slots mapped, so they are replaced by fresh memory.
+//!
+//! Why a pool: with fresh memory registered per connection, the merger thread zeroed and
+//! faulted in 2 MiB for every slot of every connection and freed it when the connection
+//! ended; once producers outnumber `budget / slot_bytes / credit`, every move paid that
+//! too, so nearly every block did. `accio bench merge /dev/shm --backend shm --producers
+//! 256 --buffers 2 --placement processes`, old and new binaries interleaved, 3 runs each:
+//! 0.53–0.58 GB/s before, 0.87–0.95 GB/s with the pool (60 producers, where nothing
+//! moves: medians 1.15 and 1.21 GB/s over 5 runs each).
+//!
+//! # Liveness
+//!
+//! `try_recv` reports a peer that closed, but over shm not one that was killed (the
+//! hang-up is only looked at by waiting calls). So a connection that has been silent for
+//! 100 ms is probed with a receive that waits zero seconds (one `poll` system call; the
+//! merger's shm endpoints do not spin). A dead producer is found within ~100 ms, its
+//! uncommitted slots are reclaimed and the waiting producers get them.
+//!
+//! # Acknowledgement
+//!
+//! A commit is acknowledged once its block is in the file (page cache), or with
+//! [`SyncPolicy::EveryCommit`] once it is synced: the commits of one polling round are
+//! written, the file is `fdatasync`ed once, then all of them are acknowledged (group
+//! commit).
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::fmt;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use accio::{Addr, Endpoint};
+
+use crate::error::{MergeError, Result};
+use crate::sink::{Sink, SinkSummary};
+
+mod accept;
+mod conn;
+mod messages;
+mod progress;
+mod slots;
+
+use accept::{accept_main, bind};
+use progress::Core;
+use slots::new_slot;
+
+/// Default memory budget: 256 MiB of slots.
+pub const DEFAULT_BUDGET: usize = 256 << 20;
+/// Default slot size: 2 MiB, the seed's buffer size (100 × 2 MB files per worker) and large
+/// enough that the per-block handoff (a few small messages) is noise beside the copy.
+pub const DEFAULT_SLOT_BYTES: usize = 2 << 20;
+/// Default credit: 2 slots per producer, so one can be filled while the other is written.
+pub const DEFAULT_CREDIT: u32 = 2;
+
+/// Messages handled per connection per polling round, so one busy producer cannot hold
+/// the others off.
+const ROUND_MSGS: usize = 8;
+/// How long the merger waits for room in a producer's message queue before dropping it.
+const SEND_PATIENCE: Duration = Duration::from_secs(1);
+/// How long the merger tries to tell the producers it drops in one pass why: long enough
+/// to ride out a send lock held for a moment (tcp's `try_send` would block then), short
+/// enough that peers which stopped reading hold the others up only briefly.
+const LAST_WORD_PATIENCE: Duration = Duration::from_millis(100);
+/// How often an idle connection is probed for liveness.
+const PROBE_EVERY: Duration = Duration::from_millis(100);
+/// Longest idle sleep of the progress thread.
+const MAX_IDLE_SLEEP: Duration = Duration::from_micros(500);
+
+/// When the merger makes the output durable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum SyncPolicy {
+    /// Never `fsync` (page-cache speed; a crash of the machine may lose data).
+    Never,
+    /// `fsync` once, at close (default).
+    #[default]
+    OnClose,
+    /// `fdatasync` before acknowledging commits (grouped per polling round), and at close.
+    EveryCommit,
+}
+
+/// Something the merger wants its owner to know. The default handler prints the
+/// unexpected ones (lost producers, dropped connections, sink failures) to stderr.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum Event {
+    /// A producer said hello.
+    Connected {
+        /// Its id.
+        producer: u32,
+        /// Its address.
+        peer: String,
+    },
+    /// A producer finished normally (all its commits written).
+    Finished {
+        /// Its id.
+        producer: u32,
+        /// Blocks written for it.
+        blocks: u64,
+        /// Payload bytes written for it.
+        bytes: u64,
+    },
+    /// A producer went away without finishing; its uncommitted slots were reclaimed.
+    Lost {
+        /// Its id.
+        producer: u32,
+        /// Blocks written for it before.
+        blocks: u64,
+        /// Why it is considered gone.
+        reason: String,
+    },
+    /// A connection was dropped for breaking the protocol (or failing its handshake).
+    Dropped {
+        /// The peer's address.
+        peer: String,
+        /// What it did wrong.
+        reason: String,
+    },
+    /// Slots that a producer dropped for a protocol error may still write could not be
+    /// replaced with fresh memory: they stay out of use, and the budget is that many
+    /// slots smaller from now on.
+    SlotsWithheld {
+        /// The dropped peer.
+        peer: String,
+        /// How many slots.
+        slots: usize,
+        /// Why fresh memory could not be had.
+        reason: String,
+    },
+    /// The sink failed; every later commit is refused.
+    SinkFailed {
+        /// The error, naming the file and the cause.
+        reason: String,
+    },
+}
+
+impl fmt::Display for Event {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Event::Connected { producer, peer } => write!(f, "producer {producer} connected from {peer}"),
+            Event::Finished { producer, blocks, bytes } => {
+                write!(f, "producer {producer} finished: {blocks} blocks, {bytes} bytes")
+            }
+            Event::Lost { producer, blocks, reason } => write!(
+                f,
+                "producer {producer} lost after {blocks} blocks ({reason}); its uncommitted slots were reclaimed"
+            ),
+            Event::Dropped { peer, reason } => write!(f, "dropped connection from {peer}: {reason}"),
+            Event::SlotsWithheld { peer, slots, reason } => write!(
+                f,
+                "{slots} slot(s) that {peer} may still write stay out of use, the budget \
+                 shrinks by as much: fresh memory for them failed: {reason}"
+            ),
+            Event::SinkFailed { reason } => write!(f, "output failed, refusing further blocks: {reason}"),
+        }
+    }
+}
+
+type EventFn = Arc<dyn Fn(&Event) + Send + Sync>;
+
+/// Counters of a running merger.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MergerStats {
+    /// Producers connected now (said hello, not finished or lost).
+    pub active: usize,
+    /// Producers that finished normally.
+    pub finished: usize,
+    /// Producers lost (died, or hung up without finishing).
+    pub lost: usize,
+    /// Connections dropped for protocol errors or failed handshakes.
+    pub dropped: usize,
+    /// Blocks written.
+    pub blocks: u64,
+    /// Payload bytes written.
+    pub bytes: u64,
+    /// Slot windows registered now.
+    pub slots: usize,
+    /// Most slot windows registered at once.
+    pub peak_slots: usize,
+    /// Windows moved from an idle connection to a waiting one.
+    pub moves: u64,
+    /// Nanoseconds the merger thread spent in the sink's `write` (the file writes).
+    pub sink_write_ns: u64,
+    /// Nanoseconds it spent idle (sleeping or yielding between empty polling rounds).
+    pub idle_ns: u64,
+}
+
+/// What a closed merger wrote.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MergeSummary {
+    /// The sink's summary.
+    pub sink: SinkSummary,
+    /// Final counters.
+    pub stats: MergerStats,
+}
+
+/// Configuration of a merger (a builder).
+#[derive(Clone)]
+pub struct MergerBuilder {
+    budget: usize,
+    slot_bytes: usize,
+    credit: u32,
+    sync: SyncPolicy,
+    events: Option<EventFn>,
+}
+
+impl fmt::Debug for MergerBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MergerBuilder")
+            .field("budget", &self.budget)
+            .field("slot_bytes", &self.slot_bytes)
+            .field("credit", &self.credit)
+            .field("sync", &self.sync)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for MergerBuilder {
+    fn default() -> Self {
+        MergerBuilder {
+            budget: DEFAULT_BUDGET,
+            slot_bytes: DEFAULT_SLOT_BYTES,
+            credit: DEFAULT_CREDIT,
+            sync: SyncPolicy::default(),
+            events: None,
+        }
+    }
+}
+
+impl MergerBuilder {
+    /// The defaults.
+    pub fn new() -> MergerBuilder {
+        MergerBuilder::default()
+    }
+
+    /// Memory for slots, in bytes (default [`DEFAULT_BUDGET`]); at least one slot.
+    pub fn budget(mut self, bytes: usize) -> Self {
+        self.budget = bytes;
+        self
+    }
+
+    /// Bytes per slot, a multiple of 4096 (default [`DEFAULT_SLOT_BYTES`]): the largest
+    /// block a producer can commit.
+    pub fn slot_bytes(mut self, bytes: usize) -> Self {
+        self.slot_bytes = bytes;
+        self
+    }
+
+    /// Slots one producer may hold at once (default [`DEFAULT_CREDIT`]).
+    pub fn credit(mut self, slots: u32) -> Self {
+        self.credit = slots;
+        self
+    }
+
+    /// When to make the output durable (default [`SyncPolicy::OnClose`]).
+    pub fn sync(mut self, policy: SyncPolicy) -> Self {
+        self.sync = policy;
+        self
+    }
+
+    /// Receives every [`Event`] instead of the default stderr printer.
+    pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
+        self.events = Some(Arc::new(f));
+        self
+    }
+
+    /// Listens on `addr` (`shm://NAME` or `tcp://HOST:PORT`) and starts merging into `sink`.
+    pub fn listen(self, addr: &str, sink: Box<dyn Sink>) -> Result<Merger> {
+        if self.slot_bytes == 0 || !self.slot_bytes.is_multiple_of(4096) {
+            return Err(MergeError::Config(format!(
+                "slot size {} is not a positive multiple of 4096",
+                self.slot_bytes
+            )));
+        }
+        let max_slots = self.budget / self.slot_bytes;
+        if max_slots == 0 {
+            return Err(MergeError::Config(format!(
+                "a budget of {} bytes holds no {}-byte slot",
+                self.budget, self.slot_bytes
+            )));
+        }
+        if self.credit == 0 {
+            return Err(MergeError::Config("credit must be at least 1 slot".into()));
+        }
+        let listener = bind(addr)?;
+        let addr = listener.local_addr().clone();
+        let events: EventFn = self.events.unwrap_or_else(|| {
+            Arc::new(|e: &Event| {
+                if !matches!(e, Event::Connected { .. } | Event::Finished { .. }) {
+                    eprintln!("accio-merge: {e}");
+                }
+            })
+        });
+        let shared = Arc::new(Shared {
+            closing: AtomicBool::new(false),
+            close_deadline: Mutex::new(None),
+            abandoned: AtomicBool::new(false),
+            handshake_drops: AtomicUsize::new(0),
+            inbox: Mutex::new(Vec::new()),
+            stats: Mutex::new(MergerStats::default()),
+            changed: Condvar::new(),
+            events,
+        });
+        let accept = {
+            let shared = shared.clone();
+            std::thread::Builder::new()
+                .name("accio-merge-accept".into())
+                .spawn(move || accept_main(listener, shared))
+                .map_err(|e| MergeError::Config(format!("cannot start the accept thread: {e}")))?
+        };
+        let pool = (0..max_slots)
+            .map(|_| new_slot(self.slot_bytes))
+            .collect::<Result<Vec<_>>>()?;
+        let core = Core {
+            slot_bytes: self.slot_bytes,
+            free: (0..pool.len()).rev().collect(),
+            pool,
+            credit: self.credit,
+            sync: self.sync,
+            sink: Some(sink),
+            conns: BTreeMap::new(),
+            next_key: 0,
+            waiters: VecDeque::new(),
+            next_slot: 0,
+            ids_used: BTreeSet::new(),
+            next_auto_id: 0,
+            failed: None,
+            shared: shared.clone(),
+            tx: Vec::with_capacity(64),
+            rx: Vec::with_capacity(64),
+            unsynced: Vec::new(),
+            stats: MergerStats::default(),
+        };
+        let progress = std::thread::Builder::new()
+            .name("accio-merge".into())
+            .spawn(move || core.run())
+            .map_err(|e| MergeError::Config(format!("cannot start the merger thread: {e}")))?;
+        Ok(Merger {
+            addr,
+            shared,
+            accept: Some(accept),
+            progress: Some(progress),
+        })
+    }
+}
+
+/// State shared between the merger handle and its threads.
+struct Shared {
+    closing: AtomicBool,
+    /// Set with `closing` by `close_within`: when the producers still connected are cut off.
+    close_deadline: Mutex<Option<Instant>>,
+    /// Set by `Drop`: stop at once and leave the output unclosed.
+    abandoned: AtomicBool,
+    /// Connections that failed their transport handshake (counted by the accept thread).
+    handshake_drops: AtomicUsize,
+    inbox: Mutex<Vec<Box<dyn Endpoint>>>,
+    stats: Mutex<MergerStats>,
+    changed: Condvar,
+    events: EventFn,
+}
+
+/// A running merger. Dropping it without [`Merger::close`] stops it and leaves the output
+/// unclosed (as a crash would: readable by a scan, no index).
+pub struct Merger {
+    addr: Addr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+    progress: Option<JoinHandle<Result<SinkSummary>>>,
+}
+
+impl fmt::Debug for Merger {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Merger")
+            .field("addr", &self.addr)
+            .field("stats", &self.stats())
+            .finish()
+    }
+}
+
+impl Merger {
+    /// A builder with the defaults.
+    pub fn builder() -> MergerBuilder {
+        MergerBuilder::new()
+    }
+
+    /// The address producers connect to (for `tcp://…:0`, with the real port).
+    pub fn addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    /// Current counters.
+    pub fn stats(&self) -> MergerStats {
+        *self.shared.stats.lock().expect("merger stats lock")
+    }
+
+    /// Waits until at least `producers` producers have finished or been lost.
+    pub fn wait_done(&self, producers: usize, timeout: Duration) -> Result<MergerStats> {
+        let deadline = Instant::now() + timeout;
+        let mut st = self.shared.stats.lock().expect("merger stats lock");
+        while st.finished + st.lost < producers {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(MergeError::Timeout {
+                    what: format!(
+                        "waiting for {producers} producers to finish on {} ({} finished, {} lost)",
+                        self.addr, st.finished, st.lost
+                    ),
+                    after: timeout,
+                });
+            }
+            st = self
+                .shared
+                .changed
+                .wait_timeout(st, left)
+                .expect("merger stats lock")
+                .0;
+        }
+        Ok(*st)
+    }
+
+    /// Stops accepting producers, waits for the connected ones to finish (or die), then
+    /// closes the output (index and trailer; synced unless [`SyncPolicy::Never`]).
+    /// Returns the first sink error, if the output failed. A producer that neither
+    /// finishes nor dies keeps this waiting: [`Merger::close_within`] bounds the wait.
+    pub fn close(self) -> Result<MergeSummary> {
+        self.close_with_deadline(None)
+    }
+
+    /// [`Merger::close`], waiting at most `patience` for the connected producers: those
+    /// still connected then are cut off as if they had died (an [`Event::Lost`] each; they
+    /// are told why, and their next call fails). Every block they committed before is in
+    /// the output; their uncommitted slots are dropped.
+    pub fn close_within(self, patience: Duration) -> Result<MergeSummary> {
+        self.close_with_deadline(Some(Instant::now() + patience))
+    }
+
+    fn close_with_deadline(mut self, deadline: Option<Instant>) -> Result<MergeSummary> {
+        *self.shared.close_deadline.lock().expect("close deadline") = deadline;
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        let sink = self
+            .progress
+            .take()
+            .expect("progress thread")
+            .join()
+            .map_err(|_| MergeError::Config("the merger thread panicked".into()))??;
+        Ok(MergeSummary {
+            sink,
+            stats: self.stats(),
+        })
+    }
+}
+
+impl Drop for Merger {
+    fn drop(&mut self) {
+        if self.progress.is_none() {
+            return; // closed
+        }
+        self.shared.abandoned.store(true, Ordering::SeqCst);
+        self.shared.closing.store(true, Ordering::SeqCst);
+        if let Some(a) = self.accept.take() {
+            let _ = a.join();
+        }
+        if let Some(p) = self.progress.take() {
+            let _ = p.join();
+        }
+    }
+}

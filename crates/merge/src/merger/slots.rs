@@ -1,0 +1,133 @@
+//! The slot pool: lending windows to waiting connections, moving idle ones, taking them back.
+
+use std::sync::Arc;
+
+use accio::{Access, ErrorKind, MemView, Region, Window};
+
+use super::conn::{Conn, Why};
+use super::progress::Core;
+use super::Event;
+use crate::error::{MergeError, Result};
+use crate::wire::Msg;
+
+/// One window lent to a connection.
+pub(super) struct SlotWin {
+    pub(super) id: u32,
+    pub(super) window: Window,
+    pub(super) granted: bool,
+    /// Which slot of the pool it is.
+    pub(super) pool: usize,
+}
+
+/// One slot's memory: shareable (an shm producer maps it), faulted in now.
+pub(super) fn new_slot(bytes: usize) -> Result<Arc<Region>> {
+    Region::shareable(bytes, "accio-merge-slot", true)
+        .map(Arc::new)
+        .map_err(|e| MergeError::Config(format!("cannot allocate the merger's slots: {e}")))
+}
+
+impl Core {
+    /// Grants free slots to waiting connections, in request order.
+    pub(super) fn grant_waiters(&mut self) {
+        while let Some(&key) = self.waiters.front() {
+            let Some(c) = self.conns.get_mut(&key) else {
+                self.waiters.pop_front();
+                continue;
+            };
+            if c.drop_reason.is_some() || c.done {
+                self.waiters.pop_front();
+                continue;
+            }
+            // 1. A free window already registered on its own connection.
+            if let Some(s) = c.slots.iter_mut().find(|s| !s.granted) {
+                s.granted = true;
+                let m = Msg::Grant {
+                    slot: s.id,
+                    offset: s.window.offset(),
+                };
+                c.waiting -= 1;
+                self.waiters.pop_front();
+                self.send(key, &m);
+                continue;
+            }
+            // 2. Room in the budget for a new window; 3. or an idle one to move.
+            if self.free.is_empty() {
+                let victim = self
+                    .conns
+                    .iter()
+                    .filter(|(k, c)| **k != key && c.slots.iter().any(|s| !s.granted))
+                    .max_by_key(|(_, c)| c.slots.iter().filter(|s| !s.granted).count())
+                    .map(|(k, _)| *k);
+                let Some(v) = victim else {
+                    return; // every window is in use: the waiter waits
+                };
+                let vc = self.conns.get_mut(&v).expect("victim");
+                let i = vc.slots.iter().position(|s| !s.granted).expect("idle slot");
+                let w = vc.slots.swap_remove(i);
+                // Failure means the victim is gone; its windows go with it anyway.
+                let _ = vc.ep.unregister(w.window.offset());
+                self.free.push(w.pool);
+                self.stats.moves += 1;
+            }
+            let pool = self.free.pop().expect("a free slot");
+            let c = self.conns.get_mut(&key).expect("waiter");
+            let view = MemView::whole(self.pool[pool].clone());
+            match c.ep.register_view(&view, Access::READ_WRITE) {
+                Ok(window) => {
+                    let id = self.next_slot;
+                    self.next_slot = self.next_slot.wrapping_add(1);
+                    let offset = window.offset();
+                    c.slots.push(SlotWin {
+                        id,
+                        window,
+                        granted: true,
+                        pool,
+                    });
+                    c.waiting -= 1;
+                    let lent = self.pool.len() - self.free.len();
+                    self.stats.peak_slots = self.stats.peak_slots.max(lent);
+                    self.waiters.pop_front();
+                    self.send(key, &Msg::Grant { slot: id, offset });
+                }
+                Err(e) => {
+                    self.free.push(pool);
+                    // The connection is broken (or the system is out of memory): drop it,
+                    // and let the others go on.
+                    self.waiters.pop_front();
+                    c.drop_reason = Some(match e.kind() {
+                        ErrorKind::PeerGone => Why::Gone(e.to_string()),
+                        _ => Why::Protocol(format!("cannot register a slot for it: {e}")),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Gives the slots of a removed connection back to the pool; those of a peer that
+    /// broke the protocol (and may still be running, with them mapped) get fresh memory.
+    pub(super) fn return_slots(&mut self, c: &Conn) {
+        let broke = matches!(c.drop_reason, Some(Why::Protocol(_)));
+        let mut withheld = (0, String::new());
+        for s in &c.slots {
+            if broke {
+                match new_slot(self.slot_bytes) {
+                    Ok(fresh) => self.pool[s.pool] = fresh,
+                    // Out of memory: the slot stays out of the pool (the budget shrinks
+                    // by one slot) rather than lend memory a stranger may write.
+                    Err(e) => {
+                        withheld = (withheld.0 + 1, e.to_string());
+                        continue;
+                    }
+                }
+            }
+            self.free.push(s.pool);
+        }
+        if withheld.0 > 0 {
+            (self.shared.events)(&Event::SlotsWithheld {
+                peer: c.peer.clone(),
+                slots: withheld.0,
+                reason: withheld.1,
+            });
+        }
+    }
+}
