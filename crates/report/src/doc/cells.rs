@@ -1,0 +1,151 @@
+//! Cell helpers shared by the sections: dates, `median (min–max)`, percentages, ceilings, plot points.
+
+use accio_results::model::{CeilingSource, Figure};
+use accio_results::num::{fmt_small, median_range};
+
+use serde_json::Value;
+
+use crate::svg::Point;
+
+use super::Table;
+
+/// `2024-05-01 12:00:00 UTC` for seconds since the Unix epoch.
+pub fn utc(secs: u64) -> String {
+    let days = (secs / 86_400) as i64;
+    let rem = secs % 86_400;
+    // Howard Hinnant's civil_from_days.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02} {:02}:{:02}:{:02} UTC",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+/// `median (min–max)` keeping small values readable.
+pub fn med_range(f: &Figure) -> String {
+    median_range(&f.summary)
+}
+
+/// A ratio as a percentage: `82%`, `3.5%`, `0.12%`, `0.0013%`.
+pub fn percent(r: f64) -> String {
+    let v = r * 100.0;
+    if v.abs() >= 10.0 {
+        format!("{v:.0}%")
+    } else if v.abs() >= 1.0 {
+        format!("{v:.1}%")
+    } else if v == 0.0 || !v.is_finite() {
+        format!("{v}%")
+    } else {
+        // Two significant digits; one decimal fewer when rounding reaches the next decade
+        // (0.0099996 reads 0.010, not 0.0100).
+        let mut decimals = (-v.abs().log10()).ceil() as usize + 1;
+        let rounded: f64 = format!("{v:.decimals$}").parse().unwrap_or(v);
+        if rounded.abs() >= 10f64.powi(2 - decimals as i32) && decimals > 0 {
+            decimals -= 1;
+        }
+        format!("{v:.decimals$}%")
+    }
+}
+
+/// The figure's share of its ceiling ([`percent`]), or `-`.
+pub fn ratio_cell(f: &Figure) -> String {
+    f.ceiling
+        .as_ref()
+        .and_then(|c| c.ratio)
+        .map_or_else(|| "-".into(), percent)
+}
+
+/// `memcpy 2M, 1 thread = 10.5 GB/s`, marked `(theoretical)` when it was not measured in
+/// the run; `-` without a ceiling.
+pub fn ceiling_cell(f: &Figure) -> String {
+    f.ceiling.as_ref().map_or_else(
+        || "-".into(),
+        |c| {
+            format!(
+                "{} = {} {}{}",
+                c.name,
+                fmt_small(c.value),
+                f.unit,
+                match c.source {
+                    CeilingSource::Measured => "",
+                    CeilingSource::Theoretical => " (theoretical)",
+                }
+            )
+        },
+    )
+}
+
+pub(super) fn u64_param(f: &Figure, key: &str) -> Option<u64> {
+    f.params.get(key).and_then(Value::as_u64)
+}
+
+/// A figure of the fs bench proper: not one another bench measured as its own ceiling
+/// (those carry `for`, e.g. the merge bench's `for = "merge ceiling"`).
+pub fn is_fs_bench(f: &Figure) -> bool {
+    f.bench == "fs" && !f.params.contains_key("for")
+}
+
+/// Whether `f` was measured for `bench` (its `for` parameter names it first).
+pub(super) fn measured_for(f: &Figure, bench: &str) -> bool {
+    f.param_str("for")
+        .split_whitespace()
+        .next()
+        .is_some_and(|b| b == bench)
+}
+
+pub(super) fn has_matrix_params(f: &Figure) -> bool {
+    f.params.contains_key("src") && f.params.contains_key("dst")
+}
+
+pub(super) fn point(f: &Figure, x: f64) -> Point {
+    Point {
+        x,
+        y: f.summary.median,
+        lo: f.summary.min,
+        hi: f.summary.max,
+        tip: {
+            let mut t = format!("{}: {} {}", f.label(), med_range(f), f.unit);
+            if f.ceiling.is_some() {
+                t.push_str(&format!(", {} of {}", ratio_cell(f), ceiling_cell(f)));
+            }
+            t
+        },
+    }
+}
+
+pub(super) fn ceiling_point(f: &Figure, x: f64) -> Option<Point> {
+    let c = f.ceiling.as_ref()?;
+    Some(Point {
+        x,
+        y: c.value,
+        lo: c.value,
+        hi: c.value,
+        tip: format!("ceiling of {}: {}", f.label(), ceiling_cell(f)),
+    })
+}
+
+/// An empty table of figures with their ceilings: figure, median, min–max, unit, ceiling,
+/// share of the ceiling (the headline table and every bench's figure list).
+pub(crate) fn figure_table() -> Table {
+    Table::new(
+        &[
+            "figure",
+            "median",
+            "min–max",
+            "unit",
+            "ceiling",
+            "of ceiling",
+        ],
+        &["median", "min–max", "of ceiling"],
+    )
+}
