@@ -83,7 +83,14 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
     t.rows.push(vec!["host".into(), info.hostname.clone()]);
     t.rows
         .push(vec!["cpu".into(), crate::text::info::cpu(&info.cpu)]);
+    for (k, v) in crate::text::info::cpu_details(&info.cpu) {
+        t.rows.push(vec![k.into(), v]);
+    }
     t.rows.push(vec!["memory".into(), human(info.memory_bytes)]);
+    t.rows.push(vec![
+        "huge pages".into(),
+        crate::text::info::huge_pages(&info.huge_pages),
+    ]);
     t.rows.push(vec![
         "NUMA".into(),
         if info.numa.is_empty() {

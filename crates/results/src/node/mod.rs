@@ -44,7 +44,9 @@ mod tests;
 
 pub use pcie::{pcie_gbps, pcie_generation, Encoding};
 pub use sysfs::{count_cpu_list, parse_link_speed};
-use sysfs::{cpu_info, gpus, meminfo_kb, mounts, numa_nodes, nvidia_smi, pci_devices, read};
+use sysfs::{
+    cpu_info, gpus, huge_pages, meminfo_kb, mounts, numa_nodes, nvidia_smi, pci_devices, read,
+};
 
 /// Where the facts are read from: normally `/proc` and `/sys`; tests point these at
 /// fixture trees.
@@ -84,6 +86,64 @@ pub struct CpuInfo {
     pub physical_cores: Option<usize>,
     /// Distinct packages (sockets); `None` when sysfs does not say.
     pub sockets: Option<usize>,
+    /// The caches of the first online CPU, smallest level first (`/sys/.../cache/index*`):
+    /// they explain the steps of the memcpy curve.
+    pub caches: Vec<Cache>,
+    /// Highest clock in MHz (`cpufreq/cpuinfo_max_freq`), else the current one that
+    /// `/proc/cpuinfo` reports (VMs often have no cpufreq).
+    pub mhz: Option<f64>,
+    /// The instruction-set features that decide copy speed, of [`NOTABLE_FLAGS`], in that
+    /// order (`avx2`, `avx512f`, `erms`, `fsrm`, ...).
+    pub flags: Vec<String>,
+}
+
+/// CPU flags worth naming beside a copy bandwidth: vector widths (SSE4.2, AVX, AVX2,
+/// AVX-512, SVE, NEON), the fast-string features that make `rep movsb` the best copy
+/// (ERMS, FSRM), and the crypto and move instructions some data paths use.
+pub const NOTABLE_FLAGS: &[&str] = &[
+    "sse4_2",
+    "avx",
+    "avx2",
+    "avx512f",
+    "avx512bw",
+    "avx512vl",
+    "erms",
+    "fsrm",
+    "movdir64b",
+    "amx_tile",
+    "aes",
+    "sha_ni",
+    "asimd",
+    "sve",
+    "sve2",
+];
+
+/// One CPU cache.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct Cache {
+    /// Level (1, 2, 3).
+    pub level: u32,
+    /// `Data`, `Instruction` or `Unified`.
+    pub kind: String,
+    /// Size in bytes.
+    pub size_bytes: u64,
+    /// How many logical CPUs share it.
+    pub shared_by: usize,
+}
+
+/// Huge pages: the explicit pool and transparent huge pages.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct HugePages {
+    /// Default huge page size in bytes (`Hugepagesize`), when the kernel has them.
+    pub size_bytes: Option<u64>,
+    /// Pages in the explicit pool (`HugePages_Total`).
+    pub total: u64,
+    /// Free pages of the pool (`HugePages_Free`).
+    pub free: u64,
+    /// The transparent huge page mode in force (`always`, `madvise`, `never`), when known.
+    pub transparent: Option<String>,
 }
 
 /// One NUMA node.
@@ -221,6 +281,8 @@ pub struct NodeInfo {
     pub cpu: CpuInfo,
     /// Total memory in bytes (`MemTotal`).
     pub memory_bytes: u64,
+    /// Huge pages.
+    pub huge_pages: HugePages,
     /// NUMA nodes (empty when sysfs has no node directory).
     pub numa: Vec<NumaNode>,
     /// File systems that can hold data.
@@ -247,6 +309,7 @@ impl NodeInfo {
             cpu: cpu_info(roots),
             memory_bytes: meminfo_kb(&read(&roots.proc.join("meminfo")).unwrap_or_default())
                 .map_or(0, |kb| kb * 1024),
+            huge_pages: huge_pages(roots),
             numa: numa_nodes(&roots.sys),
             mounts: mounts(roots),
             pci: pci_devices(&roots.sys),

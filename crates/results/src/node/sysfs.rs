@@ -4,7 +4,9 @@ use std::path::Path;
 use std::process::Command;
 
 use super::probe::{self, Backing};
-use super::{CpuInfo, Gpu, Link, Mount, NumaNode, PciDevice, Roots};
+use super::{
+    Cache, CpuInfo, Gpu, HugePages, Link, Mount, NumaNode, PciDevice, Roots, NOTABLE_FLAGS,
+};
 
 /// File systems that hold no user data: skipped in [`NodeInfo::mounts`](super::NodeInfo::mounts).
 pub(super) const PSEUDO_FS: &[&str] = &[
@@ -209,11 +211,97 @@ pub(super) fn cpu_info(roots: &Roots) -> CpuInfo {
         packages.insert(pkg.clone());
         cores.insert((pkg, core));
     }
+    let first = online.first().copied().unwrap_or(0);
+    let max_khz = read(&cpu_dir.join(format!("cpu{first}/cpufreq/cpuinfo_max_freq")))
+        .and_then(|v| v.parse::<f64>().ok());
+    let field = |name: &str| {
+        cpuinfo.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            (k.trim() == name).then(|| v.trim().to_string())
+        })
+    };
+    let mhz = max_khz
+        .map(|k| k / 1000.0)
+        .or_else(|| field("cpu MHz").and_then(|v| v.parse().ok()));
+    // x86 lists "flags", arm64 "Features".
+    let have: Vec<String> = field("flags")
+        .or_else(|| field("Features"))
+        .unwrap_or_default()
+        .split_whitespace()
+        .map(str::to_string)
+        .collect();
+    let flags = NOTABLE_FLAGS
+        .iter()
+        .filter(|f| have.iter().any(|h| h == *f))
+        .map(|f| f.to_string())
+        .collect();
     CpuInfo {
         model,
         logical_cpus: logical_cpus.max(1),
         physical_cores: (!cores.is_empty()).then_some(cores.len()),
         sockets: (!packages.is_empty()).then_some(packages.len()),
+        caches: caches(&cpu_dir.join(format!("cpu{first}/cache"))),
+        mhz,
+        flags,
+    }
+}
+
+/// The caches listed under one CPU's `cache/index*` directories, by level.
+fn caches(dir: &Path) -> Vec<Cache> {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<Cache> = entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with("index"))
+        .filter_map(|e| {
+            let p = e.path();
+            let size = read(&p.join("size"))?;
+            Some(Cache {
+                level: read(&p.join("level"))?.parse().ok()?,
+                kind: read(&p.join("type")).unwrap_or_default(),
+                size_bytes: parse_cache_size(&size)?,
+                shared_by: read(&p.join("shared_cpu_list")).map_or(1, |l| count_cpu_list(&l)),
+            })
+        })
+        .collect();
+    out.sort_by(|a, b| (a.level, &a.kind).cmp(&(b.level, &b.kind)));
+    out
+}
+
+/// `32K`, `1024K`, `32768K`, `2M` as sysfs writes cache sizes.
+fn parse_cache_size(s: &str) -> Option<u64> {
+    let s = s.trim();
+    let (num, mult) = match s.as_bytes().last()? {
+        b'K' => (&s[..s.len() - 1], 1u64 << 10),
+        b'M' => (&s[..s.len() - 1], 1 << 20),
+        b'G' => (&s[..s.len() - 1], 1 << 30),
+        _ => (s, 1),
+    };
+    num.parse::<u64>().ok().map(|n| n * mult)
+}
+
+/// Huge pages from `/proc/meminfo` and the transparent huge page mode from sysfs.
+pub(super) fn huge_pages(roots: &Roots) -> HugePages {
+    let meminfo = read(&roots.proc.join("meminfo")).unwrap_or_default();
+    let num = |key: &str| {
+        meminfo.lines().find_map(|l| {
+            l.strip_prefix(key)
+                .and_then(|r| r.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+    };
+    // "always [madvise] never": the bracketed word is in force.
+    let transparent =
+        read(&roots.sys.join("kernel/mm/transparent_hugepage/enabled")).and_then(|t| {
+            let open = t.find('[')?;
+            let close = t[open..].find(']')? + open;
+            Some(t[open + 1..close].to_string())
+        });
+    HugePages {
+        size_bytes: num("Hugepagesize:").map(|kb| kb * 1024),
+        total: num("HugePages_Total:").unwrap_or(0),
+        free: num("HugePages_Free:").unwrap_or(0),
+        transparent,
     }
 }
 

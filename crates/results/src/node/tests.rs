@@ -172,6 +172,67 @@ fn fixture_node_with_a_gen4_gpu_two_numa_nodes_and_a_virtio_device() {
 }
 
 #[test]
+fn caches_clock_isa_flags_and_huge_pages_are_read() {
+    let t = Tree::new("caches");
+    t.file(
+        "proc/cpuinfo",
+        "processor\t: 0\ncpu MHz\t\t: 2596.142\nflags\t\t: fpu sse4_2 avx avx2 erms avx512f fsrm\n",
+    )
+    .file(
+        "proc/meminfo",
+        "MemTotal: 1024 kB\nHugePages_Total:       8\nHugePages_Free:        5\nHugepagesize:       2048 kB\n",
+    )
+    .file("sys/kernel/mm/transparent_hugepage/enabled", "always [madvise] never\n")
+    .file("sys/devices/system/cpu/online", "0-1\n");
+    for (i, (level, ty, size, shared)) in [
+        (3, "Unified", "32768K", "0-1"),
+        (1, "Data", "32K", "0"),
+        (2, "Unified", "1024K", "0"),
+        (1, "Instruction", "32K", "0"),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let d = format!("sys/devices/system/cpu/cpu0/cache/index{i}");
+        t.file(&format!("{d}/level"), &format!("{level}\n"))
+            .file(&format!("{d}/type"), &format!("{ty}\n"))
+            .file(&format!("{d}/size"), &format!("{size}\n"))
+            .file(&format!("{d}/shared_cpu_list"), &format!("{shared}\n"));
+    }
+    let info = NodeInfo::from_roots(&t.roots());
+    let c: Vec<(u32, &str, u64, usize)> = info
+        .cpu
+        .caches
+        .iter()
+        .map(|k| (k.level, k.kind.as_str(), k.size_bytes, k.shared_by))
+        .collect();
+    assert_eq!(
+        c,
+        [
+            (1, "Data", 32 << 10, 1),
+            (1, "Instruction", 32 << 10, 1),
+            (2, "Unified", 1 << 20, 1),
+            (3, "Unified", 32 << 20, 2)
+        ]
+    );
+    assert_eq!(info.cpu.mhz, Some(2596.142));
+    // In NOTABLE_FLAGS order, others left out.
+    assert_eq!(
+        info.cpu.flags,
+        ["sse4_2", "avx", "avx2", "avx512f", "erms", "fsrm"]
+    );
+    let h = &info.huge_pages;
+    assert_eq!((h.size_bytes, h.total, h.free), (Some(2 << 20), 8, 5));
+    assert_eq!(h.transparent.as_deref(), Some("madvise"));
+    // A cpufreq maximum wins over the current clock.
+    t.file(
+        "sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",
+        "3500000\n",
+    );
+    assert_eq!(NodeInfo::from_roots(&t.roots()).cpu.mhz, Some(3500.0));
+}
+
+#[test]
 fn empty_roots_give_empty_facts_and_a_note() {
     let t = Tree::new("empty");
     let info = NodeInfo::from_roots(&t.roots());
