@@ -87,10 +87,9 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
         t.rows.push(vec![k.into(), v]);
     }
     t.rows.push(vec!["memory".into(), human(info.memory_bytes)]);
-    t.rows.push(vec![
-        "huge pages".into(),
-        crate::text::info::huge_pages(&info.huge_pages),
-    ]);
+    if let Some(h) = crate::text::info::huge_pages(&info.huge_pages) {
+        t.rows.push(vec!["huge pages".into(), h]);
+    }
     t.rows.push(vec![
         "NUMA".into(),
         if info.numa.is_empty() {

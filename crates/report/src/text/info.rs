@@ -52,8 +52,12 @@ pub fn cpu_details(c: &CpuInfo) -> Vec<(&'static str, String)> {
     rows
 }
 
-/// Huge pages: the pool (`2 MiB pages: 0 in the pool, 0 free`) and the transparent mode.
-pub fn huge_pages(h: &HugePages) -> String {
+/// Huge pages: the pool (`2 MiB pages: 0 in the pool, 0 free`) and the transparent mode;
+/// `None` when neither is known (results of an older accio).
+pub fn huge_pages(h: &HugePages) -> Option<String> {
+    if h.size_bytes.is_none() && h.transparent.is_none() {
+        return None;
+    }
     let pool = match h.size_bytes {
         Some(s) => format!(
             "{} pages: {} in the pool, {} free",
@@ -63,10 +67,10 @@ pub fn huge_pages(h: &HugePages) -> String {
         ),
         None => "none".into(),
     };
-    match &h.transparent {
+    Some(match &h.transparent {
         Some(t) => format!("{pool}; transparent: {t}"),
         None => pool,
-    }
+    })
 }
 
 /// `Gen4 x16 (16.0 GT/s, 128b/130b)`: generation, lanes, rate and line code.
