@@ -14,7 +14,8 @@ use accio_results::model::{Figure, Report};
 use accio_results::num::fmt_small;
 use accio_results::size::format_size;
 
-use crate::doc::{ceiling_cell, figure_table, is_fs_bench, med_range, ratio_cell, Table};
+use crate::doc::cells::{ceiling_cell, figure_table, is_fs_bench, med_range, ratio_cell};
+use crate::doc::types::Table;
 
 /// One headline: a name for the row and the figure.
 #[derive(Clone, Debug, PartialEq)]

@@ -5,11 +5,10 @@
 //! the sentence goes to the report's `warnings` (what every reader shows) and the typed
 //! value to its `hazards`, so that the post-run analysis (`accio_report::warnings`) knows
 //! which figures a bench already judged, by kind and by figure, without reading any
-//! sentence.
+//! sentence. (Tying a hazard to figures, [`Hazard::about`] and [`Hazard::covers`], lives
+//! with the figures in [`crate::model`].)
 
 use serde::{Deserialize, Serialize};
-
-use crate::model::Figure;
 
 /// What a hazard is about.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -36,7 +35,7 @@ pub struct Hazard {
     pub kind: HazardKind,
     /// The bench that found it.
     pub bench: String,
-    /// The [keys](Figure::key) of the figures it is about (empty when it concerns no
+    /// The [keys](crate::model::Figure::key) of the figures it is about (empty when it concerns no
     /// figure, e.g. a skipped size).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub figures: Vec<String>,
@@ -54,23 +53,12 @@ impl Hazard {
             text: text.into(),
         }
     }
-
-    /// The same, about `figures`.
-    pub fn about<'a>(mut self, figures: impl IntoIterator<Item = &'a Figure>) -> Hazard {
-        self.figures.extend(figures.into_iter().map(Figure::key));
-        self
-    }
-
-    /// Whether this hazard is of `kind` and about `figure`.
-    pub fn covers(&self, kind: HazardKind, figure: &Figure) -> bool {
-        self.kind == kind && self.bench == figure.bench && self.figures.contains(&figure.key())
-    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::Unit;
+    use crate::model::{Figure, Unit};
 
     #[test]
     fn a_hazard_covers_its_figures_by_kind() {

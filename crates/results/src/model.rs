@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+use crate::hazard::{Hazard, HazardKind};
 use crate::stats::Summary;
 
 /// Name of the schema, stored in every document.
@@ -142,6 +143,19 @@ pub struct Figure {
     /// What to read it against.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ceiling: Option<Ceiling>,
+}
+
+impl Hazard {
+    /// The same, about `figures`.
+    pub fn about<'a>(mut self, figures: impl IntoIterator<Item = &'a Figure>) -> Hazard {
+        self.figures.extend(figures.into_iter().map(Figure::key));
+        self
+    }
+
+    /// Whether this hazard is of `kind` and about `figure`.
+    pub fn covers(&self, kind: HazardKind, figure: &Figure) -> bool {
+        self.kind == kind && self.bench == figure.bench && self.figures.contains(&figure.key())
+    }
 }
 
 impl Figure {
@@ -368,7 +382,7 @@ pub struct Report {
     /// The hazards the benches found while they ran, typed (each one's text is also in
     /// `warnings`), so that the post-run analysis knows what a bench already judged.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub hazards: Vec<crate::hazard::Hazard>,
+    pub hazards: Vec<Hazard>,
     /// What the node is (CPU, memory, file systems, PCIe links, GPUs), when the run
     /// recorded it (`accio bench` does; single benches leave it out).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -542,7 +556,7 @@ impl Recorder {
 
     /// Adds a hazard (its text to the warnings, the typed value to the hazards) and
     /// persists the report.
-    pub fn hazard(&mut self, hazard: crate::hazard::Hazard) -> io::Result<()> {
+    pub fn hazard(&mut self, hazard: Hazard) -> io::Result<()> {
         self.report.warnings.push(hazard.text.clone());
         self.report.hazards.push(hazard);
         self.flush()

@@ -1,13 +1,16 @@
-//! Cell helpers shared by the sections: dates, `median (min–max)`, percentages, ceilings, plot points.
+//! Cell helpers shared by the sections and by the text exporter: dates, `median (min–max)`,
+//! percentages, ceilings, plot points, node facts (CPU, caches, links, huge pages).
 
-use accio_results::model::{CeilingSource, Figure};
-use accio_results::num::{fmt_small, median_range};
+use accio_results::model::{distinct_param, CeilingSource, Figure, Report};
+use accio_results::node::{CpuInfo, HugePages, Link};
+use accio_results::num::{fmt3, fmt_small, median_range};
+use accio_results::size::human_bytes;
 
 use serde_json::Value;
 
 use crate::svg::Point;
 
-use super::Table;
+use super::types::Table;
 
 /// `2024-05-01 12:00:00 UTC` for seconds since the Unix epoch.
 pub fn utc(secs: u64) -> String {
@@ -148,4 +151,95 @@ pub(crate) fn figure_table() -> Table {
         ],
         &["median", "min–max", "of ceiling"],
     )
+}
+
+/// Distinct `path` parameters of the fs bench's own figures, in the order first measured.
+pub fn fs_paths(report: &Report) -> Vec<String> {
+    distinct_param(report.figures.iter().filter(|f| is_fs_bench(f)), "path")
+}
+
+/// The model and its counts: `Xeon Gold 6338 (128 logical CPUs, 64 cores, 2 sockets)`.
+pub fn cpu(info: &CpuInfo) -> String {
+    let counts = match (info.physical_cores, info.sockets) {
+        (Some(c), Some(s)) => format!(
+            "{} logical CPUs, {c} cores, {s} socket{}",
+            info.logical_cpus,
+            if s == 1 { "" } else { "s" }
+        ),
+        _ => format!("{} logical CPUs", info.logical_cpus),
+    };
+    format!("{} ({counts})", info.model)
+}
+
+/// The CPU's caches, clock and notable ISA features, as `(row name, text)` pairs: the
+/// facts that explain the steps of a memcpy curve. Rows whose facts are unknown are left
+/// out.
+pub fn cpu_details(c: &CpuInfo) -> Vec<(&'static str, String)> {
+    let mut rows = Vec::new();
+    if !c.caches.is_empty() {
+        let caches: Vec<String> = c
+            .caches
+            .iter()
+            .map(|k| {
+                let kind = match k.kind.as_str() {
+                    "Data" => "d",
+                    "Instruction" => "i",
+                    _ => "",
+                };
+                let shared = if k.shared_by > 1 {
+                    format!(" (shared by {})", k.shared_by)
+                } else {
+                    String::new()
+                };
+                format!("L{}{kind} {}{shared}", k.level, human_bytes(k.size_bytes))
+            })
+            .collect();
+        rows.push(("caches", caches.join(", ")));
+    }
+    if let Some(mhz) = c.mhz {
+        rows.push(("clock", format!("{mhz:.0} MHz")));
+    }
+    if !c.flags.is_empty() {
+        rows.push(("ISA", c.flags.join(" ")));
+    }
+    rows
+}
+
+/// Huge pages: the pool (`2 MiB pages: 0 in the pool, 0 free`) and the transparent mode;
+/// `None` when neither is known (results of an older accio).
+pub fn huge_pages(h: &HugePages) -> Option<String> {
+    if h.size_bytes.is_none() && h.transparent.is_none() {
+        return None;
+    }
+    let pool = match h.size_bytes {
+        Some(s) => format!(
+            "{} pages: {} in the pool, {} free",
+            human_bytes(s),
+            h.total,
+            h.free
+        ),
+        None => "none".into(),
+    };
+    Some(match &h.transparent {
+        Some(t) => format!("{pool}; transparent: {t}"),
+        None => pool,
+    })
+}
+
+/// `Gen4 x16 (16.0 GT/s, 128b/130b)`: generation, lanes, rate and line code.
+pub fn link_name(l: &Link) -> String {
+    let generation = l
+        .generation
+        .map_or_else(|| "PCIe".to_string(), |g| format!("Gen{g}"));
+    format!(
+        "{generation} x{} ({} GT/s, {})",
+        l.width,
+        fmt3(l.speed_gts),
+        l.encoding.name()
+    )
+}
+
+/// `Gen4 x16 (16.0 GT/s, 128b/130b) = 31.5 GB/s`.
+pub fn link(l: &Link) -> String {
+    format!("{} = {} GB/s", link_name(l), fmt3(l.gbps))
 }

@@ -245,7 +245,7 @@ fn fs_summary(report: &Report, paths: &[String]) -> Table {
 }
 
 pub(super) fn fs_section(report: &Report) -> Option<Section> {
-    let paths = crate::text::fs::fs_paths(report);
+    let paths = super::cells::fs_paths(report);
     if paths.is_empty() {
         return None;
     }

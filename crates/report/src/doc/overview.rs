@@ -82,12 +82,12 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
     let mut t = Table::new(&["", ""], &[]);
     t.rows.push(vec!["host".into(), info.hostname.clone()]);
     t.rows
-        .push(vec!["cpu".into(), crate::text::info::cpu(&info.cpu)]);
-    for (k, v) in crate::text::info::cpu_details(&info.cpu) {
+        .push(vec!["cpu".into(), super::cells::cpu(&info.cpu)]);
+    for (k, v) in super::cells::cpu_details(&info.cpu) {
         t.rows.push(vec![k.into(), v]);
     }
     t.rows.push(vec!["memory".into(), human(info.memory_bytes)]);
-    if let Some(h) = crate::text::info::huge_pages(&info.huge_pages) {
+    if let Some(h) = super::cells::huge_pages(&info.huge_pages) {
         t.rows.push(vec!["huge pages".into(), h]);
     }
     t.rows.push(vec![
@@ -150,7 +150,7 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
         );
         for d in &linked {
             let link = |l: Option<&accio_results::node::Link>| match l {
-                Some(l) => (crate::text::info::link_name(l), fmt3(l.gbps)),
+                Some(l) => (super::cells::link_name(l), fmt3(l.gbps)),
                 None => ("-".into(), "-".into()),
             };
             let (now, now_gb) = link(d.current_link.as_ref());
@@ -194,7 +194,7 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
                 g.driver.clone().unwrap_or_else(|| "-".into()),
                 g.current_link
                     .as_ref()
-                    .map_or("-".into(), crate::text::info::link),
+                    .map_or("-".into(), super::cells::link),
                 g.current_link.as_ref().map_or("-".into(), |l| fmt3(l.gbps)),
             ]);
         }

@@ -3,20 +3,17 @@
 //! at its best thread count). Both read only the [`Report`], so a saved JSON renders the
 //! same way.
 
-use accio_results::model::{distinct_param, Figure, Report};
+use accio_results::model::{Figure, Report};
 use accio_results::num::fmt3;
 use accio_results::size::format_size;
 
 use super::table::render;
-use crate::doc::{fs_capacity as capacity, is_fs_bench, FsSummary};
+use crate::doc::{fs_capacity as capacity, FsSummary};
 
 use accio_results::metric::fs::Mode;
 use accio_results::num::median_range;
 
-/// Distinct `path` parameters of the fs bench's own figures, in the order first measured.
-pub fn fs_paths(report: &Report) -> Vec<String> {
-    distinct_param(report.figures.iter().filter(|f| is_fs_bench(f)), "path")
-}
+pub use crate::doc::fs_paths;
 
 fn of_path<'a>(report: &'a Report, path: &'a str) -> impl Iterator<Item = &'a Figure> + 'a {
     report

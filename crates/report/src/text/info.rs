@@ -1,95 +1,9 @@
 //! The node's facts as `accio info` prints them: host, CPU, memory, NUMA, file systems,
 //! PCIe links with their theoretical bandwidth, GPUs.
 
-use accio_results::node::{CpuInfo, HugePages, Link, NodeInfo};
-use accio_results::num::fmt3;
-use accio_results::size::human_bytes;
+use accio_results::node::NodeInfo;
 
-/// The model and its counts: `Xeon Gold 6338 (128 logical CPUs, 64 cores, 2 sockets)`.
-pub fn cpu(info: &CpuInfo) -> String {
-    let counts = match (info.physical_cores, info.sockets) {
-        (Some(c), Some(s)) => format!(
-            "{} logical CPUs, {c} cores, {s} socket{}",
-            info.logical_cpus,
-            if s == 1 { "" } else { "s" }
-        ),
-        _ => format!("{} logical CPUs", info.logical_cpus),
-    };
-    format!("{} ({counts})", info.model)
-}
-
-/// The CPU's caches, clock and notable ISA features, as `(row name, text)` pairs: the
-/// facts that explain the steps of a memcpy curve. Rows whose facts are unknown are left
-/// out.
-pub fn cpu_details(c: &CpuInfo) -> Vec<(&'static str, String)> {
-    let mut rows = Vec::new();
-    if !c.caches.is_empty() {
-        let caches: Vec<String> = c
-            .caches
-            .iter()
-            .map(|k| {
-                let kind = match k.kind.as_str() {
-                    "Data" => "d",
-                    "Instruction" => "i",
-                    _ => "",
-                };
-                let shared = if k.shared_by > 1 {
-                    format!(" (shared by {})", k.shared_by)
-                } else {
-                    String::new()
-                };
-                format!("L{}{kind} {}{shared}", k.level, human_bytes(k.size_bytes))
-            })
-            .collect();
-        rows.push(("caches", caches.join(", ")));
-    }
-    if let Some(mhz) = c.mhz {
-        rows.push(("clock", format!("{mhz:.0} MHz")));
-    }
-    if !c.flags.is_empty() {
-        rows.push(("ISA", c.flags.join(" ")));
-    }
-    rows
-}
-
-/// Huge pages: the pool (`2 MiB pages: 0 in the pool, 0 free`) and the transparent mode;
-/// `None` when neither is known (results of an older accio).
-pub fn huge_pages(h: &HugePages) -> Option<String> {
-    if h.size_bytes.is_none() && h.transparent.is_none() {
-        return None;
-    }
-    let pool = match h.size_bytes {
-        Some(s) => format!(
-            "{} pages: {} in the pool, {} free",
-            human_bytes(s),
-            h.total,
-            h.free
-        ),
-        None => "none".into(),
-    };
-    Some(match &h.transparent {
-        Some(t) => format!("{pool}; transparent: {t}"),
-        None => pool,
-    })
-}
-
-/// `Gen4 x16 (16.0 GT/s, 128b/130b)`: generation, lanes, rate and line code.
-pub fn link_name(l: &Link) -> String {
-    let generation = l
-        .generation
-        .map_or_else(|| "PCIe".to_string(), |g| format!("Gen{g}"));
-    format!(
-        "{generation} x{} ({} GT/s, {})",
-        l.width,
-        fmt3(l.speed_gts),
-        l.encoding.name()
-    )
-}
-
-/// `Gen4 x16 (16.0 GT/s, 128b/130b) = 31.5 GB/s`.
-pub fn link(l: &Link) -> String {
-    format!("{} = {} GB/s", link_name(l), fmt3(l.gbps))
-}
+pub use crate::doc::{cpu, cpu_details, huge_pages, link, link_name};
 
 /// Everything `accio info` prints: the node section of the pages, as text.
 pub fn node(n: &NodeInfo) -> String {
@@ -99,7 +13,7 @@ pub fn node(n: &NodeInfo) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use accio_results::node::{Cache, Gpu, PciDevice};
+    use accio_results::node::{Cache, CpuInfo, Gpu, HugePages, Link, PciDevice};
 
     #[test]
     fn links_read_generation_lanes_and_bandwidth() {

@@ -1,6 +1,6 @@
 //! Plain-text tables with aligned columns (numbers right-aligned).
 
-use crate::doc::Table;
+use crate::doc::types::Table;
 
 /// Renders `rows` under left-aligned `headers`. A column whose cells all read as numbers
 /// (optionally with a size suffix, a trailing `x` or `%`, or a `(min–max)` range; `-`,
