@@ -17,6 +17,7 @@
 pub mod cancel;
 pub mod coalesce;
 mod emit;
+pub mod floors;
 pub mod fs;
 pub mod mem;
 pub mod merge;

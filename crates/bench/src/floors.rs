@@ -1,0 +1,178 @@
+//! Latency floors: the least time a one-way message between two cores can take, measured
+//! in the same run as the figures they bound.
+//!
+//! - [`cacheline_one_way_us`]: one 64-byte line bouncing between two pinned threads (each
+//!   waits for the other's value, then writes its own). Half a round trip is the cost of
+//!   moving one cache line from one core to the other: no shared-memory message can arrive
+//!   sooner, so it is the floor of the `shm` latency figures.
+//! - [`loopback_socket_one_way_us`]: 8 bytes back and forth over a loopback TCP connection
+//!   with `TCP_NODELAY`, one `write` and one blocking `read` per hop, no framing. Half a
+//!   round trip is what the kernel's socket path costs: the floor of the `tcp` latency
+//!   figures.
+//!
+//! Each sample is the mean one-way time over the round trips of about `batch` of wall time;
+//! the threads are pinned to the CPUs given (the transport bench's driver and peer CPUs), so
+//! the floor sees the same pair of cores as the figure.
+
+use std::io::{self, Read as _, Write as _};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Barrier;
+use std::time::{Duration, Instant};
+
+/// A value alone on its cache line.
+#[repr(align(128))]
+struct Line(AtomicU64);
+
+/// Waits until `line` holds `v`: spins (a hop between two running cores takes well under
+/// a thousand turns), then yields, so that two threads that share one core on a loaded
+/// machine still make progress.
+fn wait_for(line: &Line, v: u64) {
+    let mut turns = 0u32;
+    while line.0.load(Ordering::Acquire) != v {
+        if turns < 1000 {
+            turns += 1;
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
+/// Pins the calling thread to `cpu` (best effort: an unpinned floor is still a floor).
+fn pin(cpu: Option<usize>) {
+    let Some(cpu) = cpu else {
+        return;
+    };
+    // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it;
+    // sched_setaffinity reads `size_of` bytes of it for the calling thread (pid 0).
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::CPU_SET(cpu, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
+}
+
+/// Half the round-trip time of one cache line between two threads pinned to `cpus`
+/// (driver, peer), in microseconds: `samples` values, each over about `batch`.
+pub fn cacheline_one_way_us(
+    cpus: Option<(usize, usize)>,
+    samples: usize,
+    batch: Duration,
+) -> Vec<f64> {
+    let ping = Line(AtomicU64::new(0));
+    let pong = Line(AtomicU64::new(0));
+    let start = Barrier::new(2);
+    // Rounds per sample, calibrated by the driver and published before each sample;
+    // u64::MAX tells the peer to stop.
+    let rounds = Line(AtomicU64::new(0));
+    std::thread::scope(|s| {
+        s.spawn(|| {
+            pin(cpus.map(|c| c.1));
+            let mut seen = 0u64;
+            loop {
+                start.wait();
+                let n = rounds.0.load(Ordering::Acquire);
+                if n == u64::MAX {
+                    return;
+                }
+                for _ in 0..n {
+                    seen += 1;
+                    wait_for(&ping, seen);
+                    pong.0.store(seen, Ordering::Release);
+                }
+            }
+        });
+        pin(cpus.map(|c| c.0));
+        let mut sent = 0u64;
+        let mut run = |n: u64| -> Duration {
+            rounds.0.store(n, Ordering::Release);
+            start.wait();
+            let t = Instant::now();
+            for _ in 0..n {
+                sent += 1;
+                ping.0.store(sent, Ordering::Release);
+                wait_for(&pong, sent);
+            }
+            t.elapsed()
+        };
+        // Calibrate: rounds that take about `batch`.
+        let probe = run(1000).max(Duration::from_micros(1));
+        let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 1000.0).clamp(1000.0, 1e8) as u64;
+        let out: Vec<f64> = (0..samples.max(1))
+            .map(|_| run(n).as_secs_f64() * 1e6 / (2 * n) as f64)
+            .collect();
+        rounds.0.store(u64::MAX, Ordering::Release);
+        start.wait();
+        out
+    })
+}
+
+/// Half the round-trip time of 8 bytes over a loopback TCP connection (`TCP_NODELAY`, one
+/// write and one blocking read per hop) between two threads pinned to `cpus`, in
+/// microseconds: `samples` values, each over about `batch`.
+pub fn loopback_socket_one_way_us(
+    cpus: Option<(usize, usize)>,
+    samples: usize,
+    batch: Duration,
+) -> io::Result<Vec<f64>> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let addr = listener.local_addr()?;
+    let mut a = TcpStream::connect(addr)?;
+    let (mut b, _) = listener.accept()?;
+    a.set_nodelay(true)?;
+    b.set_nodelay(true)?;
+    std::thread::scope(|s| -> io::Result<Vec<f64>> {
+        let echo = s.spawn(move || -> io::Result<()> {
+            pin(cpus.map(|c| c.1));
+            let mut buf = [0u8; 8];
+            loop {
+                match b.read_exact(&mut buf) {
+                    Ok(()) => b.write_all(&buf)?,
+                    // The driver closed its end: done.
+                    Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
+                    Err(e) => return Err(e),
+                }
+            }
+        });
+        pin(cpus.map(|c| c.0));
+        let mut buf = [7u8; 8];
+        let mut run = |n: u64| -> io::Result<Duration> {
+            let t = Instant::now();
+            for _ in 0..n {
+                a.write_all(&buf)?;
+                a.read_exact(&mut buf)?;
+            }
+            Ok(t.elapsed())
+        };
+        let probe = run(200)?.max(Duration::from_micros(1));
+        let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 200.0).clamp(200.0, 1e7) as u64;
+        let mut out = Vec::with_capacity(samples);
+        for _ in 0..samples.max(1) {
+            out.push(run(n)?.as_secs_f64() * 1e6 / (2 * n) as f64);
+        }
+        a.shutdown(std::net::Shutdown::Both)?;
+        echo.join().expect("the echo thread does not panic")?;
+        Ok(out)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cache_line_hop_takes_some_nanoseconds() {
+        let v = cacheline_one_way_us(None, 3, Duration::from_millis(5));
+        assert_eq!(v.len(), 3);
+        // More than a nanosecond, less than 0.1 s, whatever the machine and its load.
+        assert!(v.iter().all(|&us| us > 0.001 && us < 100_000.0), "{v:?}");
+    }
+
+    #[test]
+    fn a_loopback_socket_hop_takes_microseconds() {
+        let v = loopback_socket_one_way_us(None, 3, Duration::from_millis(5)).unwrap();
+        assert_eq!(v.len(), 3);
+        assert!(v.iter().all(|&us| us > 0.05 && us < 100_000.0), "{v:?}");
+    }
+}
