@@ -1,0 +1,299 @@
+//! The [`Endpoint`] contract for [`ShmEndpoint`]: one trait block (messages, windows, RMA,
+//! fences) over the parts in the sibling modules.
+
+use std::os::fd::AsRawFd;
+use std::sync::atomic::{fence, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accio_core::{
+    copy_bytes, Access, Addr, Capabilities, Endpoint, Error, Mark, MemView, Progress, Region,
+    RemoteMap, Result, RmaFlags, Window, PAGE,
+};
+
+use super::windows::{LocalWin, CTL_RECORD, CTL_WINDOW};
+use super::ShmEndpoint;
+use crate::link::TABLE_SLOTS;
+use crate::sys;
+
+impl ShmEndpoint {
+    fn count_rma(&self) {
+        self.rma_issued.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn finish_rma(&self, flags: RmaFlags) -> Result<()> {
+        self.count_rma();
+        if flags.sync {
+            fence(Ordering::SeqCst);
+            self.check_alive()?;
+        }
+        Ok(())
+    }
+}
+
+impl Endpoint for ShmEndpoint {
+    fn backend(&self) -> &'static str {
+        "shm"
+    }
+
+    fn local_addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    fn peer_addr(&self) -> &Addr {
+        &self.addr
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            map_remote: true,
+            cpu_free_rma: true,
+            max_try_send: self.opts.chunk_bytes,
+        }
+    }
+
+    fn send(&self, msg: &[u8]) -> Result<()> {
+        self.check_not_gone()?;
+        let mut tx = self.tx.lock().expect("send lock");
+        self.send_locked(&mut tx, msg)
+    }
+
+    fn try_send(&self, msg: &[u8]) -> Result<Progress<()>> {
+        self.check_not_gone()?;
+        let limit = self.opts.chunk_bytes;
+        if msg.len() > limit {
+            return Err(Error::MessageTooLarge {
+                op: "try_send",
+                endpoint: self.addr.to_string(),
+                len: msg.len(),
+                limit,
+            });
+        }
+        let Ok(mut tx) = self.tx.try_lock() else {
+            return Ok(Progress::WouldBlock);
+        };
+        if tx.try_push(msg, true, false, msg.len() as u64) {
+            Ok(Progress::Ready(()))
+        } else {
+            self.probe_alive_now_and_then()?;
+            Ok(Progress::WouldBlock)
+        }
+    }
+
+    fn recv_timeout(&self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut rx = self.rx.lock().expect("receive lock");
+        match self.recv_locked(&mut rx, buf, deadline, true)? {
+            Progress::Ready(n) => Ok(n),
+            Progress::WouldBlock => unreachable!("blocking receive"),
+        }
+    }
+
+    fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>> {
+        let Ok(mut rx) = self.rx.try_lock() else {
+            return Ok(Progress::WouldBlock);
+        };
+        let r = self.recv_locked(&mut rx, buf, None, false)?;
+        if !r.is_ready() && self.probe_alive_now_and_then().is_err() {
+            // A peer that sent its last message and closed between the look above and the
+            // probe: the message is delivered first (the probe marked the endpoint gone, so
+            // this takes the last look, and with the ring empty it is the peer-gone error).
+            return self.recv_locked(&mut rx, buf, None, false);
+        }
+        Ok(r)
+    }
+
+    fn register(&self, len: usize, access: Access) -> Result<Window> {
+        if len == 0 {
+            return Err(Error::invalid(
+                "register",
+                "window length must be at least 1 byte",
+            ));
+        }
+        self.check_not_gone()?;
+        let name = format!("accio-window-of-{}", self.addr);
+        let region = Region::shareable(len, &name, true)?;
+        self.register_view(&MemView::whole(Arc::new(region)), access)
+    }
+
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window> {
+        let Some(file) = view.region().file() else {
+            return Err(Error::invalid(
+                "register_view",
+                format!(
+                    "{} shares window memory with its peer process: register a view of a \
+                     Region::shareable region, not of private memory",
+                    self.addr
+                ),
+            ));
+        };
+        if view.is_empty() || !view.start().is_multiple_of(PAGE) {
+            return Err(Error::invalid(
+                "register_view",
+                format!(
+                    "a window must start on a page boundary and hold at least 1 byte \
+                     (got {} bytes at byte {:#x} of its region)",
+                    view.len(),
+                    view.start()
+                ),
+            ));
+        }
+        self.check_not_gone()?;
+        let len = view.len();
+        let mut space = self.local.write().expect("local windows lock");
+        let slot = ShmEndpoint::alloc_slot(&mut space).ok_or_else(|| {
+            Error::invalid(
+                "register",
+                format!(
+                    "{} already has the maximum of {TABLE_SLOTS} windows registered",
+                    self.addr
+                ),
+            )
+        })?;
+        let offset = space.alloc.allocate(len);
+        let window = Window::new(view.clone(), offset, access);
+        // The descriptor goes out before the table entry is published, so a peer that
+        // sees the entry always finds the descriptor queued.
+        let mut rec = [0u8; CTL_RECORD];
+        rec[..4].copy_from_slice(&CTL_WINDOW.to_le_bytes());
+        rec[4] = access.bits();
+        rec[8..16].copy_from_slice(&offset.to_le_bytes());
+        rec[16..24].copy_from_slice(&(len as u64).to_le_bytes());
+        rec[24..32].copy_from_slice(&(view.start() as u64).to_le_bytes());
+        sys::send_with_fd(self.sock.as_raw_fd(), &rec, Some(file.as_raw_fd())).map_err(|e| {
+            space.free_slots.push(slot);
+            if e.kind() == std::io::ErrorKind::BrokenPipe
+                || e.kind() == std::io::ErrorKind::ConnectionReset
+            {
+                self.gone.set();
+                self.peer_gone_error()
+            } else {
+                Error::io("sendmsg", self.addr.to_string(), e)
+            }
+        })?;
+        let desc = window.desc();
+        space.table.insert(
+            desc,
+            LocalWin {
+                window: window.clone(),
+                slot,
+            },
+        )?;
+        self.link.table(self.side).publish(slot, desc);
+        Ok(window)
+    }
+
+    fn unregister(&self, offset: u64) -> Result<()> {
+        let mut space = self.local.write().expect("local windows lock");
+        let (_, w) = space.table.remove(offset).ok_or_else(|| {
+            Error::invalid(
+                "unregister",
+                format!("no window of {} starts at {offset:#x}", self.addr),
+            )
+        })?;
+        self.link.table(self.side).retire(w.slot);
+        space.free_slots.push(w.slot);
+        Ok(())
+    }
+
+    fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
+        self.check_not_gone()?;
+        let src = self.local_find(local_off, len)?;
+        let dst = self.peer_view(remote_off, len, Access::WRITE)?;
+        let at = (local_off - src.offset()) as usize;
+        // SAFETY: both ranges were checked against their windows; they are different
+        // mappings (ours and the peer's), so they do not overlap.
+        unsafe { copy_bytes(dst.as_ptr(), src.as_ptr().add(at), len) };
+        self.finish_rma(flags)
+    }
+
+    fn read_from(
+        &self,
+        local_off: u64,
+        len: usize,
+        remote_off: u64,
+        flags: RmaFlags,
+    ) -> Result<()> {
+        self.check_not_gone()?;
+        let dst = self.local_find(local_off, len)?;
+        let src = self.peer_view(remote_off, len, Access::READ)?;
+        let at = (local_off - dst.offset()) as usize;
+        // SAFETY: as in write_to, with the roles swapped.
+        unsafe { copy_bytes(dst.as_ptr().add(at), src.as_ptr(), len) };
+        self.finish_rma(flags)
+    }
+
+    fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
+        self.check_not_gone()?;
+        let dst = self.peer_view(remote_off, src.len(), Access::WRITE)?;
+        // SAFETY: `dst` covers src.len() checked bytes of a peer mapping; `src` is a Rust
+        // slice of caller memory, which is never a peer window mapping of this endpoint.
+        unsafe { copy_bytes(dst.as_ptr(), src.as_ptr(), src.len()) };
+        self.finish_rma(flags)
+    }
+
+    fn vread_from(&self, dst: &mut [u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
+        self.check_not_gone()?;
+        let src = self.peer_view(remote_off, dst.len(), Access::READ)?;
+        // SAFETY: as in vwrite_to.
+        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+        self.finish_rma(flags)
+    }
+
+    fn fence_mark(&self) -> Result<Mark> {
+        // Every RMA completes before its call returns, so a mark names completed work.
+        fence(Ordering::SeqCst);
+        Ok(Mark(self.rma_issued.load(Ordering::Relaxed)))
+    }
+
+    fn fence_wait(&self, _mark: Mark) -> Result<()> {
+        fence(Ordering::SeqCst);
+        self.check_alive()
+    }
+
+    fn fence_signal(&self, local: Option<(u64, u64)>, remote: Option<(u64, u64)>) -> Result<()> {
+        self.check_not_gone()?;
+        // Check both targets before storing either, so a bad argument stores nothing.
+        // Windows start on page boundaries, so offset alignment is address alignment.
+        for (side, target) in [("local", local), ("remote", remote)] {
+            if let Some((off, _)) = target {
+                if off % 8 != 0 {
+                    return Err(Error::invalid(
+                        "fence_signal",
+                        format!("{side} signal offset {off:#x} is not 8-byte aligned"),
+                    ));
+                }
+            }
+        }
+        let local_view = match local {
+            Some((off, _)) => {
+                let w = self.local_find(off, 8)?;
+                Some(
+                    MemView::sub(w.view().region().clone(), (off - w.offset()) as usize, 8)
+                        .expect("checked"),
+                )
+            }
+            None => None,
+        };
+        let remote_view = match remote {
+            Some((off, _)) => Some(self.peer_view(off, 8, Access::WRITE)?),
+            None => None,
+        };
+        // Earlier RMAs are complete (they are synchronous copies); the release stores
+        // order their data before the signal values for any acquiring reader.
+        if let (Some(v), Some((_, val))) = (&remote_view, remote) {
+            v.store_u64(0, val)?;
+        }
+        if let (Some(v), Some((_, val))) = (&local_view, local) {
+            v.store_u64(0, val)?;
+        }
+        self.count_rma();
+        Ok(())
+    }
+
+    fn map_remote(&self, remote_off: u64, len: usize) -> Result<RemoteMap> {
+        self.check_not_gone()?;
+        let view = self.peer_view(remote_off, len, Access::READ)?;
+        Ok(RemoteMap::new(view, remote_off))
+    }
+}
