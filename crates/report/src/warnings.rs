@@ -3,8 +3,9 @@
 //!
 //! [`analyze`] looks at a whole [`Report`] for three hazards:
 //!
-//! - **above its ceiling**: a bandwidth or rate more than [`ABOVE_CEILING`] times its
-//!   ceiling, or a time shorter than its floor by that much. Usually a cache effect (the
+//! - **above its ceiling**: a figure past its ceiling beyond the noise
+//!   ([`accio_results::model::Figure::beyond_ceiling`]: even its slowest sample beats a
+//!   bandwidth's or rate's ceiling, or a time's floor, by more than 5%). Usually a cache effect (the
 //!   data fit a cache that the ceiling's measurement did not use) or a ceiling measured
 //!   while its core was busy;
 //! - **noisy**: samples whose min–max spread is more than [`NOISY_SPREAD`] of the median;
@@ -45,8 +46,6 @@ use accio_results::hazard::Hazard;
 use accio_results::model::{Figure, Recorder, Report};
 use accio_results::num::fmt3;
 
-/// A figure this many times its ceiling (or its floor, for times) is "above its ceiling".
-pub const ABOVE_CEILING: f64 = 1.05;
 /// A min–max spread above this share of the median makes a figure noisy.
 pub const NOISY_SPREAD: f64 = 0.5;
 /// Most figures named in one warning; the rest are counted.
@@ -128,10 +127,7 @@ pub fn apply(rec: &mut Recorder) -> io::Result<usize> {
 }
 
 fn above_ceiling(f: &Figure) -> bool {
-    f.ceiling
-        .as_ref()
-        .and_then(|c| c.ratio)
-        .is_some_and(|r| r > ABOVE_CEILING)
+    f.beyond_ceiling()
 }
 
 /// Whether the bench that measured `f` already dealt with this hazard for it: recorded a

@@ -122,6 +122,10 @@ pub struct Ceiling {
     pub ratio: Option<f64>,
 }
 
+/// How far a figure's every sample may pass its ceiling before that is a measurement error
+/// rather than noise: 5% (the spread of repeated memcpy measurements on a quiet machine).
+pub const CEILING_TOLERANCE: f64 = 0.05;
+
 /// One measured quantity.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Figure {
@@ -208,6 +212,22 @@ impl Figure {
     /// Whether a larger median is better: bandwidths and rates (times are better smaller).
     pub fn higher_is_better(&self) -> bool {
         matches!(self.unit, Unit::GBps | Unit::MopsPerSec)
+    }
+
+    /// Whether the figure passes its ceiling beyond the noise: even its slowest sample
+    /// beats the ceiling by more than [`CEILING_TOLERANCE`] (for times: even its slowest
+    /// sample is that much below the floor). Such a figure is a measurement error (the
+    /// ceiling is of another regime, or was measured in a slow phase), not a success
+    /// (`docs/CEILINGS.md`).
+    pub fn beyond_ceiling(&self) -> bool {
+        let Some(c) = &self.ceiling else {
+            return false;
+        };
+        if self.higher_is_better() {
+            self.summary.min > c.value * (1.0 + CEILING_TOLERANCE)
+        } else {
+            self.summary.max * (1.0 + CEILING_TOLERANCE) < c.value
+        }
     }
 
     /// A numeric parameter (`size`, `threads`, ...), when present and a number.
@@ -594,6 +614,29 @@ impl Recorder {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beyond_the_ceiling_means_even_the_slowest_sample_passes_it() {
+        let bw = |s: &[f64], c: f64| {
+            Figure::new("x", "bw", Unit::GBps, s.to_vec())
+                .unwrap()
+                .ceiling("c", c, CeilingSource::Measured)
+        };
+        // Median above, but the range reaches below: noise.
+        assert!(!bw(&[9.0, 11.0, 12.0], 10.0).beyond_ceiling());
+        // Every sample more than 5% above.
+        assert!(bw(&[10.6, 11.0, 12.0], 10.0).beyond_ceiling());
+        let lat = |s: &[f64], floor: f64| {
+            Figure::new("x", "latency", Unit::Micros, s.to_vec())
+                .unwrap()
+                .ceiling("floor", floor, CeilingSource::Measured)
+        };
+        assert!(!lat(&[0.5, 0.9, 1.0], 1.0).beyond_ceiling());
+        assert!(lat(&[0.5, 0.6, 0.9], 1.0).beyond_ceiling());
+        assert!(!Figure::new("x", "bw", Unit::GBps, vec![1.0])
+            .unwrap()
+            .beyond_ceiling());
+    }
 
     #[test]
     fn ceiling_ratio_direction_depends_on_unit() {

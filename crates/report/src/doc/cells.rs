@@ -60,12 +60,16 @@ pub fn percent(r: f64) -> String {
     }
 }
 
-/// The figure's share of its ceiling ([`percent`]), or `-`.
+/// The figure's share of its ceiling ([`percent`]), or `-`. Never above 100%: a figure
+/// past its ceiling within the noise reads `≈100%`, one past it beyond the noise (a
+/// measurement error, see `docs/CEILINGS.md` and the warnings) reads `beyond!`.
 pub fn ratio_cell(f: &Figure) -> String {
-    f.ceiling
-        .as_ref()
-        .and_then(|c| c.ratio)
-        .map_or_else(|| "-".into(), percent)
+    match f.ceiling.as_ref().and_then(|c| c.ratio) {
+        None => "-".into(),
+        Some(_) if f.beyond_ceiling() => "beyond!".into(),
+        Some(r) if r > 1.0 => "≈100%".into(),
+        Some(r) => percent(r),
+    }
 }
 
 /// `memcpy 2M, 1 thread = 10.5 GB/s`, marked `(theoretical)` when it was not measured in
