@@ -62,6 +62,92 @@ pub fn memcpy_gbps(size: usize, samples: usize, batch: Duration) -> Vec<f64> {
         .collect()
 }
 
+/// Which way a file-like copy goes, as a file system copies a write or a read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Direction {
+    /// From a record buffer into the span (a write into the page cache or a tmpfs file).
+    Into,
+    /// From the span into a record buffer (a read).
+    OutOf,
+}
+
+/// The copy a file system does for one thread's file, without the system calls: `record`
+/// bytes at a time between one reused, page-aligned record buffer and the thread's own
+/// `span`-byte region, sequentially across the region, `dir` saying which way. Each of
+/// `threads` threads copies its whole span once per sample (the span written beforehand,
+/// so every page is present); all start at a barrier; a sample is total bytes / (last
+/// finish − first start), in GB/s of bytes copied. This is the memcpy ceiling of the same
+/// work as an fs bench figure: the same record size, the same bytes per thread (so the same
+/// cache or DRAM regime), the same thread count and direction.
+pub fn stream_copy_gbps(
+    record: usize,
+    span: usize,
+    threads: usize,
+    dir: Direction,
+    samples: usize,
+) -> io::Result<Vec<f64>> {
+    let record = record.max(1);
+    let span = span.max(record) / record * record;
+    let (threads, samples) = (threads.max(1), samples.max(1));
+    let map = |bytes: usize, what: &str| {
+        Region::anonymous(bytes)
+            .map_err(|e| io::Error::other(format!("mapping a {bytes}-byte {what}: {e}")))
+    };
+    let mut bufs = Vec::with_capacity(threads);
+    for _ in 0..threads {
+        let (rec, big) = (map(record, "record buffer")?, map(span, "copy span")?);
+        // SAFETY: fresh private mappings of `record` and `span` bytes that nothing else
+        // uses; writing them faults every page in before any timing.
+        unsafe {
+            std::ptr::write_bytes(rec.as_ptr(), 0x5a, record);
+            std::ptr::write_bytes(big.as_ptr(), 0xa5, span);
+        }
+        bufs.push((rec, big));
+    }
+    let barrier = Barrier::new(threads);
+    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = bufs
+            .iter()
+            .map(|(rec, big)| {
+                let barrier = &barrier;
+                s.spawn(move || {
+                    (0..samples)
+                        .map(|_| {
+                            barrier.wait();
+                            let t0 = Instant::now();
+                            for off in (0..span).step_by(record) {
+                                // SAFETY: `off + record <= span` (span is a multiple of
+                                // record); both regions belong to this thread alone.
+                                unsafe {
+                                    let at = big.as_ptr().add(off);
+                                    match dir {
+                                        Direction::Into => copy_bytes(at, rec.as_ptr(), record),
+                                        Direction::OutOf => copy_bytes(rec.as_ptr(), at, record),
+                                    }
+                                }
+                            }
+                            std::hint::black_box((rec, big));
+                            (t0, Instant::now())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("copy thread panicked"))
+            .collect()
+    });
+    let bytes = (threads * span) as f64;
+    Ok((0..samples)
+        .map(|k| {
+            let start = spans.iter().map(|v| v[k].0).min().expect("threads >= 1");
+            let end = spans.iter().map(|v| v[k].1).max().expect("threads >= 1");
+            bytes / end.duration_since(start).as_secs_f64().max(1e-9) / 1e9
+        })
+        .collect())
+}
+
 /// 1, 2, 4, ... doubling below the number of online CPUs, then that number itself.
 pub fn default_threads() -> Vec<usize> {
     let n = std::thread::available_parallelism().map_or(1, |n| n.get());
@@ -318,6 +404,15 @@ impl MemBench {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stream_copies_both_ways_give_a_positive_rate_per_sample() {
+        for dir in [Direction::Into, Direction::OutOf] {
+            let v = stream_copy_gbps(64 << 10, 1 << 20, 2, dir, 3).unwrap();
+            assert_eq!(v.len(), 3);
+            assert!(v.iter().all(|&g| g > 0.0 && g.is_finite()), "{v:?}");
+        }
+    }
 
     #[test]
     fn default_threads_double_up_to_the_cpu_count() {
