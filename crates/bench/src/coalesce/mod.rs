@@ -72,6 +72,9 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use accio_coalesce::Geometry;
+// The module docs link these.
+#[cfg(doc)]
+use accio_coalesce::{Aggregator, Applier, CommCache};
 
 use accio_results::event::Event;
 use accio_results::model::Recorder;
