@@ -1,0 +1,569 @@
+//! The measuring: the run loop over targets and producer counts, the fs ceiling, the naive
+//! and merge figures, and one timed merge.
+
+use std::io::{BufRead, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Barrier, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
+
+use super::guards::{Kid, RemoveOnDrop};
+use super::naive::naive_once;
+use super::procfs::{merger_sched, peak_rss, reset_peak_rss};
+use super::producer::{set_nice, source_buffer, ProducerConfig};
+use super::{io_err, rss_within_budget, warn, MergeBench, MergeBenchError, Placement};
+use crate::emit;
+use crate::fs::{FsBench, FsInfo, Mode};
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::node::probe;
+use accio_results::num::fmt3;
+use accio_results::size::format_size;
+
+impl MergeBench {
+    /// Runs the bench, pushing figures to `rec` as they are complete. A target that
+    /// cannot be used is reported (log and warning) and skipped.
+    pub fn run(
+        &self,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), MergeBenchError> {
+        self.validate()?;
+        events(Event::Started {
+            bench: "merge",
+            total: (self.targets.len() * self.producers.len()) as u64,
+        });
+        let placements: Vec<Placement> = self
+            .placements
+            .iter()
+            .copied()
+            .filter(|p| *p == Placement::Threads || self.command.is_some())
+            .collect();
+        for target in &self.targets {
+            let info = match probe::probe(target) {
+                Ok(i) if !i.read_only => i,
+                Ok(_) => {
+                    let w = format!("merge: {} is read-only; skipped", target.display());
+                    warn(rec, events, HazardKind::NotMeasured, w)?;
+                    events(Event::Advanced(self.producers.len() as u64));
+                    continue;
+                }
+                Err(e) => {
+                    let w = format!("merge: {}: {e}; skipped", target.display());
+                    warn(rec, events, HazardKind::NotMeasured, w)?;
+                    events(Event::Advanced(self.producers.len() as u64));
+                    continue;
+                }
+            };
+            let sync = self.sync_persistent && !info.memory_backed();
+            events(Event::Step(&format!(
+                "merge {}: {} ({}-backed){}",
+                target.display(),
+                info.fs_type,
+                info.backing.name(),
+                if sync { ", synced at close" } else { "" }
+            )));
+            let ceiling = if self.ceilings {
+                self.ceiling(&info, sync, rec, events)?
+            } else {
+                None
+            };
+            for &p in &self.producers {
+                let f = self.buffers_for(p, &info);
+                let total = p as u64 * f * self.buffer_bytes as u64;
+                let room = match info.free {
+                    Some(free) => free,
+                    None => probe::mem_available().unwrap_or(u64::MAX),
+                };
+                if total + total / 16 + (64 << 20) > room {
+                    warn(
+                        rec,
+                        events,
+                        HazardKind::NotMeasured,
+                        format!(
+                            "merge {}: {p} x {f} x {} = {} does not fit ({} free); skipped",
+                            target.display(),
+                            format_size(self.buffer_bytes as u64),
+                            accio_results::size::human_bytes(total),
+                            accio_results::size::human_bytes(room)
+                        ),
+                    )?;
+                    events(Event::Advanced(1));
+                    continue;
+                }
+                let naive = if self.naive {
+                    self.measure_naive(&info, p, f, sync, ceiling.as_ref(), rec, events)?
+                } else {
+                    None
+                };
+                for backend in &self.backends {
+                    for &pl in &placements {
+                        self.measure_merge(
+                            &info,
+                            backend,
+                            pl,
+                            p,
+                            f,
+                            sync,
+                            ceiling.as_ref(),
+                            naive,
+                            rec,
+                            events,
+                        )?;
+                    }
+                }
+                events(Event::Advanced(1));
+            }
+        }
+        events(Event::Done);
+        Ok(())
+    }
+
+    /// The single-stream ceiling of `info.path`, from `bench fs` in this run.
+    fn ceiling(
+        &self,
+        info: &FsInfo,
+        sync: bool,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Option<(String, f64)>, MergeBenchError> {
+        let mode = if sync { Mode::WriteSync } else { Mode::Write };
+        let record = if self.buffer_bytes.is_multiple_of(4096) {
+            self.buffer_bytes
+        } else {
+            4 << 20
+        };
+        let size = (self.run_bytes.min(1 << 30) / record as u64).max(1) * record as u64;
+        let mut tmp = Recorder::new(None).map_err(MergeBenchError::Record)?;
+        let fsb = FsBench::new([&info.path])
+            .modes(&[mode])
+            .threads(&[1])
+            .file_size(size)
+            .record_size(record)
+            .repeats(self.repeats.max(1))
+            .ceilings(false);
+        let out = fsb
+            .run(&mut tmp, &mut |e| match e {
+                // The ceiling is a step of this bench, not a bench of its own.
+                Event::Started { .. } | Event::Advanced(_) | Event::Done => {}
+                e => events(e),
+            })
+            .map_err(|e| MergeBenchError::Io {
+                what: format!("measuring the fs ceiling of {}", info.path.display()),
+                source: std::io::Error::other(e.to_string()),
+            })?;
+        for f in &out.failures {
+            warn(
+                rec,
+                events,
+                HazardKind::NotMeasured,
+                format!("merge: ceiling of {}: {f}", info.path.display()),
+            )?;
+        }
+        let mut found = None;
+        for fig in &tmp.report().figures {
+            if fig.bench == "fs" && fig.metric == mode.name() {
+                found = Some((
+                    format!(
+                        "fs {} 1 stream, {} records, same path, same run",
+                        mode.name(),
+                        format_size(record as u64)
+                    ),
+                    fig.summary.median,
+                ));
+            }
+            rec.push(fig.clone().param("for", "merge ceiling"))
+                .map_err(MergeBenchError::Record)?;
+        }
+        Ok(found)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn figure(
+        &self,
+        metric: &str,
+        info: &FsInfo,
+        p: usize,
+        f: u64,
+        sync: bool,
+        samples: Vec<f64>,
+        ceiling: Option<&(String, f64)>,
+    ) -> Option<Figure> {
+        let total = p as u64 * f * self.buffer_bytes as u64;
+        let mut fig = Figure::new("merge", metric, Unit::GBps, samples)?
+            .param("path", info.path.display().to_string())
+            .param("fs_type", info.fs_type.clone())
+            .param("memory_backed", info.memory_backed())
+            .param("producers", p)
+            .param("buffers", f)
+            .param("buffer_bytes", self.buffer_bytes as u64)
+            .param("bytes", total)
+            .param("sync", sync);
+        if let Some((name, v)) = ceiling {
+            fig = fig.ceiling(name.clone(), *v, CeilingSource::Measured);
+        }
+        Some(fig)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn measure_naive(
+        &self,
+        info: &FsInfo,
+        p: usize,
+        f: u64,
+        sync: bool,
+        ceiling: Option<&(String, f64)>,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Option<f64>, MergeBenchError> {
+        let mut samples = Vec::new();
+        let src = source_buffer(self.buffer_bytes, 0);
+        for _ in 0..self.repeats {
+            samples.push(naive_once(&info.path, p, f, &src, sync)?);
+        }
+        let Some(fig) = self.figure("naive", info, p, f, sync, samples, ceiling) else {
+            return Ok(None);
+        };
+        let fig = fig.param("placement", "threads").method(
+            "each producer thread pwrites its buffers to its own file; then copy_file_range \
+             concatenates the files into one (each part removed once appended)",
+        );
+        let median = fig.summary.median;
+        emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
+        Ok(Some(median))
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn measure_merge(
+        &self,
+        info: &FsInfo,
+        backend: &str,
+        placement: Placement,
+        p: usize,
+        f: u64,
+        sync: bool,
+        ceiling: Option<&(String, f64)>,
+        naive: Option<f64>,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), MergeBenchError> {
+        let mut samples = Vec::new();
+        let mut rss = 0u64;
+        let mut stats = None;
+        let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
+        for _ in 0..self.repeats {
+            let r = self.merge_once(&info.path, backend, placement, p, f, sync)?;
+            samples.push(r.gbps);
+            writing.push(r.writing);
+            idle.push(r.idle);
+            sched.push(r.sched);
+            rss = rss.max(r.peak_rss);
+            stats = Some(r.stats);
+        }
+        // Where the merger thread's time went, for the run with the median throughput.
+        let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
+        let (writing, idle, sched) = (writing[mid], idle[mid], sched[mid]);
+        let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
+        let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
+            return Ok(());
+        };
+        let stats = stats.expect("at least one repeat");
+        let mut method = format!(
+            "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
+             start together, write_block F times ({}), finish; timed until Merger::close \
+             returned (index written{})",
+            if backend == "shm" {
+                "one copy into the merger's shared slot, commit by message"
+            } else {
+                "vwrite_to over the socket, commit by message"
+            },
+            if sync { ", file fsynced" } else { "" }
+        );
+        if self.producer_nice != 0 {
+            method += &format!("; producers at nice {}", self.producer_nice);
+        }
+        fig = fig
+            .param("backend", backend)
+            .param("placement", placement.name())
+            .param("budget_bytes", self.budget as u64)
+            .param("slot_bytes", self.slot_bytes() as u64)
+            .param("merger_peak_rss_bytes", rss)
+            .param("peak_slots", stats.peak_slots)
+            .param("slot_moves", stats.moves)
+            .param("merger_writing_share", writing)
+            .param("merger_idle_share", idle)
+            .param("merger_write_gbps", write_gbps)
+            .param("producer_nice", self.producer_nice)
+            .param(
+                "merger_on_cpu_share",
+                sched.map_or(Value::Null, |s| s.0.into()),
+            )
+            .param(
+                "merger_runqueue_share",
+                sched.map_or(Value::Null, |s| s.1.into()),
+            )
+            .param("naive_gbps", naive.map_or(Value::Null, Value::from))
+            .method(method);
+        let detail = format!(
+            "merge {}: {backend} {}, {p} producer(s): merger peak RSS {}; merger thread \
+             writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
+            info.path.display(),
+            placement.name(),
+            accio_results::size::human_bytes(rss),
+            writing * 100.0,
+            fmt3(write_gbps),
+            idle * 100.0,
+            sched.map_or(String::new(), |(on, wait)| format!(
+                ", on a CPU {:.0}%, waiting for one {:.0}%",
+                on * 100.0,
+                wait * 100.0
+            ))
+        );
+        let key = fig.key();
+        emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
+        events(Event::Step(&detail));
+        // The merger's promise, checkable where it runs alone in its process.
+        if placement == Placement::Processes && !rss_within_budget(rss, self.budget as u64) {
+            let w = Hazard {
+                figures: vec![key],
+                ..Hazard::new(
+                    HazardKind::Caution,
+                    "merge",
+                    format!(
+                        "merge {}: the merger's peak RSS, {}, is above its budget of {} + 64 MiB \
+                     ({backend}, {p} producer processes)",
+                        info.path.display(),
+                        accio_results::size::human_bytes(rss),
+                        accio_results::size::human_bytes(self.budget as u64)
+                    ),
+                )
+            };
+            emit::hazard(rec, events, w).map_err(MergeBenchError::Record)?;
+        }
+        Ok(())
+    }
+
+    fn merge_once(
+        &self,
+        dir: &Path,
+        backend: &str,
+        placement: Placement,
+        p: usize,
+        f: u64,
+        sync: bool,
+    ) -> Result<RunResult, MergeBenchError> {
+        let path = dir.join(format!("accio-bench-merge.{}.accio", std::process::id()));
+        let _cleanup = RemoveOnDrop(path.clone());
+        let merr = |what: &str| {
+            let what = what.to_string();
+            move |source| MergeBenchError::Merge { what, source }
+        };
+        let sink = ContainerSink::create(&path, Default::default())
+            .map_err(merr("creating the output"))?;
+        let addr = match backend {
+            "shm" => format!("shm://accio-bench-merge-{}", std::process::id()),
+            _ => "tcp://127.0.0.1:0".to_string(),
+        };
+        let problems = Arc::new(Mutex::new(Vec::new()));
+        let pr = problems.clone();
+        let merger = Merger::builder()
+            .budget(self.budget)
+            .slot_bytes(self.slot_bytes())
+            .sync(if sync {
+                SyncPolicy::OnClose
+            } else {
+                SyncPolicy::Never
+            })
+            .on_event(move |e| {
+                if !matches!(
+                    e,
+                    accio_merge::Event::Connected { .. } | accio_merge::Event::Finished { .. }
+                ) {
+                    pr.lock().expect("events").push(e.to_string());
+                }
+            })
+            .listen(&addr, Box::new(sink))
+            .map_err(merr("starting the merger"))?;
+        let addr = merger.addr().to_string();
+        reset_peak_rss();
+        let (t0, before, spawned) = match placement {
+            Placement::Threads => {
+                let src = Arc::new(source_buffer(self.buffer_bytes, 1));
+                let go = Arc::new(Barrier::new(p + 1));
+                let handles: Vec<_> = (0..p)
+                    .map(|i| {
+                        let (addr, go, src) = (addr.clone(), go.clone(), src.clone());
+                        let nice = self.producer_nice;
+                        std::thread::spawn(move || -> accio_merge::Result<()> {
+                            set_nice(nice).map_err(|e| {
+                                accio_merge::MergeError::Config(format!("producer {i}: {e}"))
+                            })?;
+                            let prod = Producer::connect_with(
+                                &addr,
+                                ProducerOptions {
+                                    id: Some(i as u32),
+                                    timeout: Duration::from_secs(60),
+                                },
+                            );
+                            go.wait();
+                            let mut prod = prod?;
+                            for _ in 0..f {
+                                prod.write_block(&src)?;
+                            }
+                            prod.finish().map(|_| ())
+                        })
+                    })
+                    .collect();
+                wait_warm(&merger, p);
+                let before = (merger.stats(), merger_sched());
+                go.wait();
+                let t0 = Instant::now();
+                for h in handles {
+                    h.join()
+                        .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))?
+                        .map_err(merr("a producer thread"))?;
+                }
+                (t0, before, Vec::new())
+            }
+            Placement::Processes => {
+                let cmd = self.command.as_ref().expect("filtered in run");
+                let mut kids = Vec::with_capacity(p);
+                for i in 0..p {
+                    let cfg = ProducerConfig {
+                        addr: addr.clone(),
+                        id: i as u32,
+                        buffers: f,
+                        size: self.buffer_bytes,
+                        nice: self.producer_nice,
+                    };
+                    let child = Command::new(&cmd.program)
+                        .args(&cmd.args)
+                        .args(cfg.to_args())
+                        .stdin(Stdio::piped())
+                        .stdout(Stdio::piped())
+                        .spawn()
+                        .map_err(io_err(format!(
+                            "starting producer process {}",
+                            cmd.program.display()
+                        )))?;
+                    kids.push(Kid(child));
+                }
+                for (i, k) in kids.iter_mut().enumerate() {
+                    let out = k.0.stdout.as_mut().expect("piped");
+                    let mut line = String::new();
+                    BufReader::new(out)
+                        .read_line(&mut line)
+                        .map_err(io_err(format!("reading producer process {i}")))?;
+                    if line.trim() != "ready" {
+                        return Err(MergeBenchError::Io {
+                            what: format!("producer process {i}"),
+                            source: std::io::Error::other(format!(
+                                "did not start (said {:?}; see its error above)",
+                                line.trim()
+                            )),
+                        });
+                    }
+                }
+                wait_warm(&merger, p);
+                let before = (merger.stats(), merger_sched());
+                let t0 = Instant::now();
+                for k in &mut kids {
+                    // Best effort: a producer that died is reported by its exit status.
+                    let _ = k.0.stdin.as_mut().expect("piped").write_all(b"go\n");
+                }
+                for (i, k) in kids.iter_mut().enumerate() {
+                    let st =
+                        k.0.wait()
+                            .map_err(io_err(format!("waiting for producer {i}")))?;
+                    if !st.success() {
+                        return Err(MergeBenchError::Io {
+                            what: format!("producer process {i}"),
+                            source: std::io::Error::other(format!("exited with {st}")),
+                        });
+                    }
+                }
+                (t0, before, kids)
+            }
+        };
+        drop(spawned);
+        // The progress thread's scheduler counters while the producers ran (it is gone
+        // once close returns).
+        let (before, sched_before) = before;
+        let sched = merger_sched()
+            .zip(sched_before)
+            .map(|((run, wait), (run0, wait0))| {
+                let ns = t0.elapsed().as_nanos() as f64;
+                (
+                    run.saturating_sub(run0) as f64 / ns,
+                    wait.saturating_sub(wait0) as f64 / ns,
+                )
+            });
+        let summary = merger.close().map_err(merr("closing the merger"))?;
+        let secs = t0.elapsed().as_secs_f64();
+        let peak_rss = peak_rss();
+        let want = p as u64 * f;
+        if summary.sink.blocks != want
+            || summary.sink.payload_bytes != want * self.buffer_bytes as u64
+        {
+            return Err(MergeBenchError::Io {
+                what: format!("merge into {}", path.display()),
+                source: std::io::Error::other(format!(
+                    "wrote {} blocks / {} bytes, expected {want} / {}; events: {:?}",
+                    summary.sink.blocks,
+                    summary.sink.payload_bytes,
+                    want * self.buffer_bytes as u64,
+                    problems.lock().expect("events")
+                )),
+            });
+        }
+        let (end, ns) = (summary.stats, secs * 1e9);
+        Ok(RunResult {
+            gbps: summary.sink.payload_bytes as f64 / secs / 1e9,
+            peak_rss,
+            stats: summary.stats,
+            writing: end.sink_write_ns.saturating_sub(before.sink_write_ns) as f64 / ns,
+            idle: end.idle_ns.saturating_sub(before.idle_ns) as f64 / ns,
+            sched,
+        })
+    }
+}
+
+/// Waits (at most 30 s) until `p` producers are connected and the merger has registered
+/// the slots they asked for at connect time, so that the clock measures the merge and not
+/// the one-time setup (fresh slot memory is zeroed by the kernel at registration).
+fn wait_warm(merger: &Merger, p: usize) {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut last = (usize::MAX, 0usize);
+    let mut steady = 0;
+    while Instant::now() < deadline {
+        let s = merger.stats();
+        // Registration is done when the slot count stops moving with everyone connected.
+        if s.active == p && (s.slots, s.active) == last {
+            steady += 1;
+            if steady >= 5 {
+                return;
+            }
+        } else {
+            steady = 0;
+        }
+        last = (s.slots, s.active);
+        std::thread::sleep(Duration::from_millis(2));
+    }
+}
+
+struct RunResult {
+    gbps: f64,
+    peak_rss: u64,
+    stats: accio_merge::MergerStats,
+    /// Shares of the timed wall time the merger thread spent in file writes and idle.
+    writing: f64,
+    idle: f64,
+    /// Shares of the time until the producers finished that the merger thread was on a
+    /// CPU, and runnable but waiting for one (Linux schedstat; `None` elsewhere).
+    sched: Option<(f64, f64)>,
+}

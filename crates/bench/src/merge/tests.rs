@@ -1,0 +1,55 @@
+//! The merge bench end to end on a temporary directory.
+
+use super::*;
+
+#[test]
+fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
+    let dir = std::env::temp_dir().join(format!("accio-bench-merge-t-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let mut rec = Recorder::new(None).unwrap();
+    MergeBench::quick([&dir])
+        .producers(&[2])
+        .buffer_bytes(256 << 10)
+        .run_bytes(4 << 20)
+        .budget(4 << 20)
+        .placements(&[Placement::Threads])
+        .run(&mut rec, &mut |_| {})
+        .unwrap();
+    let r = rec.report();
+    let ceil = r
+        .select("fs", "write+sync")
+        .next()
+        .or_else(|| r.select("fs", "write").next())
+        .expect("ceiling measured")
+        .summary
+        .median;
+    let merges: Vec<_> = r.select("merge", "merge").collect();
+    assert_eq!(merges.len(), 2, "shm and tcp");
+    for f in &merges {
+        assert_eq!(f.ceiling.as_ref().unwrap().value, ceil);
+        assert_eq!(f.param_str("bytes"), (2u64 * 8 * (256 << 10)).to_string());
+        assert!(f.params["merger_peak_rss_bytes"].as_u64().unwrap() > 0);
+        assert!(f.summary.median > 0.0);
+        // Where the merger's time went: shares of the wall time, and the write rate.
+        let writing = f.params["merger_writing_share"].as_f64().unwrap();
+        assert!(writing > 0.0 && writing <= 1.0, "{writing}");
+        let idle = f.params["merger_idle_share"].as_f64().unwrap();
+        // An idle sleep under way when the clock starts counts whole: up to 0.5 ms,
+        // more on a loaded machine, which shows in a run of a few ms like this one.
+        assert!(idle >= 0.0 && writing + idle <= 1.25, "{writing} + {idle}");
+        assert!(f.params["merger_write_gbps"].as_f64().unwrap() >= f.summary.min);
+        if let Some(on_cpu) = f.params["merger_on_cpu_share"].as_f64() {
+            assert!(on_cpu > 0.0 && on_cpu <= 1.05, "{on_cpu}");
+        }
+    }
+    assert_eq!(r.select("merge", "naive").count(), 1);
+    let t = accio_report::text::merge::render_table(r);
+    assert!(
+        t.contains("shm") && t.contains("tcp") && t.contains("merger writing"),
+        "{t}"
+    );
+    assert!(checks(r).iter().any(|l| l.starts_with("shm/tcp = ")));
+    // Every output and part file was removed.
+    assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
+    std::fs::remove_dir(&dir).unwrap();
+}

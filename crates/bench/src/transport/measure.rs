@@ -1,0 +1,344 @@
+//! The run loop over backends and sizes, and the measuring of each scenario (memcpy
+//! ceiling, latency, stream and RMA bandwidth, connect, register) into figures.
+
+use accio::ErrorKind;
+
+use crate::emit;
+use crate::mem::memcpy_gbps;
+use accio_results::event::Event;
+use accio_results::hazard::{Hazard, HazardKind};
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::size::format_size;
+
+use super::driver::{self, Fail, Link};
+use super::session::Session;
+use super::{
+    metric, os, BenchError, Options, Plan, SetupPlan, BENCH, QUICK_REGISTER_SIZES, REGISTER_SIZES,
+};
+
+/// Records a figure and reports it, as one unit of the planned work. Whether it is noisy or
+/// above its ceiling is judged after the run (`accio_report::warnings`, by this bench's
+/// rules), like every bench's figures.
+fn record(
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+    fig: Figure,
+) -> Result<(), BenchError> {
+    emit::figure(rec, events, fig)?;
+    events(Event::Advanced(1));
+    Ok(())
+}
+
+fn base_figure(metric: &str, unit: Unit, samples: Vec<f64>, backend: &str) -> Option<Figure> {
+    Some(Figure::new(BENCH, metric, unit, samples)?.param("backend", backend))
+}
+
+/// Runs the bench: every backend in turn, and for each message size the memcpy ceiling
+/// right before that size's figures (so ceiling and figure see the same machine conditions,
+/// which on a shared 2-core VM swing by 2x within seconds). Figures are recorded in `rec` as
+/// they are measured and reported through `events`.
+///
+/// With a [`crate::cancel::SigintGuard`] installed, the first Ctrl-C ends the run after the
+/// current figure (a second one kills as usual). While it runs, the calling thread is pinned
+/// to one CPU; that is restored on return. A
+/// backend this build cannot listen on is skipped with a warning.
+pub fn run(
+    opts: &Options,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<(), BenchError> {
+    let sizes = opts.effective_sizes()?;
+    let backends = opts.effective_backends()?;
+    let reg = if opts.quick {
+        QUICK_REGISTER_SIZES.len()
+    } else {
+        REGISTER_SIZES.len()
+    };
+    // Per backend: four figures per size (memcpy, latency, stream, RMA), the connection,
+    // and registration and unregistration per registration size.
+    events(Event::Started {
+        bench: BENCH,
+        total: (backends.len() * (sizes.len() * 4 + 1 + reg * 2)) as u64,
+    });
+    let mut cpus = if opts.pin { os::pick_cpus() } else { None };
+    let _affinity = match cpus.map(|(d, _)| os::AffinityGuard::pin(d)).transpose() {
+        Ok(g) => g,
+        Err(e) => {
+            let w = format!("could not pin the driver to a cpu ({e}); running unpinned");
+            emit::hazard(rec, events, Hazard::new(HazardKind::Caution, BENCH, w))?;
+            cpus = None;
+            None
+        }
+    };
+    let mut skipped = Vec::new();
+    let mut measured = 0;
+    for backend in &backends {
+        let mut session = match Session::open(backend, opts, cpus)? {
+            Ok(s) => s,
+            Err(why) => {
+                events(Event::Skipped(&why));
+                rec.hazard(Hazard::new(HazardKind::NotMeasured, BENCH, why.clone()))?;
+                skipped.push(why);
+                continue;
+            }
+        };
+        events(Event::Step(&format!(
+            "{backend}: peer process {}{}",
+            session.peer_pid,
+            match cpus {
+                Some((d, p)) => format!(", driver on cpu {d}, peer on cpu {p}"),
+                None => ", not pinned".into(),
+            }
+        )));
+        let cx = Context {
+            opts,
+            sizes: &sizes,
+            cpus,
+        };
+        // After a failure the protocol state is unknown: no polite Quit, the peer is killed
+        // and reaped when the session drops.
+        measure_backend(&mut session, &cx, rec, events)?;
+        session.close()?;
+        measured += 1;
+    }
+    if measured == 0 {
+        return Err(BenchError::NothingMeasured(skipped.join("; ")));
+    }
+    events(Event::Done);
+    Ok(())
+}
+
+pub(super) fn check_interrupt(backend: &str, scenario: &str) -> Result<(), BenchError> {
+    if crate::cancel::interrupted() {
+        Err(BenchError::Interrupted {
+            backend: backend.into(),
+            scenario: scenario.into(),
+        })
+    } else {
+        Ok(())
+    }
+}
+
+/// Measures the single-thread memcpy bandwidth of `size`-byte copies, records it, and
+/// returns its median (GB/s). The peer is idle meanwhile (blocked in `recv` on its own core).
+fn measure_memcpy(
+    cx: &Context<'_>,
+    backend: &str,
+    size: u64,
+    plan: &Plan,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<Option<f64>, BenchError> {
+    let samples = memcpy_gbps(size as usize, plan.memcpy_samples, plan.memcpy_batch);
+    let Some(fig) = base_figure(metric::MEMCPY, Unit::GBps, samples, backend) else {
+        return Ok(None);
+    };
+    let fig = fig.param("size", size).param("threads", 1).method(format!(
+        "accio::copy_bytes between page-aligned, pre-faulted buffers, 1 thread ({}), \
+         {} batches of ~{} ms, measured just before the {backend} figures of this size",
+        match cx.cpus {
+            Some((d, _)) => format!("driver's thread, pinned to cpu {d}"),
+            None => "driver's thread, not pinned".into(),
+        },
+        plan.memcpy_samples,
+        plan.memcpy_batch.as_millis()
+    ));
+    let median = fig.summary.median;
+    record(rec, events, fig)?;
+    Ok(Some(median))
+}
+/// What every backend is measured with.
+pub(super) struct Context<'a> {
+    pub(super) opts: &'a Options,
+    pub(super) sizes: &'a [u64],
+    pub(super) cpus: Option<(usize, usize)>,
+}
+
+impl Context<'_> {
+    fn pinning(&self) -> String {
+        match self.cpus {
+            Some((d, p)) => format!("driver on cpu {d}, peer on cpu {p}"),
+            None => "processes not pinned".into(),
+        }
+    }
+
+    /// Attaches the memcpy ceiling (`memcpy`, GB/s) of `size` to a bandwidth figure.
+    fn bw_ceiling(&self, fig: Figure, size: u64, memcpy: Option<f64>) -> Figure {
+        match memcpy {
+            Some(c) => fig.ceiling(
+                format!("memcpy {}, 1 thread", format_size(size)),
+                c,
+                CeilingSource::Measured,
+            ),
+            None => fig,
+        }
+    }
+
+    /// Attaches "one memcpy of `size`" (in us, at `memcpy` GB/s) to a latency figure.
+    fn latency_ceiling(&self, fig: Figure, size: u64, memcpy: Option<f64>) -> Figure {
+        match memcpy {
+            Some(gbps) if gbps > 0.0 => fig.ceiling(
+                format!("one memcpy of {}, 1 thread", format_size(size)),
+                size as f64 / (gbps * 1e3),
+                CeilingSource::Measured,
+            ),
+            _ => fig,
+        }
+    }
+}
+
+/// Handles a scenario's outcome: a figure is recorded; an operation the backend does not
+/// support skips the figure with a warning; anything else ends the run.
+fn outcome<T>(
+    session: &mut Session,
+    scenario: &str,
+    r: Result<T, Fail>,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<Option<T>, BenchError> {
+    let unsupported = match &r {
+        Err(Fail::Accio(e)) => e.kind() == ErrorKind::Unsupported,
+        Err(Fail::Peer { unsupported, .. }) => *unsupported,
+        Ok(_) => false,
+    };
+    match r {
+        Ok(v) => Ok(Some(v)),
+        Err(f) if unsupported => {
+            let text = match f {
+                Fail::Accio(e) => e.to_string(),
+                Fail::Peer { text, .. } => text,
+            };
+            let why = format!("{} {scenario}: {text}", session.backend);
+            events(Event::Skipped(&why));
+            rec.hazard(Hazard::new(HazardKind::NotMeasured, BENCH, why))?;
+            Ok(None)
+        }
+        Err(f) => Err(session.fail(scenario, f)),
+    }
+}
+
+pub(super) fn measure_backend(
+    s: &mut Session,
+    cx: &Context<'_>,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<(), BenchError> {
+    let backend = s.backend.clone();
+    let b = backend.as_str();
+    let pin = cx.pinning();
+    for &size in cx.sizes {
+        let plan = Plan::for_size(size, cx.opts.quick, cx.opts.repetitions);
+        let z = format_size(size);
+        let n = size as usize;
+
+        check_interrupt(b, &format!("memcpy {z}"))?;
+        let memcpy = measure_memcpy(cx, b, size, &plan, rec, events)?;
+
+        let scenario = format!("latency {z}");
+        check_interrupt(b, &scenario)?;
+        let r = driver::latency(&link(s), n, &plan);
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+            if let Some(fig) = base_figure(metric::LATENCY, Unit::Micros, m.samples, b) {
+                let fig = fig.param("size", size).method(format!(
+                    "ping-pong of {size}-byte messages, {pin}; {} warm-up round trips, then \
+                     {} batches of {} round trips (~{} ms), each round trip timed alone; \
+                     sample = median round trip of a batch / 2",
+                    plan.lat_warmup,
+                    plan.lat_batches,
+                    m.per_sample,
+                    plan.lat_batch_time.as_millis()
+                ));
+                record(rec, events, cx.latency_ceiling(fig, size, memcpy))?;
+            }
+        }
+
+        let scenario = format!("stream_bw {z}");
+        check_interrupt(b, &scenario)?;
+        let r = driver::stream(&link(s), n, &plan);
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+            if let Some(fig) = base_figure(metric::STREAM_BW, Unit::GBps, m.samples, b) {
+                let fig = fig.param("size", size).method(format!(
+                    "{} back-to-back send()s of {size} bytes per pass (~{} ms), {pin}; a pass \
+                     lasts from the sender's first send to the receiver's last completed recv \
+                     (CLOCK_MONOTONIC, shared by both processes); {} passes after a \
+                     {}-message warm-up",
+                    m.per_sample,
+                    plan.pass_time.as_millis(),
+                    plan.passes,
+                    plan.warmup_msgs
+                ));
+                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
+            }
+        }
+
+        let scenario = format!("rma_write_bw {z}");
+        check_interrupt(b, &scenario)?;
+        let r = driver::rma_write(&link(s), n, &plan);
+        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+            if let Some(fig) = base_figure(metric::RMA_WRITE_BW, Unit::GBps, m.samples, b) {
+                let fig = fig.param("size", size).method(format!(
+                    "{} write_to(ASYNC) of {size} bytes per pass (~{} ms) from a pre-faulted \
+                     registered window into one peer window, then fence_mark + fence_wait, \
+                     timed at the initiator until the fence completes, {pin}; {} passes \
+                     after a {}-write warm-up",
+                    m.per_sample,
+                    plan.pass_time.as_millis(),
+                    plan.passes,
+                    plan.warmup_msgs
+                ));
+                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
+            }
+        }
+    }
+
+    let setup = SetupPlan::new(cx.opts.quick, cx.opts.repetitions);
+    check_interrupt(b, "connect")?;
+    let r = driver::connect(&link(s), setup.connects);
+    if let Some(samples) = outcome(s, "connect", r, rec, events)? {
+        if let Some(fig) = base_figure(metric::CONNECT, Unit::Micros, samples, b) {
+            let fig = fig.method(format!(
+                "connect() to a listening peer, timed by the connecting process, {} \
+                 connections one at a time (each accepted before the next)",
+                setup.connects
+            ));
+            record(rec, events, fig)?;
+        }
+    }
+
+    for &size in &setup.register_sizes {
+        let scenario = format!("register {}", format_size(size));
+        check_interrupt(b, &scenario)?;
+        let r = driver::register(
+            &*s.ep,
+            size as usize,
+            setup.register_min,
+            setup.register_max,
+            setup.register_budget,
+        );
+        if let Some((reg, unreg)) = outcome(s, &scenario, r, rec, events)? {
+            let n = reg.len();
+            if let Some(fig) = base_figure(metric::REGISTER, Unit::Micros, reg, b) {
+                let fig = fig.param("size", size).method(format!(
+                    "register({size}, READ_WRITE): fresh zeroed memory mapped and exposed to \
+                     the peer; {n} iterations, each cold (no warm-up)"
+                ));
+                record(rec, events, fig)?;
+            }
+            if let Some(fig) = base_figure(metric::UNREGISTER, Unit::Micros, unreg, b) {
+                let fig = fig.param("size", size).method(format!(
+                    "unregister() of a {size}-byte window plus dropping its last handle \
+                     (unmaps the memory); {n} iterations"
+                ));
+                record(rec, events, fig)?;
+            }
+        }
+    }
+    Ok(())
+}
+
+pub(super) fn link(s: &Session) -> Link<'_> {
+    Link {
+        ep: &*s.ep,
+        listener: &*s.listener,
+    }
+}
