@@ -1,9 +1,11 @@
 //! # accio-bench
 //!
-//! Measurements of a node's data paths. Every bench produces [`model::Figure`]s — a value
-//! with its unit, its samples summarized as median/min/max, the parameters and method, and
-//! the ceiling it should be compared with — collected in one [`model::Report`], which is the
-//! truth that tables (and later Markdown/HTML) are rendered from.
+//! Measurements of a node's data paths. Every bench has one shape: options in (a builder or
+//! an options struct), [`accio_results::event::Event`]s out through one callback (its plan,
+//! steps, each figure as it is recorded, hazards, skips), and figures recorded into an
+//! [`accio_results::model::Recorder`] as they arrive, each beside the ceiling of the same
+//! work (`docs/CEILINGS.md`). Rendering them (tables, Markdown, HTML) is `accio-report`'s
+//! job; Ctrl-C for all of them is [`cancel`].
 //!
 //! - [`mem`]: memcpy bandwidth, the ceiling of every in-memory path.
 //! - [`transport`]: latency, streaming and RMA bandwidth, connection and registration cost
@@ -11,8 +13,8 @@
 //! - [`fs`]: file-system write / write+sync / cold read / re-read (Colfax methodology).
 //! - [`coalesce`]: small-item rates with and without the coalescing layer.
 //! - [`merge`]: many producers into one file through the merging file service.
-//! - [`info`]: what the node is (CPU, memory, file systems, PCIe links, GPUs).
-//! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
+//! - [`floors`]: the latency floors of a pair of cores (a cache line, a raw socket).
+//! - [`cancel`]: one Ctrl-C flag and handler for every bench.
 
 pub mod cancel;
 pub mod coalesce;

@@ -24,14 +24,14 @@
 //! assert!(html.contains("<svg") && html.contains("id=\"accio-results\""));
 //! ```
 //!
-//! - [`markdown`] and [`html`]: the two page exporters, built on one [`doc::Document`];
-//!   [`csv`]: one row per figure.
+//! - [`markdown()`] and [`html()`]: the two page exporters, built on one [`doc::Document`];
+//!   [`csv()`]: one row per figure.
 //! - [`compare`]: two runs side by side, changes beyond the noise flagged.
 //! - [`summary`]: the headline figures (also printed by `accio bench` at the end of a run).
 //! - [`svg`]: the plots, hand-written SVG (why not a plotting crate: see its docs).
 //! - [`text`]: the plain-text tables the CLI prints, one module per bench.
 //! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
-//! - [`write`]: both files into a folder.
+//! - [`write()`]: both files into a folder.
 
 pub mod compare;
 pub mod csv;
@@ -71,7 +71,7 @@ pub enum Error {
     },
 }
 
-/// The files [`write`] produced.
+/// The files [`write()`] produced.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Written {
     /// The Markdown report.

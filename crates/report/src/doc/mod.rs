@@ -1,5 +1,5 @@
 //! The report as a document: sections of paragraphs, tables, lists and plots, built once
-//! from a [`Report`] and rendered by each exporter ([`crate::markdown`], [`crate::html`]).
+//! from a [`Report`] and rendered by each exporter ([`crate::markdown()`], [`crate::html()`]).
 //! Everything a reader sees is decided here; the exporters only choose markup.
 
 use accio_results::model::Report;
