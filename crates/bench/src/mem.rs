@@ -63,7 +63,7 @@ pub fn memcpy_gbps(size: usize, samples: usize, batch: Duration) -> Vec<f64> {
 }
 
 /// Which way a file-like copy goes, as a file system copies a write or a read.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Direction {
     /// From a record buffer into the span (a write into the page cache or a tmpfs file).
     Into,

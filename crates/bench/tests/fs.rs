@@ -171,15 +171,26 @@ fn tmpfs_records_every_mode_with_bytes_ceilings_and_leaves_nothing() {
             assert_eq!(f.param_str("fs_type"), "tmpfs");
             assert_eq!(f.summary.n, 3);
             assert!(f.summary.median > 0.0 && f.summary.min <= f.summary.max);
-            // Memory-backed: every mode carries the memcpy ceiling measured in this run.
+            // Memory-backed: every mode carries the copy ceiling of the same work measured
+            // in this run: the same record size, bytes per thread, threads and direction.
             let c = f
                 .ceiling
                 .as_ref()
                 .expect("memory-backed figures have a ceiling");
             assert_eq!(c.source, CeilingSource::Measured);
+            let dir = if ["write", "write+sync", "overwrite"].contains(&f.metric.as_str()) {
+                "into"
+            } else {
+                "out-of"
+            };
             let mem = r
-                .select("mem", "memcpy")
-                .find(|m| num(m, "threads") == n && num(m, "size") == MIB)
+                .select("mem", "stream_copy")
+                .find(|m| {
+                    num(m, "threads") == n
+                        && num(m, "record_size") == MIB
+                        && num(m, "span") == 4 * MIB
+                        && m.param_str("direction") == dir
+                })
                 .expect("the ceiling is also a mem figure");
             assert_eq!(c.value, mem.summary.median);
         }

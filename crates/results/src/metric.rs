@@ -21,6 +21,10 @@ pub mod transport {
     pub const REGISTER: &str = "register";
     /// Window unregistration plus unmapping, us.
     pub const UNREGISTER: &str = "unregister";
+    /// The least a one-way message between the driver's and the peer's cores can take, us:
+    /// a cache line's hop (shm) or a raw loopback socket hop (tcp); the floor under the
+    /// latency figures (`docs/CEILINGS.md`).
+    pub const LATENCY_FLOOR: &str = "latency_floor";
 
     /// Registration and connection times quoted by seed 004 (R. Monnard, "Concurrent I/O from
     /// Xeon Phi accelerator cards", 2015) for Intel SCIF over PCIe, in microseconds: a

@@ -5,7 +5,6 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::Ordering;
 use std::sync::{Barrier, Mutex};
-use std::time::Duration;
 
 use serde_json::Value;
 
@@ -13,6 +12,7 @@ use super::crew::{worker_loop, Control, Crew};
 use super::io::{aggregate_gbps, Phase, Worker};
 use super::workdir::WorkDir;
 use super::{cache, Engine, FsBench, FsError, FsOutcome, Mode, PathFailure};
+use crate::mem::Direction;
 use crate::{emit, mem};
 use accio_results::event::Event;
 use accio_results::hazard::{Hazard, HazardKind};
@@ -23,6 +23,25 @@ use accio_results::size::format_size;
 
 /// Min–max spread (relative to the median) above which a figure is called noisy.
 const NOISY: f64 = 0.25;
+
+/// Largest span per thread of a copy ceiling: well past any last-level cache, so a larger
+/// file's ceiling is the same DRAM copy.
+const STREAM_SPAN_MAX: u64 = 256 << 20;
+
+/// Which way a mode's bytes go: writes copy into the file's pages, reads out of them.
+fn direction(mode: Mode) -> Direction {
+    match mode {
+        Mode::Write | Mode::WriteSync | Mode::Overwrite => Direction::Into,
+        Mode::ColdRead | Mode::ReRead => Direction::OutOf,
+    }
+}
+
+fn direction_name(d: Direction) -> &'static str {
+    match d {
+        Direction::Into => "into",
+        Direction::OutOf => "out-of",
+    }
+}
 
 /// Measurement hazards of one path, reported as one warning each after the path.
 #[derive(Default)]
@@ -96,27 +115,46 @@ impl FsBench {
         Ok(out)
     }
 
-    /// memcpy bandwidth at the record size for every thread count (median of 7 batches of
-    /// 30 ms), pushed as `mem`/`memcpy` figures and returned by thread count.
+    /// The ceilings of the same work ([`mem::stream_copy_gbps`]): per thread count, the
+    /// file system's copy without its system calls, record-sized chunks into a span as large
+    /// as each thread's file (for the write modes) and out of it (for the read modes), 5
+    /// passes each; recorded as `mem`/`stream_copy` figures and returned by thread count and
+    /// direction. The span is capped at [`STREAM_SPAN_MAX`] and at a quarter of the
+    /// available memory: past the last-level cache a larger span changes nothing.
     fn measure_ceilings(
         &self,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<BTreeMap<usize, f64>, FsError> {
+    ) -> Result<BTreeMap<(usize, Direction), f64>, FsError> {
         let mut map = BTreeMap::new();
-        let size = self.record();
+        let record = self.record();
+        let dirs: Vec<Direction> = [Direction::Into, Direction::OutOf]
+            .into_iter()
+            .filter(|d| self.modes.iter().any(|m| direction(*m) == *d))
+            .collect();
         for &n in &self.threads {
-            let samples = mem::memcpy_threads_gbps(size, n, 7, Duration::from_millis(30))
-                .map_err(|e| FsError::io("measuring the memcpy ceiling".into(), e))?;
-            let Some(fig) = Figure::new("mem", "memcpy", Unit::GBps, samples) else {
-                continue;
-            };
-            let fig = fig
-                .param("size", size as u64)
-                .param("threads", n)
-                .method("accio::copy_bytes between page-aligned pre-faulted buffers, one pair per thread; ceiling for bench fs");
-            map.insert(n, fig.summary.median);
-            emit::figure(rec, events, fig).map_err(FsError::Record)?;
+            let avail = probe::mem_available().map_or(u64::MAX, |a| a / 4 / n as u64);
+            let span = (self.file_size.min(STREAM_SPAN_MAX).min(avail) as usize).max(record);
+            for &dir in &dirs {
+                let samples = mem::stream_copy_gbps(record, span, n, dir, 5)
+                    .map_err(|e| FsError::io("measuring the copy ceiling".into(), e))?;
+                let Some(fig) = Figure::new("mem", "stream_copy", Unit::GBps, samples) else {
+                    continue;
+                };
+                let fig = fig
+                    .param("record_size", record as u64)
+                    .param("span", span as u64)
+                    .param("threads", n)
+                    .param("direction", direction_name(dir))
+                    .param("for", "fs ceiling")
+                    .method(
+                        "accio::copy_bytes of record-sized chunks between one reused record \
+                         buffer and a pre-faulted span per thread, sequentially across the span; \
+                         barrier start; total bytes / (last finish - first start)",
+                    );
+                map.insert((n, dir), fig.summary.median);
+                emit::figure(rec, events, fig).map_err(FsError::Record)?;
+            }
         }
         Ok(map)
     }
@@ -125,7 +163,7 @@ impl FsBench {
     fn measure_path(
         &self,
         info: &FsInfo,
-        ceilings: &BTreeMap<usize, f64>,
+        ceilings: &BTreeMap<(usize, Direction), f64>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), FsError> {
@@ -196,7 +234,7 @@ impl FsBench {
         info: &FsInfo,
         work: &WorkDir,
         n: usize,
-        ceilings: &BTreeMap<usize, f64>,
+        ceilings: &BTreeMap<(usize, Direction), f64>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Hazards, FsError> {
@@ -333,12 +371,19 @@ impl FsBench {
                     fig = fig.param("resident_after_drop", x);
                 }
             }
-            let ceiling = ceilings.get(&n).copied();
+            let dir = direction(*mode);
+            let ceiling = ceilings.get(&(n, dir)).copied();
             if let Some(c) = ceiling.filter(|_| self.has_memcpy_ceiling(*mode, info)) {
+                let span = self.file_size.min(STREAM_SPAN_MAX);
                 fig = fig.ceiling(
                     format!(
-                        "memcpy {}, {n} thread{}",
+                        "copy {} records {} {} per thread, {n} thread{}",
                         format_size(self.record() as u64),
+                        match dir {
+                            Direction::Into => "into",
+                            Direction::OutOf => "out of",
+                        },
+                        format_size(span),
                         if n == 1 { "" } else { "s" }
                     ),
                     c,

@@ -1,13 +1,17 @@
 //! The run loop over backends and sizes, and the measuring of each scenario (memcpy
 //! ceiling, latency, stream and RMA bandwidth, connect, register) into figures.
 
+use std::time::Duration;
+
 use accio::ErrorKind;
 
 use crate::emit;
+use crate::floors;
 use crate::mem::memcpy_gbps;
 use accio_results::event::Event;
 use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_results::num::fmt_small;
 use accio_results::size::format_size;
 
 use super::driver::{self, Fail, Link};
@@ -55,10 +59,10 @@ pub fn run(
         REGISTER_SIZES.len()
     };
     // Per backend: four figures per size (memcpy, latency, stream, RMA), the connection,
-    // and registration and unregistration per registration size.
+    // and registration and unregistration per registration size, and the latency floor.
     events(Event::Started {
         bench: BENCH,
-        total: (backends.len() * (sizes.len() * 4 + 1 + reg * 2)) as u64,
+        total: (backends.len() * (sizes.len() * 4 + 2 + reg * 2)) as u64,
     });
     let mut cpus = if opts.pin { os::pick_cpus() } else { None };
     let _affinity = match cpus.map(|(d, _)| os::AffinityGuard::pin(d)).transpose() {
@@ -119,6 +123,56 @@ pub(super) fn check_interrupt(backend: &str, scenario: &str) -> Result<(), Bench
     }
 }
 
+/// A latency floor: what it is and its median, us.
+pub(super) struct Floor {
+    name: &'static str,
+    us: f64,
+}
+
+/// Measures and records the latency floor between the driver's and the peer's cores
+/// ([`crate::floors`]): a raw loopback socket hop for tcp, a cache line's hop for the
+/// others (shared memory). The peer process is idle meanwhile (blocked in `recv`).
+fn measure_floor(
+    cx: &Context<'_>,
+    backend: &str,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<Option<Floor>, BenchError> {
+    let (samples, batch) = if cx.opts.quick {
+        (5, Duration::from_millis(10))
+    } else {
+        (7, Duration::from_millis(30))
+    };
+    let (name, values, how) = if backend == "tcp" {
+        let v = floors::loopback_socket_one_way_us(cx.cpus, samples, batch)
+            .map_err(BenchError::Floor)?;
+        (
+            "raw socket hop",
+            v,
+            "8 bytes back and forth over a loopback TCP connection (TCP_NODELAY), one write and \
+             one blocking read per hop, no framing, between two threads",
+        )
+    } else {
+        let v = floors::cacheline_one_way_us(cx.cpus, samples, batch);
+        (
+            "cache-line hop",
+            v,
+            "one 64-byte line bouncing between two spinning threads",
+        )
+    };
+    let Some(fig) = base_figure(metric::LATENCY_FLOOR, Unit::Micros, values, backend) else {
+        return Ok(None);
+    };
+    let fig = fig.method(format!(
+        "{how} ({}); {samples} batches of ~{} ms; sample = mean round trip / 2",
+        cx.pinning(),
+        batch.as_millis()
+    ));
+    let us = fig.summary.median;
+    record(rec, events, fig)?;
+    Ok(Some(Floor { name, us }))
+}
+
 /// Measures the single-thread memcpy bandwidth of `size`-byte copies, records it, and
 /// returns its median (GB/s). The peer is idle meanwhile (blocked in `recv` on its own core).
 fn measure_memcpy(
@@ -174,12 +228,25 @@ impl Context<'_> {
         }
     }
 
-    /// Attaches "one memcpy of `size`" (in us, at `memcpy` GB/s) to a latency figure.
-    fn latency_ceiling(&self, fig: Figure, size: u64, memcpy: Option<f64>) -> Figure {
-        match memcpy {
-            Some(gbps) if gbps > 0.0 => fig.ceiling(
-                format!("one memcpy of {}, 1 thread", format_size(size)),
-                size as f64 / (gbps * 1e3),
+    /// Attaches the latency floor of `size`-byte messages to a latency figure: the hop
+    /// between the two cores (`floor`, us) plus one copy of the message (at `memcpy` GB/s):
+    /// no message of that size can arrive sooner.
+    fn latency_ceiling(
+        &self,
+        fig: Figure,
+        size: u64,
+        floor: Option<&Floor>,
+        memcpy: Option<f64>,
+    ) -> Figure {
+        match (floor, memcpy) {
+            (Some(f), Some(gbps)) if gbps > 0.0 => fig.ceiling(
+                format!(
+                    "{} {} us + one memcpy of {}",
+                    f.name,
+                    fmt_small(f.us),
+                    format_size(size)
+                ),
+                f.us + size as f64 / (gbps * 1e3),
                 CeilingSource::Measured,
             ),
             _ => fig,
@@ -226,6 +293,8 @@ pub(super) fn measure_backend(
     let backend = s.backend.clone();
     let b = backend.as_str();
     let pin = cx.pinning();
+    check_interrupt(b, "latency floor")?;
+    let floor = measure_floor(cx, b, rec, events)?;
     for &size in cx.sizes {
         let plan = Plan::for_size(size, cx.opts.quick, cx.opts.repetitions);
         let z = format_size(size);
@@ -248,7 +317,11 @@ pub(super) fn measure_backend(
                     m.per_sample,
                     plan.lat_batch_time.as_millis()
                 ));
-                record(rec, events, cx.latency_ceiling(fig, size, memcpy))?;
+                record(
+                    rec,
+                    events,
+                    cx.latency_ceiling(fig, size, floor.as_ref(), memcpy),
+                )?;
             }
         }
 

@@ -225,6 +225,9 @@ pub enum BenchError {
         /// The scenario.
         scenario: String,
     },
+    /// The latency floor (a loopback socket) could not be measured.
+    #[error("measuring the latency floor over a loopback socket: {0}")]
+    Floor(std::io::Error),
     /// Writing the results failed.
     #[error("recording results: {0}")]
     Record(#[from] std::io::Error),

@@ -228,16 +228,17 @@ fn fs_summary(report: &Report, paths: &[String]) -> Table {
             s.push_str(&format!(" N={n}"));
         }
         if f.ceiling.is_some() {
-            s.push_str(&format!(", {} of memcpy", ratio_cell(f)));
+            s.push_str(&format!(", {} of ceiling", ratio_cell(f)));
         }
         s
     })
     .rows;
     t.notes.push(
         "After Colfax 2014, Table 1. GB/s = 10^9 B/s, median (min–max) over the repeats; \
-         N=: the best thread count; x% of memcpy: the share of memcpy bandwidth measured in \
-         this run at the same record size and thread count, the ceiling of memory-backed file \
-         systems and of page-cache modes. write+sync and cold read on block or network file \
+         N=: the best thread count; x% of ceiling: the share of the copy of the same work \
+         measured in this run (record-sized copies into or out of as many bytes per thread, \
+         same thread count), the ceiling of memory-backed file systems and of page-cache \
+         modes. write+sync and cold read on block or network file \
          systems have no ceiling here: their limit is the device or network."
             .into(),
     );

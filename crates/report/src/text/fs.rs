@@ -103,8 +103,8 @@ pub fn path_table(report: &Report, path: &str) -> String {
             "threads",
             "GB/s",
             "min–max",
-            "memcpy GB/s",
-            "of memcpy",
+            "ceiling GB/s",
+            "of ceiling",
         ],
         &rows,
     ));
@@ -138,9 +138,10 @@ pub fn summary_table(report: &Report) -> String {
     let mut out = render_left(&headers, &rows);
     out.push_str(
         "GB/s = 10^9 B/s, median (min–max) over the repeats; N=: the best thread count.\n\
-         x% of C: the median as a share of memcpy bandwidth C (GB/s) measured in this run at \
-         the same\n  record size and thread count: the ceiling of memory-backed file systems \
-         and of page-cache modes.\n  write+sync and cold read on block or network file \
+         x% of C: the median as a share of C (GB/s), the copy of the same work measured in this \
+         run: record-sized\n  copies into (writes) or out of (reads) as many bytes per thread, \
+         at the same thread count: the ceiling\n  of memory-backed file systems and of \
+         page-cache modes (docs/CEILINGS.md).\n  write+sync and cold read on block or network file \
          systems have no ceiling here: their limit is\n  the device or network bandwidth, \
          which this bench does not measure.\n",
     );
@@ -318,7 +319,7 @@ scales with threads (>= 1.25x)  write                              no           
             "{t}"
         );
         assert!(
-            t.contains("\nwrite          2  4.00  3.00–5.00         16.0        25%\n"),
+            t.contains("\nwrite          2  4.00  3.00–5.00          16.0         25%\n"),
             "{t}"
         );
         let t = path_table(&r, "/mnt/e");
@@ -327,7 +328,7 @@ scales with threads (>= 1.25x)  write                              no           
             "{t}"
         );
         assert!(
-            t.contains("\ncold read        1  0.500  0.400–0.600            -          -\n"),
+            t.contains("\ncold read        1  0.500  0.400–0.600             -           -\n"),
             "{t}"
         );
     }
