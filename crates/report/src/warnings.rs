@@ -179,9 +179,9 @@ fn above_text(report: &Report, bench: &str, idx: &[usize]) -> String {
     });
     format!(
         "{bench}: {} above {} ceiling: {items}. A cache effect is likely (the data fit in a \
-         cache the ceiling's measurement did not use): measure larger sizes. Or check the \
-         ceiling: one measured while its core was busy reads low (rerun on a quiet machine), \
-         and a single-stream ceiling does not bound several streams",
+         cache the ceiling's measurement did not use): measure larger sizes. Or the ceiling \
+         was measured while its core was busy and reads low: rerun on a quiet machine. \
+         Either way a measurement error to fix, not a success (docs/CEILINGS.md)",
         plural(idx.len(), "figure is", "figures are"),
         if idx.len() == 1 { "its" } else { "their" }
     )

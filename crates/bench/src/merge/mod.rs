@@ -1,7 +1,7 @@
 //! Merge bench: P producers × F buffers × S bytes into ONE file through the merging file
 //! service (`accio-merge`), over shm and tcp, producers as threads and as processes, on
-//! any number of directories — each figure beside the target's single-stream write ceiling
-//! measured in the same run, and beside the naive alternative measured in the same run.
+//! any number of directories — each figure beside the target's write ceiling (the best of
+//! one stream and one per core) measured in the same run, and beside the naive alternative measured in the same run.
 //!
 //! # What is measured
 //!
