@@ -121,3 +121,37 @@ pub mod fs {
         }
     }
 }
+
+/// Whether a figure of this kind is read against a ceiling (`docs/CEILINGS.md`, one row per
+/// kind): `Some(true)` when the rule gives it one, `Some(false)` when it has none by the rule
+/// (memcpy itself, setup costs, a device-bound mode, a figure measured as another bench's
+/// ceiling), `None` for a kind the rule does not know.
+pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
+    let flag = |k: &str| f.params.get(k).and_then(|v| v.as_bool()).unwrap_or(false);
+    match (f.bench.as_str(), f.metric.as_str()) {
+        ("mem", _) => Some(false),
+        // fs figures measured as the merge bench's ceiling carry `for`.
+        ("fs", _) if f.params.contains_key("for") => Some(false),
+        ("fs", m) => {
+            let mode = fs::Mode::from_metric(m)?;
+            let page_cache = !flag("direct")
+                && matches!(
+                    mode,
+                    fs::Mode::Write | fs::Mode::Overwrite | fs::Mode::ReRead
+                );
+            Some(flag("memory_backed") || page_cache)
+        }
+        (transport::BENCH, m) => Some(matches!(
+            m,
+            transport::LATENCY | transport::STREAM_BW | transport::RMA_WRITE_BW
+        )),
+        ("merge", "merge" | "naive") => Some(true),
+        // A repeated pattern writes the same few items over and over: the cache merges
+        // them, so the large-message rate does not bound it.
+        (coalesce::BENCH, m) => Some(
+            matches!(m, coalesce::ITEM_RATE | coalesce::ITEM_BW)
+                && f.param_str("pattern") != "repeated",
+        ),
+        _ => None,
+    }
+}
