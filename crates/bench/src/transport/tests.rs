@@ -130,11 +130,20 @@ fn all_scenarios_run_against_an_in_process_peer() {
     let stream = r.select(BENCH, metric::STREAM_BW).nth(1).unwrap();
     let c = stream.ceiling.as_ref().unwrap();
     assert_eq!((c.name.as_str(), c.value), ("memcpy 5000, 1 thread", gbps));
-    // Latency ceiling: one 5000-byte copy at that bandwidth.
+    // Latency floor: the hop between the two cores, measured once for the backend, plus
+    // one 5000-byte copy at that bandwidth.
+    let floor: Vec<&Figure> = r.select(BENCH, metric::LATENCY_FLOOR).collect();
+    assert_eq!(floor.len(), 1);
+    let hop = floor[0].summary.median;
+    assert!(hop > 0.0);
     let lat = r.select(BENCH, metric::LATENCY).nth(1).unwrap();
     let c = lat.ceiling.as_ref().unwrap();
-    assert!((c.value - 5000.0 / (gbps * 1e3)).abs() < 1e-9);
-    assert_eq!(c.name, "one memcpy of 5000, 1 thread");
+    assert!((c.value - (hop + 5000.0 / (gbps * 1e3))).abs() < 1e-9);
+    assert!(
+        c.name.starts_with("cache-line hop ") && c.name.ends_with(" us + one memcpy of 5000"),
+        "{}",
+        c.name
+    );
     assert_eq!(
         r.select(BENCH, metric::CONNECT).next().unwrap().summary.n,
         10
