@@ -42,6 +42,16 @@ const X_PARAMS: &[&str] = &[
     "batch",
 ];
 
+/// The metric a figure is plotted with: the merge bench's naive alternative shares the
+/// merger's plot, so the two are read against each other and against the one ceiling.
+fn plot_metric(f: &Figure) -> &str {
+    if f.bench == "merge" && f.metric == "naive" {
+        "merge"
+    } else {
+        &f.metric
+    }
+}
+
 pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
     let figs: Vec<&Figure> = report
         .figures
@@ -53,7 +63,7 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
     // the first sweep parameter found.
     let mut groups: Vec<(String, Unit, String)> = Vec::new();
     for f in &figs {
-        let key = (f.metric.clone(), f.unit, f.param_str("path"));
+        let key = (plot_metric(f).to_string(), f.unit, f.param_str("path"));
         if !groups.contains(&key) {
             groups.push(key);
         }
@@ -62,7 +72,7 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
         let group: Vec<&Figure> = figs
             .iter()
             .copied()
-            .filter(|f| &f.metric == metric && f.unit == *unit && &f.param_str("path") == path)
+            .filter(|f| plot_metric(f) == metric && f.unit == *unit && &f.param_str("path") == path)
             .collect();
         let Some(x) = X_PARAMS.iter().copied().find(|k| {
             let mut vals: Vec<f64> = group.iter().filter_map(|f| f.param_f64(k)).collect();
@@ -78,7 +88,9 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
         for f in &group {
             let Some(xv) = f.param_f64(x) else { continue };
             // Values only for strings (`shm threads`), `key=value` otherwise.
-            let name = if keys.is_empty() {
+            let name = if f.metric != *metric {
+                format!("{} (the alternative)", f.metric)
+            } else if keys.is_empty() {
                 metric.clone()
             } else {
                 keys.iter()
@@ -131,7 +143,11 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
         let bytes = x == "size" || x == "item_size" || x == "item";
         let plot = LinePlot {
             id: format!("plot-{bench}-{gi}"),
-            title: format!("{bench} {metric} vs {x}{on}"),
+            title: if metric == bench {
+                format!("{bench} throughput vs {x}{on}")
+            } else {
+                format!("{bench} {metric} vs {x}{on}")
+            },
             x_label: if bytes {
                 format!("{x} (bytes)")
             } else {
