@@ -1,7 +1,7 @@
 //! Measurement hazards found after a run, as warnings that tell the user what to do (after
 //! hyperfine's `src/output/warnings.rs`).
 //!
-//! [`analyze`] looks at a whole [`Report`] for three hazards:
+//! [`analyze`] looks at a whole [`Report`] for four hazards:
 //!
 //! - **above its ceiling**: a figure past its ceiling beyond the noise
 //!   ([`accio_results::model::Figure::beyond_ceiling`]: even its slowest sample beats a
@@ -9,6 +9,8 @@
 //!   data fit a cache that the ceiling's measurement did not use) or a ceiling measured
 //!   while its core was busy;
 //! - **noisy**: samples whose min–max spread is more than [`NOISY_SPREAD`] of the median;
+//! - **a cache slower than none**: a coalescing cache whose item rate is below writing
+//!   each item directly (beyond the noise), with how far its footprint overflows it;
 //! - **cold read not cold**: an `fs` cold read whose method says the page cache could not
 //!   be emptied: pages stayed resident after the drop (the read then used O_DIRECT, a
 //!   different path than a cold buffered read), a loop device whose backing file was not
@@ -105,6 +107,7 @@ pub fn analyze(report: &Report) -> Vec<Warning> {
         });
     }
     out.extend(cold_reads(report));
+    out.extend(slow_caches(report));
     out.retain(|w| !report.warnings.contains(&w.text));
     out
 }
@@ -185,6 +188,65 @@ fn above_text(report: &Report, bench: &str, idx: &[usize]) -> String {
         plural(idx.len(), "figure is", "figures are"),
         if idx.len() == 1 { "its" } else { "their" }
     )
+}
+
+/// Bytes a cache geometry `SETSxWAYSxWAY_BYTES` holds (`16x4x32K`: 2 MiB).
+fn geometry_bytes(g: &str) -> Option<u64> {
+    let parts: Vec<u64> = g
+        .split('x')
+        .map(accio_results::size::parse_size)
+        .collect::<Result<_, _>>()
+        .ok()?;
+    (parts.len() == 3).then(|| parts.iter().product())
+}
+
+/// Coalescing caches slower than writing each item directly (beyond the noise: the
+/// cache's fastest sample below the direct writes' slowest): a silent slow path, usually a
+/// footprint several times the cache, where most inserts evict a way.
+fn slow_caches(report: &Report) -> Vec<Warning> {
+    use accio_results::metric::coalesce::{BENCH, ITEM_RATE};
+    let mut idx = Vec::new();
+    let mut items = Vec::new();
+    for (i, f) in report.figures.iter().enumerate() {
+        if f.bench != BENCH || f.metric != ITEM_RATE || f.param_str("mode") != "cache" {
+            continue;
+        }
+        let Some(d) = crate::text::coalesce::direct_of(report, f) else {
+            continue;
+        };
+        if f.summary.max >= d.summary.min {
+            continue;
+        }
+        let over = match (
+            f.param_u64("footprint"),
+            geometry_bytes(&f.param_str("geometry")),
+        ) {
+            (Some(fp), Some(cap)) if cap > 0 => {
+                format!(", a footprint {}x the cache", fmt3(fp as f64 / cap as f64))
+            }
+            _ => String::new(),
+        };
+        idx.push(i);
+        items.push(format!(
+            "{} at {} Mop/s against {} direct{over}",
+            f.label(),
+            fmt3(f.summary.median),
+            fmt3(d.summary.median)
+        ));
+    }
+    if idx.is_empty() {
+        return Vec::new();
+    }
+    vec![Warning {
+        kind: Kind::Caution,
+        figures: idx,
+        text: format!(
+            "coalesce: the cache is slower than writing each item directly: {}. Most inserts \
+             evict a way when the items spread over more than the cache holds: use a \
+             geometry at least as large as the footprint (--geometry), or write directly",
+            items.join("; ")
+        ),
+    }]
 }
 
 fn noisy_text(report: &Report, bench: &str, idx: &[usize]) -> String {
@@ -295,6 +357,45 @@ mod tests {
                 "coalesce: 2 figures are above their ceiling: coalesce rate 4K at 155% of \
                  memcpy (20.0 Mop/s), coalesce rate 8K at 155% of memcpy (20.0 Mop/s). A cache \
                  effect is likely"
+            ),
+            "{}",
+            w[0].text
+        );
+    }
+
+    #[test]
+    fn a_cache_slower_than_direct_writes_is_named_with_its_overflow() {
+        let mut r = Report::new();
+        let case = |mode: &str, s: &[f64], pattern: &str| {
+            let f = fig("coalesce", "item_rate", Unit::MopsPerSec, s)
+                .param("backend", "shm")
+                .param("pattern", pattern)
+                .param("item", 64u64)
+                .param("footprint", 8u64 << 20)
+                .param("mode", mode);
+            if mode == "cache" {
+                f.param("geometry", "16x4x32K")
+            } else {
+                f
+            }
+        };
+        r.figures.push(case("direct", &[5.0, 5.2, 5.5], "random"));
+        r.figures.push(case("cache", &[4.2, 4.4, 4.6], "random"));
+        // Overlapping ranges: noise, not a slow path.
+        r.figures
+            .push(case("direct", &[5.0, 5.2, 5.5], "streaming"));
+        r.figures.push(case("cache", &[4.8, 5.1, 5.6], "streaming"));
+        let w: Vec<Warning> = analyze(&r)
+            .into_iter()
+            .filter(|w| w.kind == Kind::Caution)
+            .collect();
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert_eq!(w[0].figures, vec![1]);
+        assert!(
+            w[0].text.starts_with(
+                "coalesce: the cache is slower than writing each item directly: coalesce shm \
+                 item_rate pattern=random mode=cache item=64 geometry=16x4x32K at 4.40 Mop/s \
+                 against 5.20 direct, a footprint 4.00x the cache."
             ),
             "{}",
             w[0].text

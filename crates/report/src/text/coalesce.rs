@@ -76,7 +76,7 @@ fn same_case(a: &Figure, b: &Figure) -> bool {
 }
 
 /// The `direct` figure measured for the same backend, pattern, item and footprint.
-fn direct_of<'a>(r: &'a Report, f: &Figure) -> Option<&'a Figure> {
+pub(crate) fn direct_of<'a>(r: &'a Report, f: &Figure) -> Option<&'a Figure> {
     r.select(BENCH, metric::ITEM_RATE)
         .find(|d| d.param_str("mode") == "direct" && same_case(d, f))
 }
