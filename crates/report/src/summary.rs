@@ -371,7 +371,7 @@ mod tests {
         let text = text(&r);
         assert!(
             text.lines().any(|l| l
-                == "fs /dev/shm write, 2 threads  3.50 (3.15–3.85) GB/s   memcpy 4M = 10.0 GB/s         35%"),
+                == "fs /dev/shm write, 2 threads  3.50 (3.15–3.85) GB/s   memcpy 4M = 10.0 GB/s               35%"),
             "{text}"
         );
     }

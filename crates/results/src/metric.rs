@@ -155,3 +155,24 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
         _ => None,
     }
 }
+
+/// Why a figure has no ceiling by the rule (`docs/CEILINGS.md`), in a few words for the
+/// ceiling column: `None` where the rule gives it one (or does not know its kind).
+pub fn no_ceiling_reason(f: &crate::model::Figure) -> Option<&'static str> {
+    if ceiling_defined(f) != Some(false) {
+        return None;
+    }
+    Some(match (f.bench.as_str(), f.metric.as_str()) {
+        ("mem", _) => "none: memcpy is the ceiling",
+        ("fs", _) if f.params.contains_key("for") => "none: itself a ceiling",
+        ("fs", _) => "none: bounded by the device",
+        (transport::BENCH, transport::CONNECT | transport::REGISTER | transport::UNREGISTER) => {
+            "none: a setup cost"
+        }
+        (transport::BENCH, _) => "none: itself a ceiling",
+        (coalesce::BENCH, coalesce::MSG_RATE) => "none: no transfer to compare",
+        (coalesce::BENCH, coalesce::LARGE_MSG_BW) => "none: itself a ceiling",
+        (coalesce::BENCH, _) => "none: repeated items merge",
+        _ => "none",
+    })
+}

@@ -73,10 +73,15 @@ pub fn ratio_cell(f: &Figure) -> String {
 }
 
 /// `memcpy 2M, 1 thread = 10.5 GB/s`, marked `(theoretical)` when it was not measured in
-/// the run; `-` without a ceiling.
+/// the run; without a ceiling, why the rule gives none (`none: bounded by the device`), or
+/// `-` for a kind the rule does not know.
 pub fn ceiling_cell(f: &Figure) -> String {
     f.ceiling.as_ref().map_or_else(
-        || "-".into(),
+        || {
+            accio_results::metric::no_ceiling_reason(f)
+                .unwrap_or("-")
+                .into()
+        },
         |c| {
             format!(
                 "{} = {} {}{}",
