@@ -257,7 +257,8 @@ mod tests {
         assert_eq!(o.backends, vec!["tcp"]);
         assert_eq!(o.items, vec![64]);
         assert_eq!(o.geometries, vec![GeometrySpec::default_cache()]);
-        assert!(!o.checked && !o.spill && o.repetitions == 3);
+        // The quick preset spills too: the rate against the footprint, on one plot.
+        assert!(!o.checked && o.spill && o.repetitions == 3);
         let full = CommonArgs {
             full: true,
             ..CommonArgs::default()

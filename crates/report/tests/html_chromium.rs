@@ -147,6 +147,6 @@ fn report_pages_render_in_headless_chromium_with_plots_and_no_console_errors() {
         return;
     };
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("accio-report-quick-run.png");
-    check_page(&browser, "quick-run.json", 9, Some(&shot));
+    check_page(&browser, "quick-run.json", 13, Some(&shot));
     check_page(&browser, "seed003-matrix.json", 2, None);
 }

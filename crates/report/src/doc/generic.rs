@@ -40,6 +40,7 @@ const X_PARAMS: &[&str] = &[
     "item",
     "item_size",
     "batch",
+    "footprint",
 ];
 
 /// The metric a figure is plotted with: the merge bench's naive alternative shares the
@@ -93,10 +94,12 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
             } else if keys.is_empty() {
                 metric.clone()
             } else {
+                // A key the figure does not have (a direct write has no geometry) is left
+                // out rather than shown empty.
                 keys.iter()
-                    .map(|k| match f.params.get(*k) {
-                        Some(Value::String(v)) => v.clone(),
-                        _ => format!("{k}={}", f.param_str(k)),
+                    .filter_map(|k| match f.params.get(*k)? {
+                        Value::String(v) => Some(v.clone()),
+                        _ => Some(format!("{k}={}", f.param_str(k))),
                     })
                     .collect::<Vec<_>>()
                     .join(" ")
@@ -140,7 +143,7 @@ pub(super) fn generic_section(report: &Report, bench: &str) -> Section {
         } else {
             format!(" on {path}")
         };
-        let bytes = x == "size" || x == "item_size" || x == "item";
+        let bytes = ["size", "item_size", "item", "footprint"].contains(&x);
         let plot = LinePlot {
             id: format!("plot-{bench}-{gi}"),
             title: if metric == bench {
