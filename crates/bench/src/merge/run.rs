@@ -270,6 +270,7 @@ impl MergeBench {
         let mut samples = Vec::new();
         let mut rss = 0u64;
         let mut stats = None;
+        let mut overhead = 0.0f64;
         let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..self.repeats {
             let r = self.merge_once(&info.path, backend, placement, p, f, sync)?;
@@ -279,6 +280,7 @@ impl MergeBench {
             sched.push(r.sched);
             rss = rss.max(r.peak_rss);
             stats = Some(r.stats);
+            overhead = r.file_overhead;
         }
         // Where the merger thread's time went, for the run with the median throughput.
         let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
@@ -308,6 +310,7 @@ impl MergeBench {
             .param("budget_bytes", self.budget as u64)
             .param("slot_bytes", self.slot_bytes() as u64)
             .param("merger_peak_rss_bytes", rss)
+            .param("file_overhead", overhead)
             .param("peak_slots", stats.peak_slots)
             .param("slot_moves", stats.moves)
             .param("merger_writing_share", writing)
@@ -342,6 +345,28 @@ impl MergeBench {
         let key = fig.key();
         emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
         events(Event::Step(&detail));
+        // Bytes written that are not data cost time too: small blocks pay their header and
+        // their 4 KiB alignment on every block.
+        if overhead > FILE_OVERHEAD_WARN {
+            let w = Hazard {
+                figures: vec![key.clone()],
+                ..Hazard::new(
+                    HazardKind::Caution,
+                    "merge",
+                    format!(
+                        "merge {}: the file is {:.1}% larger than the data ({backend}, {p} \
+                         producers, {}-byte blocks): every block carries a header and is \
+                         aligned to 4 KiB, which costs write time in proportion; use blocks of \
+                         at least 1 MiB, or sizes that leave room for the header within a \
+                         multiple of 4 KiB",
+                        info.path.display(),
+                        overhead * 100.0,
+                        self.buffer_bytes
+                    ),
+                )
+            };
+            emit::hazard(rec, events, w).map_err(MergeBenchError::Record)?;
+        }
         // The merger's promise, checkable where it runs alone in its process.
         if placement == Placement::Processes && !rss_within_budget(rss, self.budget as u64) {
             let w = Hazard {
@@ -539,6 +564,9 @@ impl MergeBench {
         let (end, ns) = (summary.stats, secs * 1e9);
         Ok(RunResult {
             gbps: summary.sink.payload_bytes as f64 / secs / 1e9,
+            file_overhead: summary.sink.file_bytes as f64
+                / (summary.sink.payload_bytes as f64).max(1.0)
+                - 1.0,
             peak_rss,
             stats: summary.stats,
             writing: end.sink_write_ns.saturating_sub(before.sink_write_ns) as f64 / ns,
@@ -571,8 +599,14 @@ fn wait_warm(merger: &Merger, p: usize) {
     }
 }
 
+/// A merged file more than this much larger than its data is worth a warning.
+const FILE_OVERHEAD_WARN: f64 = 0.02;
+
 struct RunResult {
     gbps: f64,
+    /// The file's size against the data written into it: block headers, the index and
+    /// alignment padding.
+    file_overhead: f64,
     peak_rss: u64,
     stats: accio_merge::MergerStats,
     /// Shares of the timed wall time the merger thread spent in file writes and idle.
