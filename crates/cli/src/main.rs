@@ -68,7 +68,8 @@ enum BenchCommand {
     Fs(bench_fs::FsArgs),
     /// memcpy bandwidth by thread count and buffer size (the in-memory ceiling).
     Mem(bench_fs::MemArgs),
-    /// Small-item rates with and without the coalescing layer (seed 001's communication cache).
+    /// Small-item rates with and without the coalescing layer (a communication cache that
+    /// turns small items into large transfers).
     Coalesce(bench_coalesce::CoalesceArgs),
     /// Many producers into one file through the merging file service.
     Merge(bench_merge::MergeArgs),

@@ -167,8 +167,8 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
         }
         t.notes.push(
             "GB/s: theoretical bandwidth per direction, lanes × GT/s × encoding / 8 (8b/10b \
-             for Gen1–2, 128b/130b for Gen3–5, FLIT 242/256 for Gen6+), as seed 000 computes \
-             16 × 5 GT/s × 8/10 = 8 GB/s for PCIe 2.0 x16."
+             for Gen1–2, 128b/130b for Gen3–5, FLIT 242/256 for Gen6+), as \"IO Performance on \
+             Intel's MIC Architecture\" (2013) computes 16 × 5 GT/s × 8/10 = 8 GB/s for PCIe 2.0 x16."
                 .into(),
         );
         t.notes.push(format!(
