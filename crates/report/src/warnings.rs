@@ -394,7 +394,8 @@ mod tests {
         assert!(
             w[0].text.starts_with(
                 "coalesce: the cache is slower than writing each item directly: coalesce shm \
-                 item_rate pattern=random mode=cache item=64 geometry=16x4x32K at 4.40 Mop/s \
+                 item_rate pattern=random mode=cache item=64 geometry=16x4x32K footprint=8M at \
+                 4.40 Mop/s \
                  against 5.20 direct, a footprint 4.00x the cache."
             ),
             "{}",

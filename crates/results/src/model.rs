@@ -57,6 +57,7 @@ pub const NUMERIC_IDENTIFIERS: &[&str] = &[
     "item",
     "item_size",
     "batch",
+    "footprint",
 ];
 
 /// Parameters a [`Figure::label`] names first, in this order.
@@ -67,6 +68,7 @@ const LABEL_FIRST: &[&str] = &[
     "mode",
     "item",
     "geometry",
+    "footprint",
     "placement",
 ];
 
@@ -282,7 +284,7 @@ impl Figure {
     /// [identifying](Figure::identifying) parameters as `key=value`, the usual ones
     /// (pattern, mode, ...) first. The metric is left out where it repeats the bench name.
     pub fn label(&self) -> String {
-        const MAX_OTHER: usize = 4;
+        const MAX_OTHER: usize = 5;
         let mut parts: Vec<String> = Vec::new();
         let backend = self.param_str("backend");
         let path = self.param_str("path");
@@ -323,6 +325,11 @@ impl Figure {
         for (k, v) in other.into_iter().take(MAX_OTHER) {
             match v {
                 Value::String(s) => parts.push(format!("{k}={s}")),
+                // Byte counts in the size notation (`footprint=8M`).
+                Value::Number(n) if k == "footprint" && n.is_u64() => parts.push(format!(
+                    "{k}={}",
+                    crate::size::format_size(n.as_u64().unwrap_or(0))
+                )),
                 v => parts.push(format!("{k}={v}")),
             }
         }
