@@ -328,7 +328,8 @@ impl Options {
                 w = w.max(self.footprint(p, g));
             }
         }
-        if self.spill {
+        // The spill run uses the default footprint rule only; a fixed footprint has none.
+        if self.spill && self.footprint.is_none() {
             w = w.max(4 * self.geometries[0].capacity());
         }
         w.div_ceil(LARGE_MSG as u64) * LARGE_MSG as u64

@@ -72,6 +72,8 @@ fn quick_run_on_shm_records_every_figure() {
     let mut o = Options::quick();
     o.backends = vec!["shm".into()];
     o.patterns = vec![Pattern::Random, Pattern::Permutation, Pattern::Repeated];
+    // One footprint per pattern here (the spill run is covered by the suite's test).
+    o.spill = false;
     o.checked = true;
     o.repetitions = 1;
     o.items_per_sample = 1 << 16;

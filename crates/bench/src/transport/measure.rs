@@ -173,33 +173,27 @@ fn measure_floor(
     Ok(Some(Floor { name, us }))
 }
 
-/// Measures the single-thread memcpy bandwidth of `size`-byte copies, records it, and
-/// returns its median (GB/s). The peer is idle meanwhile (blocked in `recv` on its own core).
-fn measure_memcpy(
+/// The single-thread memcpy bandwidth of `size`-byte copies (`samples` batches), not yet
+/// recorded. The peer is idle meanwhile (blocked in `recv` on its own core).
+fn memcpy_figure(
     cx: &Context<'_>,
     backend: &str,
     size: u64,
     plan: &Plan,
-    rec: &mut Recorder,
-    events: &mut dyn FnMut(Event<'_>),
-) -> Result<Option<f64>, BenchError> {
-    let samples = memcpy_gbps(size as usize, plan.memcpy_samples, plan.memcpy_batch);
-    let Some(fig) = base_figure(metric::MEMCPY, Unit::GBps, samples, backend) else {
-        return Ok(None);
-    };
-    let fig = fig.param("size", size).param("threads", 1).method(format!(
+    samples: usize,
+) -> Option<Figure> {
+    let values = memcpy_gbps(size as usize, samples, plan.memcpy_batch);
+    let fig = base_figure(metric::MEMCPY, Unit::GBps, values, backend)?;
+    Some(fig.param("size", size).param("threads", 1).method(format!(
         "accio::copy_bytes between page-aligned, pre-faulted buffers, 1 thread ({}), \
-         {} batches of ~{} ms, measured just before the {backend} figures of this size",
+         {samples} batches of ~{} ms, measured just before the {backend} figures of this size \
+         (and again after them, the better kept, when a figure passed it)",
         match cx.cpus {
             Some((d, _)) => format!("driver's thread, pinned to cpu {d}"),
             None => "driver's thread, not pinned".into(),
         },
-        plan.memcpy_samples,
         plan.memcpy_batch.as_millis()
-    ));
-    let median = fig.summary.median;
-    record(rec, events, fig)?;
-    Ok(Some(median))
+    )))
 }
 /// What every backend is measured with.
 pub(super) struct Context<'a> {
@@ -301,7 +295,10 @@ pub(super) fn measure_backend(
         let n = size as usize;
 
         check_interrupt(b, &format!("memcpy {z}"))?;
-        let memcpy = measure_memcpy(cx, b, size, &plan, rec, events)?;
+        let mut memcpy_fig = memcpy_figure(cx, b, size, &plan, plan.memcpy_samples);
+        // This size's figures, recorded once their ceilings are settled (below).
+        let mut latency: Option<Figure> = None;
+        let mut bandwidths: Vec<Figure> = Vec::new();
 
         let scenario = format!("latency {z}");
         check_interrupt(b, &scenario)?;
@@ -317,11 +314,7 @@ pub(super) fn measure_backend(
                     m.per_sample,
                     plan.lat_batch_time.as_millis()
                 ));
-                record(
-                    rec,
-                    events,
-                    cx.latency_ceiling(fig, size, floor.as_ref(), memcpy),
-                )?;
+                latency = Some(fig);
             }
         }
 
@@ -340,7 +333,7 @@ pub(super) fn measure_backend(
                     plan.passes,
                     plan.warmup_msgs
                 ));
-                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
+                bandwidths.push(fig);
             }
         }
 
@@ -359,8 +352,36 @@ pub(super) fn measure_backend(
                     plan.passes,
                     plan.warmup_msgs
                 ));
-                record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
+                bandwidths.push(fig);
             }
+        }
+
+        // A bandwidth past its memcpy ceiling beyond the noise means the ceiling was
+        // measured in a slower phase of the machine than the figure (docs/CEILINGS.md):
+        // measure it again, with twice the batches, and keep the better of the two.
+        let median = |f: &Option<Figure>| f.as_ref().map(|m| m.summary.median);
+        let passed = |c: Option<f64>| {
+            bandwidths
+                .iter()
+                .any(|f| cx.bw_ceiling(f.clone(), size, c).beyond_ceiling())
+        };
+        if passed(median(&memcpy_fig)) {
+            check_interrupt(b, &format!("memcpy {z}, again"))?;
+            let again = memcpy_figure(cx, b, size, &plan, plan.memcpy_samples * 2);
+            if median(&again) > median(&memcpy_fig) {
+                memcpy_fig = again;
+            }
+        }
+        let memcpy = median(&memcpy_fig);
+        if let Some(fig) = memcpy_fig {
+            record(rec, events, fig)?;
+        }
+        if let Some(fig) = latency {
+            let fig = cx.latency_ceiling(fig, size, floor.as_ref(), memcpy);
+            record(rec, events, fig)?;
+        }
+        for fig in bandwidths {
+            record(rec, events, cx.bw_ceiling(fig, size, memcpy))?;
         }
     }
 
