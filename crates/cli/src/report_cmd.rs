@@ -50,7 +50,7 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         args.old.display(),
         args.new.display()
     );
-    print!("{}", c.text());
+    print!("{}", c.text_fit(crate::common::stdout_width()));
     anyhow::ensure!(
         !args.fail_on_regression || c.regressions() == 0,
         "{} figure(s) got worse beyond the noise",

@@ -13,7 +13,7 @@
 use accio_results::model::{Figure, Report};
 use accio_results::num::{fmt3, median_range};
 
-use crate::text::table::render;
+use crate::text::table::render_fit;
 
 /// The smallest change that counts: 5%.
 pub const DEFAULT_THRESHOLD: f64 = 0.05;
@@ -132,6 +132,12 @@ impl Comparison<'_> {
     /// The comparison as a text table, one row per figure in both runs, then a count of
     /// the figures only one run has.
     pub fn text(&self) -> String {
+        self.text_fit(usize::MAX)
+    }
+
+    /// [`Comparison::text`] within `width` columns (rows stacked where the table would be
+    /// wider, see [`crate::text::table::render_fit`]).
+    pub fn text_fit(&self, width: usize) -> String {
         let rows: Vec<Vec<String>> = self
             .changes
             .iter()
@@ -150,9 +156,10 @@ impl Comparison<'_> {
                 ]
             })
             .collect();
-        let mut out = render(
+        let mut out = render_fit(
             &["figure", "unit", "old", "new", "new/old", "change"],
             &rows,
+            width,
         );
         out.push_str(
             "new/old: above 1 is better (new/old for bandwidths and rates, old/new for times); \
