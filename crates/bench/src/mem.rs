@@ -62,6 +62,47 @@ pub fn memcpy_gbps(size: usize, samples: usize, batch: Duration) -> Vec<f64> {
         .collect()
 }
 
+/// Runs `work` once per sample on one thread per item, all released together by a barrier,
+/// and returns per sample the aggregate rate in GB/s: `bytes` copied per sample in all / (last
+/// finish − first start), never the sum of per-thread rates.
+fn timed_threads<T: Sync>(
+    items: &[T],
+    samples: usize,
+    bytes: f64,
+    work: impl Fn(&T) + Sync,
+) -> Vec<f64> {
+    let barrier = Barrier::new(items.len());
+    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
+        let handles: Vec<_> = items
+            .iter()
+            .map(|item| {
+                let (barrier, work) = (&barrier, &work);
+                s.spawn(move || {
+                    (0..samples)
+                        .map(|_| {
+                            barrier.wait();
+                            let t0 = Instant::now();
+                            work(item);
+                            (t0, Instant::now())
+                        })
+                        .collect()
+                })
+            })
+            .collect();
+        handles
+            .into_iter()
+            .map(|h| h.join().expect("copy thread panicked"))
+            .collect()
+    });
+    (0..samples)
+        .map(|k| {
+            let start = spans.iter().map(|v| v[k].0).min().expect("threads >= 1");
+            let end = spans.iter().map(|v| v[k].1).max().expect("threads >= 1");
+            bytes / end.duration_since(start).as_secs_f64().max(1e-9) / 1e9
+        })
+        .collect()
+}
+
 /// Which way a file-like copy goes, as a file system copies a write or a read.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Direction {
@@ -104,48 +145,21 @@ pub fn stream_copy_gbps(
         }
         bufs.push((rec, big));
     }
-    let barrier = Barrier::new(threads);
-    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = bufs
-            .iter()
-            .map(|(rec, big)| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    (0..samples)
-                        .map(|_| {
-                            barrier.wait();
-                            let t0 = Instant::now();
-                            for off in (0..span).step_by(record) {
-                                // SAFETY: `off + record <= span` (span is a multiple of
-                                // record); both regions belong to this thread alone.
-                                unsafe {
-                                    let at = big.as_ptr().add(off);
-                                    match dir {
-                                        Direction::Into => copy_bytes(at, rec.as_ptr(), record),
-                                        Direction::OutOf => copy_bytes(rec.as_ptr(), at, record),
-                                    }
-                                }
-                            }
-                            std::hint::black_box((rec, big));
-                            (t0, Instant::now())
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("copy thread panicked"))
-            .collect()
-    });
     let bytes = (threads * span) as f64;
-    Ok((0..samples)
-        .map(|k| {
-            let start = spans.iter().map(|v| v[k].0).min().expect("threads >= 1");
-            let end = spans.iter().map(|v| v[k].1).max().expect("threads >= 1");
-            bytes / end.duration_since(start).as_secs_f64().max(1e-9) / 1e9
-        })
-        .collect())
+    Ok(timed_threads(&bufs, samples, bytes, |(rec, big)| {
+        for off in (0..span).step_by(record) {
+            // SAFETY: `off + record <= span` (span is a multiple of record); both regions
+            // belong to this thread alone.
+            unsafe {
+                let at = big.as_ptr().add(off);
+                match dir {
+                    Direction::Into => copy_bytes(at, rec.as_ptr(), record),
+                    Direction::OutOf => copy_bytes(rec.as_ptr(), at, record),
+                }
+            }
+        }
+        std::hint::black_box((rec, big));
+    }))
 }
 
 /// 1, 2, 4, ... doubling below the number of online CPUs, then that number itself.
@@ -224,39 +238,12 @@ pub fn memcpy_threads_gbps(
         .map(|_| Pair::new(size))
         .collect::<io::Result<Vec<_>>>()?;
     let iters = calibrate(&pairs[0], batch);
-    let barrier = Barrier::new(threads);
-    let spans: Vec<Vec<(Instant, Instant)>> = std::thread::scope(|s| {
-        let handles: Vec<_> = pairs
-            .iter()
-            .map(|p| {
-                let barrier = &barrier;
-                s.spawn(move || {
-                    (0..samples)
-                        .map(|_| {
-                            barrier.wait();
-                            let t0 = Instant::now();
-                            for _ in 0..iters {
-                                p.copy();
-                            }
-                            (t0, Instant::now())
-                        })
-                        .collect()
-                })
-            })
-            .collect();
-        handles
-            .into_iter()
-            .map(|h| h.join().expect("memcpy thread panicked"))
-            .collect()
-    });
     let bytes = (threads * iters * size) as f64;
-    Ok((0..samples)
-        .map(|k| {
-            let start = spans.iter().map(|v| v[k].0).min().expect("threads >= 1");
-            let end = spans.iter().map(|v| v[k].1).max().expect("threads >= 1");
-            bytes / end.duration_since(start).as_secs_f64().max(1e-9) / 1e9
-        })
-        .collect())
+    Ok(timed_threads(&pairs, samples, bytes, |p| {
+        for _ in 0..iters {
+            p.copy();
+        }
+    }))
 }
 
 /// Default buffer sizes of `accio bench mem`: 64 KiB (in L2) to 256 MiB (DRAM), x4 steps.
