@@ -126,6 +126,30 @@ fn yes_no(f: &Figure, key: &str) -> String {
     }
 }
 
+/// The headers of a path's table: one row per mode and thread count.
+pub(crate) const FS_PATH_HEADERS: [&str; 6] = [
+    "mode",
+    "threads",
+    "GB/s",
+    "min–max",
+    "ceiling GB/s",
+    "of ceiling",
+];
+
+/// One row of a path's table ([`FS_PATH_HEADERS`]), for the pages and the text alike.
+pub(crate) fn fs_path_row(mode: Mode, f: &Figure) -> Vec<String> {
+    vec![
+        mode.label().into(),
+        u64_param(f, "threads").unwrap_or(0).to_string(),
+        fmt_small(f.summary.median),
+        format!("{}–{}", fmt_small(f.summary.min), fmt_small(f.summary.max)),
+        f.ceiling
+            .as_ref()
+            .map_or("-".into(), |c| fmt_small(c.value)),
+        ratio_cell(f),
+    ]
+}
+
 /// A file system's capacity and free space, or `no limit (RAM)` (ramfs reports none).
 pub(crate) fn fs_capacity(f: &Figure) -> String {
     let human = accio_results::size::human_bytes;
@@ -264,17 +288,7 @@ pub(super) fn fs_section(report: &Report) -> Option<Section> {
             first.param_str("backing")
         )));
         let mut series = Vec::new();
-        let mut t = Table::new(
-            &[
-                "mode",
-                "threads",
-                "GB/s",
-                "min–max",
-                "ceiling GB/s",
-                "of ceiling",
-            ],
-            &["threads", "GB/s", "min–max", "ceiling GB/s", "of ceiling"],
-        );
+        let mut t = Table::new(&FS_PATH_HEADERS, &FS_PATH_HEADERS[1..]);
         let mut ceiling_pts: BTreeMap<u64, Point> = BTreeMap::new();
         for (mi, mode) in Mode::ALL.iter().enumerate() {
             let mut of: Vec<&&Figure> = figs.iter().filter(|f| f.metric == mode.name()).collect();
@@ -284,16 +298,7 @@ pub(super) fn fs_section(report: &Report) -> Option<Section> {
             of.sort_by_key(|f| u64_param(f, "threads").unwrap_or(0));
             for f in &of {
                 let n = u64_param(f, "threads").unwrap_or(0);
-                t.rows.push(vec![
-                    mode.label().into(),
-                    n.to_string(),
-                    fmt_small(f.summary.median),
-                    format!("{}–{}", fmt_small(f.summary.min), fmt_small(f.summary.max)),
-                    f.ceiling
-                        .as_ref()
-                        .map_or("-".into(), |c| fmt_small(c.value)),
-                    ratio_cell(f),
-                ]);
+                t.rows.push(fs_path_row(*mode, f));
                 if let Some(p) = ceiling_point(f, n as f64) {
                     ceiling_pts.entry(n).or_insert(Point {
                         tip: format!(
@@ -317,7 +322,7 @@ pub(super) fn fs_section(report: &Report) -> Option<Section> {
         }
         if !ceiling_pts.is_empty() {
             series.push(Series {
-                name: "ceiling: memcpy, same threads".into(),
+                name: "ceiling: the same copy, same threads".into(),
                 points: ceiling_pts.into_values().collect(),
                 dashed: true,
                 color: 6,

@@ -20,7 +20,7 @@ pub use cells::{
 };
 use generic::{generic_section, methods_section};
 pub use mem_fs::mem_table;
-pub(crate) use mem_fs::{fs_capacity, FsSummary};
+pub(crate) use mem_fs::{fs_capacity, fs_path_row, FsSummary, FS_PATH_HEADERS};
 use mem_fs::{fs_section, mem_section};
 pub use overview::node_blocks;
 use overview::{node_section, summary_section};

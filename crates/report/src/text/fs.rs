@@ -8,7 +8,7 @@ use accio_results::num::fmt3;
 use accio_results::size::format_size;
 
 use super::table::render;
-use crate::doc::{fs_capacity as capacity, FsSummary};
+use crate::doc::{fs_capacity as capacity, fs_path_row, ratio_cell, FsSummary, FS_PATH_HEADERS};
 
 use accio_results::metric::fs::Mode;
 use accio_results::num::median_range;
@@ -29,14 +29,11 @@ fn threads(f: &Figure) -> u64 {
         .unwrap_or(0)
 }
 
-/// `x% of C` for a figure with a ceiling.
+/// `x% of C` for a figure with a ceiling (the share as every table gives it: never above
+/// 100%).
 fn ceiling_part(f: &Figure) -> Option<String> {
     let c = f.ceiling.as_ref()?;
-    Some(format!(
-        "{:.0}% of {}",
-        c.ratio.unwrap_or(0.0) * 100.0,
-        fmt3(c.value)
-    ))
+    Some(format!("{} of {}", ratio_cell(f), fmt3(c.value)))
 }
 
 /// The table for one path: every mode and thread count, with ceilings and the cache-drop
@@ -61,21 +58,7 @@ pub fn path_table(report: &Report, path: &str) -> String {
         let mut of_mode: Vec<&&Figure> = figs.iter().filter(|f| f.metric == mode.name()).collect();
         of_mode.sort_by_key(|f| threads(f));
         for f in of_mode {
-            let (cv, cr) = match &f.ceiling {
-                Some(c) => (
-                    fmt3(c.value),
-                    format!("{:.0}%", c.ratio.unwrap_or(0.0) * 100.0),
-                ),
-                None => ("-".into(), "-".into()),
-            };
-            rows.push(vec![
-                mode.label().to_string(),
-                threads(f).to_string(),
-                fmt3(f.summary.median),
-                format!("{}–{}", fmt3(f.summary.min), fmt3(f.summary.max)),
-                cv,
-                cr,
-            ]);
+            rows.push(fs_path_row(mode, f));
             if let Some(m) = &f.method {
                 let note = format!("{}: {m}", mode.label());
                 if !notes.contains(&note) {
@@ -97,17 +80,7 @@ pub fn path_table(report: &Report, path: &str) -> String {
     out.push_str(&format!(
         "one {fsz} file per thread, {rec} records, GB/s = total bytes / (last finish - first start)\n"
     ));
-    out.push_str(&render(
-        &[
-            "mode",
-            "threads",
-            "GB/s",
-            "min–max",
-            "ceiling GB/s",
-            "of ceiling",
-        ],
-        &rows,
-    ));
+    out.push_str(&render(&FS_PATH_HEADERS, &rows));
     for n in notes {
         out.push_str(&format!("  {n}\n"));
     }
