@@ -76,24 +76,21 @@ pub struct FsArgs {
     cache_drop: DropArg,
     #[command(flatten)]
     pub(crate) common: CommonArgs,
-    /// Directories this process created for the default suite, removed at the end.
-    #[arg(skip)]
-    remove_after: Vec<PathBuf>,
 }
 
 impl FsArgs {
     /// The quick variant run by plain `accio bench`: a fresh directory under the temporary
     /// directory (removed afterwards) and /dev/shm.
-    pub fn default_suite(common: &CommonArgs) -> anyhow::Result<FsArgs> {
-        let tmp = std::env::temp_dir().join(format!("accio-bench.{}", std::process::id()));
-        std::fs::create_dir_all(&tmp)
-            .with_context(|| format!("creating the temporary directory {}", tmp.display()))?;
-        let mut paths = vec![tmp.clone()];
+    pub fn default_suite(common: &CommonArgs) -> FsArgs {
+        // The temporary directory itself: the bench makes (and removes) its own test
+        // directory inside it, and the path stays the same from one run to the next, so
+        // that `accio compare` matches the figures.
+        let mut paths = vec![std::env::temp_dir()];
         let shm = PathBuf::from("/dev/shm");
         if shm.is_dir() {
             paths.push(shm);
         }
-        Ok(FsArgs {
+        FsArgs {
             paths,
             modes: None,
             threads: None,
@@ -108,8 +105,7 @@ impl FsArgs {
                 quick: true,
                 ..common.clone()
             },
-            remove_after: vec![tmp],
-        })
+        }
     }
 
     /// Bytes per file (what `--file-size` sets); used by the default suite's presets.
@@ -228,14 +224,6 @@ pub(crate) fn run_fs_with(
         if !paths.is_empty() {
             println!("Summary (after Colfax 2014, Table 1)");
             println!("{}", accio_report::text::fs::summary_table(report));
-        }
-    }
-    for dir in &args.remove_after {
-        if let Err(e) = std::fs::remove_dir_all(dir) {
-            events(Event::Note(&format!(
-                "could not remove {}: {e}",
-                dir.display()
-            )));
         }
     }
     match result {

@@ -215,20 +215,15 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     // bench prints "ignores --sizes" for a flag meant for another.
     let mut mem = bench_fs::MemArgs::default_suite(&common);
     mem.common.backend = None;
-    let fs = bench_fs::FsArgs::default_suite(&common).map(|mut a| {
-        a.common.backend = None;
-        a.common.sizes = None;
-        a
-    });
+    let mut fs = bench_fs::FsArgs::default_suite(&common);
+    fs.common.backend = None;
+    fs.common.sizes = None;
+    match preset {
+        Preset::Quick => fs.set_file_size(QUICK_FILE_SIZE),
+        Preset::Default => {}
+        Preset::Full => fs.common.quick = false,
+    }
     let mut transport = bench_transport::TransportArgs::default_suite(&common);
-    let fs = fs.map(|mut a| {
-        match preset {
-            Preset::Quick => a.set_file_size(QUICK_FILE_SIZE),
-            Preset::Default => {}
-            Preset::Full => a.common.quick = false,
-        }
-        a
-    });
     match preset {
         Preset::Quick => {
             if mem.common.sizes.is_none() {
@@ -262,7 +257,7 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     // fs
     {
         let p = Progress::start(tty, 2, steps, "fs");
-        let r = fs.and_then(|a| bench_fs::run_fs_with(a, &mut rec, &mut |e| p.event(e), false));
+        let r = bench_fs::run_fs_with(fs, &mut rec, &mut |e| p.event(e), false);
         outcomes.push(finish(p, "fs", r, &rec));
         interrupted |= cancel::interrupted();
     }

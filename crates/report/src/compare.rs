@@ -57,12 +57,12 @@ pub struct Comparison<'a> {
 /// several) and judges each change; `threshold` is the smallest relative change that
 /// counts (e.g. [`DEFAULT_THRESHOLD`]).
 pub fn compare<'a>(old: &'a Report, new: &'a Report, threshold: f64) -> Comparison<'a> {
-    let last = |r: &'a Report, key: &str| r.figures.iter().rev().find(|f| run_key(f) == key);
+    let last = |r: &'a Report, key: &str| r.figures.iter().rev().find(|f| f.key() == key);
     let mut changes = Vec::new();
     let mut only_new = Vec::new();
     let mut seen: Vec<String> = Vec::new();
     for n in &new.figures {
-        let key = run_key(n);
+        let key = n.key();
         if seen.contains(&key) {
             continue;
         }
@@ -75,8 +75,8 @@ pub fn compare<'a>(old: &'a Report, new: &'a Report, threshold: f64) -> Comparis
     }
     let mut only_old: Vec<&Figure> = Vec::new();
     for o in &old.figures {
-        let key = run_key(o);
-        if !seen.contains(&key) && !only_old.iter().any(|f| run_key(f) == key) {
+        let key = o.key();
+        if !seen.contains(&key) && !only_old.iter().any(|f| f.key() == key) {
             only_old.push(o);
         }
     }
@@ -85,21 +85,6 @@ pub fn compare<'a>(old: &'a Report, new: &'a Report, threshold: f64) -> Comparis
         only_old,
         only_new,
     }
-}
-
-/// A figure's [key](Figure::key) as two runs share it: the default suite measures a fresh
-/// temporary directory named after its process (`/tmp/accio-bench.4242`), which is the
-/// same place from one run to the next.
-fn run_key(f: &Figure) -> String {
-    let key = f.key();
-    let Some(at) = key.find("accio-bench.") else {
-        return key;
-    };
-    let digits = at + "accio-bench.".len();
-    let end = key[digits..]
-        .find(|c: char| !c.is_ascii_digit())
-        .map_or(key.len(), |e| digits + e);
-    format!("{}accio-bench.*{}", &key[..digits - 1], &key[end..])
 }
 
 fn change<'a>(old: &'a Figure, new: &'a Figure, threshold: f64) -> Change<'a> {
@@ -220,17 +205,6 @@ mod tests {
             .push(fig("stream_bw", Unit::GBps, 8, &[1.0, 2.0, 3.0]));
         new.figures
             .push(fig("stream_bw", Unit::GBps, 8, &[2.5, 3.0, 4.0]));
-        // The suite's temporary directory differs by process id only: the same figure.
-        let tmp = |dir: &str, s: &[f64]| {
-            Figure::new("fs", "write", Unit::GBps, s.to_vec())
-                .unwrap()
-                .param("path", dir)
-                .param("threads", 2)
-        };
-        old.figures
-            .push(tmp("/tmp/accio-bench.101", &[1.0, 1.0, 1.0]));
-        new.figures
-            .push(tmp("/tmp/accio-bench.2024", &[1.0, 1.0, 1.0]));
         // One figure each run alone.
         old.figures.push(fig("latency", Unit::Micros, 64, &[1.0]));
         new.figures.push(fig("latency", Unit::Micros, 128, &[1.0]));
@@ -247,7 +221,6 @@ mod tests {
                 (2.0, Verdict::Better),
                 (0.5, Verdict::Worse),
                 (1.5, Verdict::Same),
-                (1.0, Verdict::Same),
                 (1.02, Verdict::Same)
             ]
         );
@@ -257,7 +230,7 @@ mod tests {
         assert!(t.contains("shm latency 8") && t.contains("WORSE"), "{t}");
         assert!(
             t.ends_with(
-                "5 figures compared: 1 better, 1 worse, 3 within noise; 1 only in the old run, \
+                "4 figures compared: 1 better, 1 worse, 2 within noise; 1 only in the old run, \
                  1 only in the new one\n"
             ),
             "{t}"
