@@ -79,8 +79,8 @@ pub struct FsArgs {
 }
 
 impl FsArgs {
-    /// The quick variant run by plain `accio bench`: a fresh directory under the temporary
-    /// directory (removed afterwards) and /dev/shm.
+    /// The quick variant run by plain `accio bench`: the temporary directory and /dev/shm
+    /// (the bench writes in a test directory of its own inside each, removed afterwards).
     pub fn default_suite(common: &CommonArgs) -> FsArgs {
         // The temporary directory itself: the bench makes (and removes) its own test
         // directory inside it, and the path stays the same from one run to the next, so
