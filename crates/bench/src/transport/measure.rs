@@ -58,11 +58,11 @@ pub fn run(
     } else {
         REGISTER_SIZES.len()
     };
-    // Per backend: four figures per size (memcpy, latency, stream, RMA), the connection,
-    // and registration and unregistration per registration size, and the latency floor.
+    // Per backend: five figures per size (memcpy, latency floor, latency, stream, RMA),
+    // the connection, and registration and unregistration per registration size.
     events(Event::Started {
         bench: BENCH,
-        total: (backends.len() * (sizes.len() * 4 + 2 + reg * 2)) as u64,
+        total: (backends.len() * (sizes.len() * 5 + 1 + reg * 2)) as u64,
     });
     let mut cpus = if opts.pin { os::pick_cpus() } else { None };
     let _affinity = match cpus.map(|(d, _)| os::AffinityGuard::pin(d)).transpose() {
@@ -130,18 +130,21 @@ pub(super) struct Floor {
 }
 
 /// Measures and records the latency floor between the driver's and the peer's cores
-/// ([`crate::floors`]): a raw loopback socket hop for tcp, a cache line's hop for the
+/// ([`crate::floors`]) just before the latency figure of `size`, in the same phase of the
+/// machine (a floor taken once per backend read 0.21 us in a slow phase and 0.05 us in a
+/// fast one of the same run): a raw loopback socket hop for tcp, a cache line's hop for the
 /// others (shared memory). The peer process is idle meanwhile (blocked in `recv`).
 fn measure_floor(
     cx: &Context<'_>,
     backend: &str,
+    size: u64,
     rec: &mut Recorder,
     events: &mut dyn FnMut(Event<'_>),
 ) -> Result<Option<Floor>, BenchError> {
     let (samples, batch) = if cx.opts.quick {
         (5, Duration::from_millis(10))
     } else {
-        (7, Duration::from_millis(30))
+        (5, Duration::from_millis(20))
     };
     let (name, values, how) = if backend == "tcp" {
         let v = floors::loopback_socket_one_way_us(cx.cpus, samples, batch)
@@ -163,8 +166,9 @@ fn measure_floor(
     let Some(fig) = base_figure(metric::LATENCY_FLOOR, Unit::Micros, values, backend) else {
         return Ok(None);
     };
-    let fig = fig.method(format!(
-        "{how} ({}); {samples} batches of ~{} ms; sample = mean round trip / 2",
+    let fig = fig.param("size", size).method(format!(
+        "{how} ({}), measured just before the latency of this size; {samples} batches of \
+         ~{} ms; sample = mean round trip / 2",
         cx.pinning(),
         batch.as_millis()
     ));
@@ -289,8 +293,6 @@ pub(super) fn measure_backend(
     let backend = s.backend.clone();
     let b = backend.as_str();
     let pin = cx.pinning();
-    check_interrupt(b, "latency floor")?;
-    let floor = measure_floor(cx, b, rec, events)?;
     for &size in cx.sizes {
         let plan = Plan::for_size(size, cx.opts.quick, cx.opts.repetitions);
         let z = format_size(size);
@@ -302,6 +304,8 @@ pub(super) fn measure_backend(
         let mut latency: Option<Figure> = None;
         let mut bandwidths: Vec<Figure> = Vec::new();
 
+        check_interrupt(b, &format!("latency floor {z}"))?;
+        let floor = measure_floor(cx, b, size, rec, events)?;
         let scenario = format!("latency {z}");
         check_interrupt(b, &scenario)?;
         let r = driver::latency(&link(s), n, &plan);

@@ -130,11 +130,12 @@ fn all_scenarios_run_against_an_in_process_peer() {
     let stream = r.select(BENCH, metric::STREAM_BW).nth(1).unwrap();
     let c = stream.ceiling.as_ref().unwrap();
     assert_eq!((c.name.as_str(), c.value), ("memcpy 5000, 1 thread", gbps));
-    // Latency floor: the hop between the two cores, measured once for the backend, plus
-    // one 5000-byte copy at that bandwidth.
+    // Latency floor: the hop between the two cores, measured just before each size's
+    // latency, plus one 5000-byte copy at that bandwidth.
     let floor: Vec<&Figure> = r.select(BENCH, metric::LATENCY_FLOOR).collect();
-    assert_eq!(floor.len(), 1);
-    let hop = floor[0].summary.min;
+    assert_eq!(floor.len(), 2);
+    assert_eq!(floor[1].param_u64("size"), Some(5000));
+    let hop = floor[1].summary.min;
     assert!(hop > 0.0);
     let lat = r.select(BENCH, metric::LATENCY).nth(1).unwrap();
     let c = lat.ceiling.as_ref().unwrap();
