@@ -72,6 +72,18 @@ pub fn ratio_cell(f: &Figure) -> String {
     }
 }
 
+/// The figure's share of its ceiling as a factor, never above 1 (`0.52x`; `≈1x` past it
+/// within the noise, `beyond!` beyond it), or `-`: [`ratio_cell`] for tables that read
+/// ratios as factors.
+pub fn ratio_x(f: &Figure) -> String {
+    match f.ceiling.as_ref().and_then(|c| c.ratio) {
+        None => "-".into(),
+        Some(_) if f.beyond_ceiling() => "beyond!".into(),
+        Some(r) if r > 1.0 => "≈1x".into(),
+        Some(r) => format!("{}x", fmt_small(r)),
+    }
+}
+
 /// `memcpy 2M, 1 thread = 10.5 GB/s`, marked `(theoretical)` when it was not measured in
 /// the run; without a ceiling, why the rule gives none (`none: bounded by the device`), or
 /// `-` for a kind the rule does not know.

@@ -16,7 +16,7 @@ pub(crate) mod types;
 use cells::has_matrix_params;
 pub use cells::{
     ceiling_cell, cpu, cpu_details, fs_paths, huge_pages, is_fs_bench, link, link_name, med_range,
-    percent, ratio_cell, utc,
+    percent, ratio_cell, ratio_x, utc,
 };
 use generic::{generic_section, methods_section};
 pub use mem_fs::mem_table;

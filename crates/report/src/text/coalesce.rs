@@ -9,6 +9,7 @@ use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
 use super::table::render;
+use crate::doc::ratio_x;
 
 use accio_results::metric::coalesce::{self as metric, BENCH};
 
@@ -56,12 +57,8 @@ pub fn describe(f: &Figure) -> String {
         who.push("messages".into());
     }
     let mut line = format!("{}: {} {}", who.join(" "), median_range(&f.summary), f.unit);
-    if let Some(r) = f
-        .ceiling
-        .as_ref()
-        .and_then(|c| c.ratio.map(|r| (r, &c.name)))
-    {
-        line.push_str(&format!(", {}x {}", fmt3(r.0), r.1));
+    if let Some(c) = f.ceiling.as_ref().filter(|c| c.ratio.is_some()) {
+        line.push_str(&format!(", {} {}", ratio_x(f), c.name));
     }
     if let Some(t) = num(f, "avg_transfer_bytes") {
         line.push_str(&format!(", {} per transfer", bytes(t)));
@@ -134,9 +131,7 @@ pub fn render_tables(r: &Report) -> String {
                 format_size(num(f, "footprint").unwrap_or(0.0) as u64),
                 median_range(&f.summary),
                 bw.map_or_else(|| "-".into(), |b| fmt3(b.summary.median * 1e3)),
-                bw.and_then(|b| b.ceiling.as_ref())
-                    .and_then(|c| c.ratio)
-                    .map_or_else(|| "-".into(), |x| format!("{}x", fmt3(x))),
+                bw.map_or_else(|| "-".into(), ratio_x),
                 num(f, "avg_transfer_bytes").map_or_else(|| "-".into(), bytes),
                 num(f, "dedup").map_or_else(|| "-".into(), |d| format!("{}x", fmt3(d))),
                 speedup,

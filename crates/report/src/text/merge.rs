@@ -6,6 +6,7 @@ use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
 use super::table::render;
+use crate::doc::ratio_cell;
 
 /// The merge figures of `report` as a table: throughput beside the ceiling, the share of
 /// the time the merger thread spent writing (and its rate meanwhile), the naive
@@ -34,8 +35,7 @@ pub fn render_table(report: &Report) -> String {
             ),
             median_range(&f.summary),
             c.map_or("-".into(), |c| fmt3(c.value)),
-            c.and_then(|c| c.ratio)
-                .map_or("-".into(), |r| format!("{:.0}%", r * 100.0)),
+            ratio_cell(f),
             match (
                 f.param_f64("merger_writing_share"),
                 f.param_f64("merger_write_gbps"),

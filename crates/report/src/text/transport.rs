@@ -6,10 +6,11 @@
 
 use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{Figure, Report, Unit};
-use accio_results::num::{fmt3, fmt_small, median_range};
+use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
 use super::table::render_fit;
+use crate::doc::ratio_x;
 
 use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
@@ -32,8 +33,8 @@ pub fn describe(f: &Figure) -> String {
     }
     let mut line = format!("{}: {} {}", who.join(" "), median_range(&f.summary), f.unit);
     if let Some(c) = &f.ceiling {
-        if let Some(r) = c.ratio {
-            line.push_str(&format!(", {}x {}", fmt_small(r), c.name));
+        if c.ratio.is_some() {
+            line.push_str(&format!(", {} {}", ratio_x(f), c.name));
         }
     }
     line
@@ -91,9 +92,7 @@ fn cell(f: Option<&Figure>) -> String {
 }
 
 fn ratio_cell(f: Option<&Figure>) -> String {
-    f.and_then(|f| f.ceiling.as_ref())
-        .and_then(|c| c.ratio)
-        .map_or_else(|| "-".to_string(), |r| format!("{}x", fmt_small(r)))
+    f.map_or_else(|| "-".to_string(), ratio_x)
 }
 
 /// Backends with transport figures, in the order they were measured.
@@ -213,6 +212,7 @@ pub fn render_tables_fit(report: &Report, width: usize) -> String {
 mod tests {
     use super::*;
     use accio_results::model::CeilingSource;
+    use accio_results::num::fmt_small;
 
     fn fig(metric: &str, unit: Unit, backend: Option<&str>, size: u64, s: &[f64]) -> Figure {
         let f = Figure::new(BENCH, metric, unit, s.to_vec())
@@ -352,7 +352,7 @@ mod tests {
         .ceiling("memcpy 4K, 1 thread", 1.5, CeilingSource::Measured);
         assert_eq!(
             describe(&f),
-            "tcp stream_bw 4K: 2.00 (1.00–4.00) GB/s, 1.33x memcpy 4K, 1 thread"
+            "tcp stream_bw 4K: 2.00 (1.00–4.00) GB/s, ≈1x memcpy 4K, 1 thread"
         );
         let h = hazards(&f);
         assert_eq!(h.len(), 2);
