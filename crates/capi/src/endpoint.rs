@@ -1,0 +1,647 @@
+//! Listeners, endpoints, registered windows, RMA and fences.
+
+use std::ffi::c_char;
+use std::sync::{Mutex, PoisonError};
+use std::time::Duration;
+
+use accio::{Access, Endpoint, Listener, RmaFlags, Window};
+
+use crate::{
+    accio_status, bytes, bytes_mut, c_str, destroy, guard, into_handle, need, obj, put, put_text,
+    timeout, CResult, Failure, Object,
+};
+
+/// The peer may read the window (`read_from`).
+pub const ACCIO_ACCESS_READ: u32 = 1;
+/// The peer may write the window (`write_to`, `fence_signal`).
+pub const ACCIO_ACCESS_WRITE: u32 = 2;
+/// The peer may read and write the window.
+pub const ACCIO_ACCESS_READ_WRITE: u32 = 3;
+
+/// RMA flag: return only once the data is in the peer's window (SCIF's `SCIF_RMA_SYNC`).
+/// Without it a write may return once the source was consumed; a fence awaits completion.
+pub const ACCIO_RMA_SYNC: u32 = 1;
+
+/// A bound address accepting connections (from `accio_listener_create`).
+pub struct accio_listener {
+    _opaque: [u8; 0],
+}
+
+/// One end of a connection (from `accio_endpoint_connect` or `accio_listener_accept`).
+/// Every call may come from any thread; sends are serialized whole, and so are receives.
+pub struct accio_endpoint {
+    _opaque: [u8; 0],
+}
+
+/// A registered window: memory the peer reaches with RMA (from `accio_window_register`).
+pub struct accio_window {
+    _opaque: [u8; 0],
+}
+
+/// One 8-byte store of `accio_endpoint_fence_signal`: `value` at window offset `offset`
+/// (8-byte aligned).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct accio_signal {
+    /// Offset in the registered address space (local or the peer's).
+    pub offset: u64,
+    /// The value stored.
+    pub value: u64,
+}
+
+pub(crate) struct ListenerObj(Box<dyn Listener>);
+
+impl Object for ListenerObj {
+    const MAGIC: u64 = 0x6c73_6e72_6163_6331; // "accio listener"
+    const NAME: &'static str = "accio_listener";
+    type Opaque = accio_listener;
+}
+
+/// A received message that did not fit the caller's buffer: kept for the next call.
+#[derive(Default)]
+struct Inbox {
+    buf: Vec<u8>,
+    pending: Option<usize>,
+}
+
+pub(crate) struct EndpointObj {
+    ep: Box<dyn Endpoint>,
+    inbox: Mutex<Inbox>,
+}
+
+impl Object for EndpointObj {
+    const MAGIC: u64 = 0x656e_6470_6163_6332;
+    const NAME: &'static str = "accio_endpoint";
+    type Opaque = accio_endpoint;
+}
+
+pub(crate) struct WindowObj(Window);
+
+impl Object for WindowObj {
+    const MAGIC: u64 = 0x7769_6e64_6163_6333;
+    const NAME: &'static str = "accio_window";
+    type Opaque = accio_window;
+}
+
+fn endpoint_handle(ep: Box<dyn Endpoint>) -> *mut accio_endpoint {
+    into_handle(EndpointObj {
+        ep,
+        inbox: Mutex::new(Inbox::default()),
+    })
+}
+
+fn rma_flags(op: &str, flags: u32) -> CResult<RmaFlags> {
+    if flags & !ACCIO_RMA_SYNC != 0 {
+        return Err(Failure::invalid(
+            op,
+            format!("unknown RMA flag bits {:#x}", flags & !ACCIO_RMA_SYNC),
+        ));
+    }
+    Ok(RmaFlags {
+        sync: flags & ACCIO_RMA_SYNC != 0,
+    })
+}
+
+/// A word offset inside a window: 8-byte aligned (checked here to name the C call).
+fn usize_at(op: &str, at: usize) -> CResult<usize> {
+    if at.is_multiple_of(8) {
+        Ok(at)
+    } else {
+        Err(Failure::invalid(
+            op,
+            format!("offset {at} is not 8-byte aligned"),
+        ))
+    }
+}
+
+// ---- listeners -----------------------------------------------------------------------
+
+/// Listens on `addr` (`"shm://NAME"` or `"tcp://HOST:PORT"`; `"tcp://127.0.0.1:0"` picks
+/// a free port, see `accio_listener_addr`) and stores the listener in `*out`.
+///
+/// # Safety
+/// `addr` is a NUL-terminated string; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_listener_create(
+    addr: *const c_char,
+    out: *mut *mut accio_listener,
+) -> accio_status {
+    const OP: &str = "accio_listener_create";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        // SAFETY: the caller's contract.
+        let addr = unsafe { c_str(OP, "addr", addr)? };
+        let l = accio::listen(addr)?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, into_handle(ListenerObj(l))) }
+    })
+}
+
+/// Copies the listener's bound address (with the real port) into `buf` (`cap` bytes, NUL
+/// included) and its length into `*len` (may be NULL). Fails with
+/// `ACCIO_BUFFER_TOO_SMALL` (length stored) when it does not fit.
+///
+/// # Safety
+/// `listener` is a live listener; `buf` is writable for `cap` bytes; `len` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_listener_addr(
+    listener: *const accio_listener,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> accio_status {
+    const OP: &str = "accio_listener_addr";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let l = unsafe { obj::<ListenerObj>(OP, listener)? };
+        let text = l.0.local_addr().to_string();
+        // SAFETY: the caller's contract.
+        unsafe { put_text(OP, &text, buf, cap, len) }
+    })
+}
+
+/// Waits at most `timeout_ms` (negative: forever) for the next connection and stores its
+/// endpoint in `*out`.
+///
+/// # Safety
+/// `listener` is a live listener; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_listener_accept(
+    listener: *const accio_listener,
+    timeout_ms: i64,
+    out: *mut *mut accio_endpoint,
+) -> accio_status {
+    const OP: &str = "accio_listener_accept";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        // SAFETY: the caller's contract.
+        let l = unsafe { obj::<ListenerObj>(OP, listener)? };
+        let ep = l.0.accept(timeout(timeout_ms))?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, endpoint_handle(ep)) }
+    })
+}
+
+/// Stops listening and frees the listener (NULL is ignored). Accepted endpoints live on.
+///
+/// # Safety
+/// `listener` is NULL or a live listener, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn accio_listener_destroy(listener: *mut accio_listener) -> accio_status {
+    // SAFETY: the caller's contract.
+    unsafe { destroy::<ListenerObj>("accio_listener_destroy", listener) }
+}
+
+// ---- endpoints -----------------------------------------------------------------------
+
+/// Connects to the listener at `addr`, giving up after `timeout_ms` (negative: forever),
+/// and stores the endpoint in `*out`.
+///
+/// # Safety
+/// `addr` is a NUL-terminated string; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_connect(
+    addr: *const c_char,
+    timeout_ms: i64,
+    out: *mut *mut accio_endpoint,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_connect";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        // SAFETY: the caller's contract.
+        let addr = unsafe { c_str(OP, "addr", addr)? };
+        // A connect without a deadline still needs one for the backend: a year is forever.
+        let t = timeout(timeout_ms).unwrap_or(Duration::from_secs(365 * 24 * 3600));
+        let ep = accio::connect(addr, t)?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, endpoint_handle(ep)) }
+    })
+}
+
+/// Closes the connection and frees the endpoint (NULL is ignored). The peer's blocked
+/// calls fail with `ACCIO_PEER_GONE`. Windows registered on it stay readable through their
+/// own handles until `accio_window_destroy`.
+///
+/// # Safety
+/// `endpoint` is NULL or a live endpoint that no other thread uses, not used again.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_destroy(endpoint: *mut accio_endpoint) -> accio_status {
+    // SAFETY: the caller's contract.
+    unsafe { destroy::<EndpointObj>("accio_endpoint_destroy", endpoint) }
+}
+
+/// Copies the peer's address into `buf` (`cap` bytes, NUL included) and its length into
+/// `*len` (may be NULL); `ACCIO_BUFFER_TOO_SMALL` (length stored) when it does not fit.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `buf` is writable for `cap` bytes; `len` is NULL or
+/// writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_peer_addr(
+    endpoint: *const accio_endpoint,
+    buf: *mut c_char,
+    cap: usize,
+    len: *mut usize,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_peer_addr";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let text = e.ep.peer_addr().to_string();
+        // SAFETY: the caller's contract.
+        unsafe { put_text(OP, &text, buf, cap, len) }
+    })
+}
+
+/// Sends one message of `len` bytes (0 allowed, `data` may then be NULL), waiting for
+/// room as long as needed.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `data` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_send(
+    endpoint: *const accio_endpoint,
+    data: *const u8,
+    len: usize,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_send";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let msg = unsafe { bytes(OP, "data", data, len)? };
+        Ok(e.ep.send(msg)?)
+    })
+}
+
+/// Receives the next message into `buf` (`cap` bytes) and stores its length in `*len`,
+/// waiting at most `timeout_ms` (negative: forever; `ACCIO_TIMEOUT` consumes nothing).
+/// A message longer than `cap` is kept: the call stores its length in `*len` and fails
+/// with `ACCIO_BUFFER_TOO_SMALL`, and the next call returns it.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `buf` is writable for `cap` bytes; `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_recv(
+    endpoint: *const accio_endpoint,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+    timeout_ms: i64,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_recv";
+    guard(OP, || {
+        need(OP, "len", len)?;
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let dst = unsafe { bytes_mut(OP, "buf", buf, cap)? };
+        // The lock serializes receivers (the contract does too) and guards a kept message.
+        let mut inbox = e.inbox.lock().unwrap_or_else(PoisonError::into_inner);
+        let inbox = &mut *inbox;
+        let n = match inbox.pending {
+            Some(n) => n,
+            None => {
+                let n = e.ep.recv_timeout(&mut inbox.buf, timeout(timeout_ms))?;
+                inbox.pending = Some(n);
+                n
+            }
+        };
+        // SAFETY: len checked non-NULL above; writable by contract.
+        unsafe { put(OP, "len", len, n)? };
+        if n > dst.len() {
+            return Err(Failure::new(
+                accio_status::ACCIO_BUFFER_TOO_SMALL,
+                format!(
+                    "{OP}: the message from {} has {n} bytes, the buffer {cap}; it is kept \
+                     for the next call",
+                    e.ep.peer_addr()
+                ),
+            ));
+        }
+        accio::copy_slice(&mut dst[..n], &inbox.buf[..n]);
+        inbox.pending = None;
+        Ok(())
+    })
+}
+
+/// Withdraws the window registered at `offset`: later peer RMA to it fails. Its memory
+/// stays valid while its `accio_window` handle lives.
+///
+/// # Safety
+/// `endpoint` is a live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_unregister(
+    endpoint: *const accio_endpoint,
+    offset: u64,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_unregister";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        Ok(e.ep.unregister(offset)?)
+    })
+}
+
+/// Copies `len` bytes at local registered offset `local_off` to the peer's offset
+/// `remote_off` (`flags`: 0 or `ACCIO_RMA_SYNC`).
+///
+/// # Safety
+/// `endpoint` is a live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_write_to(
+    endpoint: *const accio_endpoint,
+    local_off: u64,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_write_to";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        Ok(e.ep.write_to(local_off, len, remote_off, rma_flags(OP, flags)?)?)
+    })
+}
+
+/// Copies `len` bytes at the peer's offset `remote_off` to local registered offset
+/// `local_off`; returns when they are in local memory.
+///
+/// # Safety
+/// `endpoint` is a live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_read_from(
+    endpoint: *const accio_endpoint,
+    local_off: u64,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_read_from";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        Ok(e.ep.read_from(local_off, len, remote_off, rma_flags(OP, flags)?)?)
+    })
+}
+
+/// Copies `len` bytes of any local memory at `src` to the peer's offset `remote_off`.
+/// `src` may be reused when the call returns.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `src` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_vwrite_to(
+    endpoint: *const accio_endpoint,
+    src: *const u8,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_vwrite_to";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let src = unsafe { bytes(OP, "src", src, len)? };
+        Ok(e.ep.vwrite_to(src, remote_off, rma_flags(OP, flags)?)?)
+    })
+}
+
+/// Copies `len` bytes at the peer's offset `remote_off` into any local memory at `dst`.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `dst` is writable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_vread_from(
+    endpoint: *const accio_endpoint,
+    dst: *mut u8,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_vread_from";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let dst = unsafe { bytes_mut(OP, "dst", dst, len)? };
+        Ok(e.ep.vread_from(dst, remote_off, rma_flags(OP, flags)?)?)
+    })
+}
+
+/// Stores in `*mark` a mark naming every RMA whose call returned before this one.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `mark` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_fence_mark(
+    endpoint: *const accio_endpoint,
+    mark: *mut u64,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_fence_mark";
+    guard(OP, || {
+        need(OP, "mark", mark)?;
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let m = e.ep.fence_mark()?;
+        // SAFETY: mark checked non-NULL above; writable by contract.
+        unsafe { put(OP, "mark", mark, m.0) }
+    })
+}
+
+/// Waits until every RMA named by `mark` (from `accio_endpoint_fence_mark`) completed.
+///
+/// # Safety
+/// `endpoint` is a live endpoint.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_fence_wait(
+    endpoint: *const accio_endpoint,
+    mark: u64,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_fence_wait";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        Ok(e.ep.fence_wait(accio::Mark(mark))?)
+    })
+}
+
+/// After every earlier RMA completed, stores `local->value` at local offset
+/// `local->offset` and `remote->value` at the peer's `remote->offset` (either may be
+/// NULL; offsets 8-byte aligned; the remote window needs `ACCIO_ACCESS_WRITE`). A peer
+/// that sees the value (`accio_window_wait_u64`) also sees the data.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `local` and `remote` are NULL or readable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_fence_signal(
+    endpoint: *const accio_endpoint,
+    local: *const accio_signal,
+    remote: *const accio_signal,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_fence_signal";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: NULL or readable by the caller's contract.
+        let (l, r) = unsafe { (local.as_ref(), remote.as_ref()) };
+        Ok(e.ep.fence_signal(
+            l.map(|s| (s.offset, s.value)),
+            r.map(|s| (s.offset, s.value)),
+        )?)
+    })
+}
+
+// ---- windows -------------------------------------------------------------------------
+
+/// Registers `len` bytes of fresh, zeroed, page-aligned memory on `endpoint` as a window
+/// the peer may access with `access` (`ACCIO_ACCESS_*`) and stores its handle in `*out`.
+/// Send its offset (`accio_window_offset`) to the peer in a message.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_register(
+    endpoint: *const accio_endpoint,
+    len: usize,
+    access: u32,
+    out: *mut *mut accio_window,
+) -> accio_status {
+    const OP: &str = "accio_window_register";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let access = u8::try_from(access)
+            .ok()
+            .and_then(Access::from_bits)
+            .ok_or_else(|| Failure::invalid(OP, format!("unknown access bits {access:#x}")))?;
+        let w = e.ep.register(len, access)?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, into_handle(WindowObj(w))) }
+    })
+}
+
+/// Stores the window's offset in its endpoint's registered address space (what the peer
+/// names in RMA) in `*offset`.
+///
+/// # Safety
+/// `window` is a live window; `offset` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_offset(
+    window: *const accio_window,
+    offset: *mut u64,
+) -> accio_status {
+    const OP: &str = "accio_window_offset";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let w = unsafe { obj::<WindowObj>(OP, window)? };
+        // SAFETY: the caller's contract.
+        unsafe { put(OP, "offset", offset, w.0.offset()) }
+    })
+}
+
+/// Stores the start and length of the window's memory in `*ptr` and `*len` (either may
+/// be NULL). The memory stays valid until `accio_window_destroy`, even after unregister.
+/// The peer may write it at any time: synchronize with fences and `accio_window_wait_u64`.
+///
+/// # Safety
+/// `window` is a live window; `ptr` and `len` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_memory(
+    window: *const accio_window,
+    ptr: *mut *mut u8,
+    len: *mut usize,
+) -> accio_status {
+    const OP: &str = "accio_window_memory";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let w = unsafe { obj::<WindowObj>(OP, window)? };
+        if !ptr.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { ptr.write(w.0.as_ptr()) };
+        }
+        if !len.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { len.write(w.0.len()) };
+        }
+        Ok(())
+    })
+}
+
+/// Waits until the 8-byte word at byte `at` of the window (8-byte aligned) equals `value`
+/// (e.g. stored by the peer's `accio_endpoint_fence_signal`), at most `timeout_ms`
+/// (negative: forever).
+///
+/// # Safety
+/// `window` is a live window.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_wait_u64(
+    window: *const accio_window,
+    at: usize,
+    value: u64,
+    timeout_ms: i64,
+) -> accio_status {
+    const OP: &str = "accio_window_wait_u64";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let w = unsafe { obj::<WindowObj>(OP, window)? };
+        Ok(w.0.wait_u64(usize_at(OP, at)?, value, timeout(timeout_ms))?)
+    })
+}
+
+/// Loads the 8-byte word at byte `at` of the window (8-byte aligned, acquire ordering)
+/// into `*value`.
+///
+/// # Safety
+/// `window` is a live window; `value` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_load_u64(
+    window: *const accio_window,
+    at: usize,
+    value: *mut u64,
+) -> accio_status {
+    const OP: &str = "accio_window_load_u64";
+    guard(OP, || {
+        need(OP, "value", value)?;
+        // SAFETY: the caller's contract.
+        let w = unsafe { obj::<WindowObj>(OP, window)? };
+        let v = w.0.load_u64(usize_at(OP, at)?)?;
+        // SAFETY: value checked non-NULL above; writable by contract.
+        unsafe { put(OP, "value", value, v) }
+    })
+}
+
+/// Stores `value` into the 8-byte word at byte `at` of the window (8-byte aligned,
+/// release ordering).
+///
+/// # Safety
+/// `window` is a live window.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_store_u64(
+    window: *const accio_window,
+    at: usize,
+    value: u64,
+) -> accio_status {
+    const OP: &str = "accio_window_store_u64";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let w = unsafe { obj::<WindowObj>(OP, window)? };
+        Ok(w.0.store_u64(usize_at(OP, at)?, value)?)
+    })
+}
+
+/// Frees the window handle (NULL is ignored). It does not unregister the window (see
+/// `accio_endpoint_unregister`); the memory is unmapped once neither the handle nor the
+/// endpoint holds it.
+///
+/// # Safety
+/// `window` is NULL or a live window, not used again; no pointer from
+/// `accio_window_memory` is used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_destroy(window: *mut accio_window) -> accio_status {
+    // SAFETY: the caller's contract.
+    unsafe { destroy::<WindowObj>("accio_window_destroy", window) }
+}
