@@ -1,0 +1,155 @@
+/* Many producer threads writing into ONE merged file through accio's merging file service
+ * (the seed's shape: 60 threads x 100 buffers x 2 MiB), then the file is verified.
+ *
+ *   merge [--producers P] [--blocks F] [--size BYTES] [--budget BYTES] [--addr ADDR]
+ *         [--sync] [--keep] FILE
+ *
+ * Prints one line "merge: P producers x F blocks x S bytes ... GB/s" and, for scripts,
+ * "throughput_bytes_per_s=N". Timed like `accio bench merge`: producers connect and
+ * prepare their buffer first, start together, write F blocks each, finish; the clock
+ * stops when accio_merger_close returned (index written).
+ *
+ * Build: cc merge.c $(pkg-config --cflags --libs accio) -lpthread -o merge
+ */
+#include <accio.h>
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+#define CHECK(call)                                                                    \
+    do {                                                                               \
+        accio_status s_ = (call);                                                      \
+        if (s_ != ACCIO_OK) {                                                          \
+            fprintf(stderr, "%s:%d: %s: %s (%s)\n", __FILE__, __LINE__, #call,         \
+                    accio_last_error_message(), accio_status_name(s_));                \
+            exit(1);                                                                   \
+        }                                                                              \
+    } while (0)
+
+struct worker {
+    pthread_t thread;
+    unsigned id;
+    const char *addr;
+    unsigned long blocks;
+    size_t size;
+    pthread_barrier_t *go;
+    accio_producer_summary summary;
+};
+
+static void *produce(void *arg) {
+    struct worker *w = arg;
+    accio_producer_options o = {.timeout_ms = 60000, .use_id = 1, .id = w->id};
+    accio_producer *p;
+    CHECK(accio_producer_connect(w->addr, &o, &p));
+    /* The same pattern as the Rust bench's producers: every page touched before timing. */
+    uint8_t *src = malloc(w->size);
+    if (!src) { perror("malloc"); exit(1); }
+    for (size_t i = 0; i < w->size; i++) src[i] = (uint8_t)(i * 31 + 1);
+    pthread_barrier_wait(w->go);
+    for (unsigned long b = 0; b < w->blocks; b++)
+        CHECK(accio_producer_write(p, src, w->size, NULL));
+    CHECK(accio_producer_finish(p, &w->summary));
+    free(src);
+    return NULL;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return t.tv_sec + t.tv_nsec * 1e-9;
+}
+
+static size_t size_arg(const char *s) {
+    char *end;
+    double v = strtod(s, &end);
+    switch (*end) {
+    case 'k': case 'K': v *= 1 << 10; break;
+    case 'm': case 'M': v *= 1 << 20; break;
+    case 'g': case 'G': v *= 1 << 30; break;
+    }
+    return (size_t)v;
+}
+
+int main(int argc, char **argv) {
+    unsigned producers = 60;
+    unsigned long blocks = 100;
+    size_t size = 2 << 20, budget = 0;
+    int sync = 0, keep = 0;
+    char addr[256] = "";
+    const char *path = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--producers") && i + 1 < argc) producers = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = strtoul(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = size_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = size_arg(argv[++i]);
+        else if (!strcmp(argv[i], "--addr") && i + 1 < argc) snprintf(addr, sizeof addr, "%s", argv[++i]);
+        else if (!strcmp(argv[i], "--sync")) sync = 1;
+        else if (!strcmp(argv[i], "--keep")) keep = 1;
+        else if (argv[i][0] != '-' && !path) path = argv[i];
+        else { fprintf(stderr, "usage: %s [--producers P] [--blocks F] [--size BYTES] [--budget BYTES] [--addr ADDR] [--sync] [--keep] FILE\n", argv[0]); return 2; }
+    }
+    if (!path || producers == 0 || size == 0) {
+        fprintf(stderr, "merge: need an output FILE, and producers and size above 0\n");
+        return 2;
+    }
+    if (!addr[0]) snprintf(addr, sizeof addr, "shm://accio-c-merge-%d", (int)getpid());
+
+    /* Slots as large as the blocks (rounded up to pages), as the Rust bench does. */
+    accio_merger_options mo = {
+        .budget = budget,
+        .slot_bytes = (size + 4095) / 4096 * 4096,
+        .sync = sync ? ACCIO_SYNC_ON_CLOSE : ACCIO_SYNC_NEVER,
+    };
+    accio_merger *m;
+    CHECK(accio_merger_create(addr, path, &mo, &m));
+    CHECK(accio_merger_addr(m, addr, sizeof addr, NULL));
+
+    pthread_barrier_t go;
+    pthread_barrier_init(&go, NULL, producers + 1);
+    struct worker *ws = calloc(producers, sizeof *ws);
+    for (unsigned i = 0; i < producers; i++) {
+        ws[i] = (struct worker){.id = i, .addr = addr, .blocks = blocks, .size = size, .go = &go};
+        if (pthread_create(&ws[i].thread, NULL, produce, &ws[i])) { perror("pthread_create"); return 1; }
+    }
+    pthread_barrier_wait(&go);
+    double t0 = now();
+    for (unsigned i = 0; i < producers; i++) pthread_join(ws[i].thread, NULL);
+    accio_merge_summary s;
+    CHECK(accio_merger_close(m, &s));
+    double secs = now() - t0;
+
+    unsigned long long want = (unsigned long long)producers * blocks;
+    if (s.blocks != want || s.payload_bytes != want * size || s.producers_finished != producers) {
+        fprintf(stderr, "merge: wrote %llu blocks / %llu bytes for %llu producers, expected %llu / %llu / %u\n",
+                (unsigned long long)s.blocks, (unsigned long long)s.payload_bytes,
+                (unsigned long long)s.producers_finished, want, want * size, producers);
+        return 1;
+    }
+    double rate = s.payload_bytes / secs;
+    printf("merge: %u producers x %lu blocks x %zu bytes into %s in %.3f s: %.2f GB/s\n",
+           producers, blocks, size, path, secs, rate / 1e9);
+    printf("throughput_bytes_per_s=%.0f\n", rate);
+
+    /* Read the file back: closed, every checksum right, every producer's sequence whole. */
+    accio_reader *r;
+    accio_verification v;
+    CHECK(accio_reader_open(path, &r));
+    CHECK(accio_reader_verify(r, &v));
+    if (v.problems || v.blocks != want || v.producers != producers) {
+        fprintf(stderr, "merge: %s is not whole: %llu problems (%s), %llu blocks, %llu producers\n",
+                path, (unsigned long long)v.problems, accio_last_error_message(),
+                (unsigned long long)v.blocks, (unsigned long long)v.producers);
+        return 1;
+    }
+    printf("verified: %llu blocks from %llu producers, every checksum and sequence whole\n",
+           (unsigned long long)v.blocks, (unsigned long long)v.producers);
+    CHECK(accio_reader_destroy(r));
+    if (!keep) unlink(path);
+    free(ws);
+    pthread_barrier_destroy(&go);
+    return 0;
+}
