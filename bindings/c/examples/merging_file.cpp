@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -32,15 +31,15 @@ public:
     explicit ParallelMergingFile(const std::string &server) : producer_(server) {}
 
     void Fill(const Event &e) {
-        if (!buf_ || used_ + sizeof e > buf_->capacity()) Write();
-        if (!buf_) buf_.emplace(producer_.buffer());
-        std::memcpy(buf_->data() + used_, &e, sizeof e);
+        if (buf_ && used_ + sizeof e > buf_.capacity()) Write();
+        if (!buf_) buf_ = producer_.buffer();
+        std::memcpy(buf_.data() + used_, &e, sizeof e);
         used_ += sizeof e;
     }
 
     void Write() {
-        if (buf_ && used_) buf_->commit(used_);
-        buf_.reset();
+        if (buf_ && used_) buf_.commit(used_);
+        buf_.release();
         used_ = 0;
     }
 
@@ -51,7 +50,7 @@ public:
 
 private:
     accio::Producer producer_;
-    std::optional<accio::Buffer> buf_;
+    accio::Buffer buf_;
     size_t used_ = 0;
 };
 

@@ -211,17 +211,31 @@ private:
 
 class Producer;
 
-/// A buffer lent by the merger: fill `data()`, then `commit(len)`. Destroyed uncommitted,
-/// it goes back unused.
+/// A buffer lent by the merger: fill `data()`, then `commit(len)`. Destroyed (or assigned
+/// over) uncommitted, it goes back unused. A default-constructed Buffer holds nothing.
+/// It must not outlive its Producer.
 class Buffer {
 public:
+    Buffer() noexcept = default;
     Buffer(Buffer &&o) noexcept
         : p_(std::exchange(o.p_, nullptr)), data_(o.data_), capacity_(o.capacity_) {}
+    Buffer &operator=(Buffer &&o) noexcept {
+        if (this != &o) {
+            release();
+            p_ = std::exchange(o.p_, nullptr);
+            data_ = o.data_;
+            capacity_ = o.capacity_;
+        }
+        return *this;
+    }
     Buffer(const Buffer &) = delete;
     Buffer &operator=(const Buffer &) = delete;
-    Buffer &operator=(Buffer &&) = delete;
-    ~Buffer() {
-        if (p_) accio_producer_release(p_);
+    ~Buffer() { release(); }
+    /// True while the buffer is lent (not committed or given back).
+    explicit operator bool() const noexcept { return p_ != nullptr; }
+    /// Gives the buffer back uncommitted.
+    void release() noexcept {
+        if (p_) accio_producer_release(std::exchange(p_, nullptr));
     }
     uint8_t *data() const noexcept { return data_; }
     size_t capacity() const noexcept { return capacity_; }
@@ -236,9 +250,9 @@ private:
     friend class Producer;
     Buffer(accio_producer *p, uint8_t *data, size_t capacity)
         : p_(p), data_(data), capacity_(capacity) {}
-    accio_producer *p_;
-    uint8_t *data_;
-    size_t capacity_;
+    accio_producer *p_ = nullptr;
+    uint8_t *data_ = nullptr;
+    size_t capacity_ = 0;
 };
 
 /// One producer's connection to a merger; use it from one thread (open one per thread).
