@@ -5,9 +5,10 @@
  *         [--sync] [--keep] FILE
  *
  * Prints one line "merge: P producers x F blocks x S bytes ... GB/s" and, for scripts,
- * "throughput_bytes_per_s=N". Timed like `accio bench merge`: producers connect and
- * prepare their buffer first, start together, write F blocks each, finish; the clock
- * stops when accio_merger_close returned (index written).
+ * "throughput_bytes_per_s=N". Timed like `accio bench merge --placement threads`:
+ * producers connect and prepare their buffer, the merger registers their first slots, then
+ * they start together and write F blocks each (accio_producer_write: one copy into the
+ * merger's slot on shm) and finish; the clock stops when accio_merger_close returned.
  *
  * Build: cc merge.c $(pkg-config --cflags --libs accio) -lpthread -o merge
  */
@@ -55,6 +56,27 @@ static void *produce(void *arg) {
     CHECK(accio_producer_finish(p, &w->summary));
     free(src);
     return NULL;
+}
+
+/* Waits (at most 30 s) until every producer is connected and the merger has registered
+ * the slots they asked for at connect time, as `accio bench merge` does, so that the clock
+ * measures the merge and not the one-time setup. */
+static void wait_warm(accio_merger *m, unsigned producers) {
+    uint64_t last_slots = UINT64_MAX, last_active = 0;
+    int steady = 0;
+    for (int i = 0; i < 15000; i++) {
+        accio_merger_counters s;
+        CHECK(accio_merger_stats(m, &s));
+        if (s.active == producers && s.slots == last_slots && s.active == last_active) {
+            if (++steady >= 5) return;
+        } else {
+            steady = 0;
+        }
+        last_slots = s.slots;
+        last_active = s.active;
+        struct timespec t = {0, 2000000};
+        nanosleep(&t, NULL);
+    }
 }
 
 static double now(void) {
@@ -115,6 +137,7 @@ int main(int argc, char **argv) {
         ws[i] = (struct worker){.id = i, .addr = addr, .blocks = blocks, .size = size, .go = &go};
         if (pthread_create(&ws[i].thread, NULL, produce, &ws[i])) { perror("pthread_create"); return 1; }
     }
+    wait_warm(m, producers);
     pthread_barrier_wait(&go);
     double t0 = now();
     for (unsigned i = 0; i < producers; i++) pthread_join(ws[i].thread, NULL);

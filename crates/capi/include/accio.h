@@ -127,6 +127,24 @@ typedef struct accio_merger_options {
   uint32_t sync;
 } accio_merger_options;
 
+// Counters of a running merger (`accio_merger_stats`).
+typedef struct accio_merger_counters {
+  // Producers connected now (said hello, not finished or lost).
+  uint64_t active;
+  // Producers that finished normally.
+  uint64_t finished;
+  // Producers lost (died, or hung up without finishing).
+  uint64_t lost;
+  // Blocks written.
+  uint64_t blocks;
+  // Payload bytes written.
+  uint64_t bytes;
+  // Slot windows registered now.
+  uint64_t slots;
+  // Most slot windows registered at once.
+  uint64_t peak_slots;
+} accio_merger_counters;
+
 // What a closed merger wrote (`accio_merger_close`).
 typedef struct accio_merge_summary {
   // Blocks in the file.
@@ -445,6 +463,13 @@ enum accio_status accio_merger_addr(const struct accio_merger *merger,
                                     char *buf,
                                     size_t cap,
                                     size_t *len);
+
+// Stores the merger's current counters in `*stats`.
+//
+// # Safety
+// `merger` is a live merger; `stats` is writable.
+enum accio_status accio_merger_stats(const struct accio_merger *merger,
+                                     struct accio_merger_counters *stats);
 
 // Waits at most `timeout_ms` (negative: forever) until `producers` producers have
 // finished or been lost.

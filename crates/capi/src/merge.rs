@@ -82,6 +82,26 @@ pub struct accio_merge_summary {
     pub producers_lost: u64,
 }
 
+/// Counters of a running merger (`accio_merger_stats`).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default)]
+pub struct accio_merger_counters {
+    /// Producers connected now (said hello, not finished or lost).
+    pub active: u64,
+    /// Producers that finished normally.
+    pub finished: u64,
+    /// Producers lost (died, or hung up without finishing).
+    pub lost: u64,
+    /// Blocks written.
+    pub blocks: u64,
+    /// Payload bytes written.
+    pub bytes: u64,
+    /// Slot windows registered now.
+    pub slots: u64,
+    /// Most slot windows registered at once.
+    pub peak_slots: u64,
+}
+
 /// What a finished producer wrote (`accio_producer_finish`).
 #[repr(C)]
 #[derive(Clone, Copy, Debug, Default)]
@@ -253,6 +273,34 @@ pub unsafe extern "C" fn accio_merger_addr(
         let text = m.0.addr().to_string();
         // SAFETY: the caller's contract.
         unsafe { put_text(OP, &text, buf, cap, len) }
+    })
+}
+
+/// Stores the merger's current counters in `*stats`.
+///
+/// # Safety
+/// `merger` is a live merger; `stats` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_merger_stats(
+    merger: *const accio_merger,
+    stats: *mut accio_merger_counters,
+) -> accio_status {
+    const OP: &str = "accio_merger_stats";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let m = unsafe { obj::<MergerObj>(OP, merger)? };
+        let s = m.0.stats();
+        let out = accio_merger_counters {
+            active: s.active as u64,
+            finished: s.finished as u64,
+            lost: s.lost as u64,
+            blocks: s.blocks,
+            bytes: s.bytes,
+            slots: s.slots as u64,
+            peak_slots: s.peak_slots as u64,
+        };
+        // SAFETY: the caller's contract.
+        unsafe { put(OP, "stats", stats, out) }
     })
 }
 

@@ -375,6 +375,14 @@ fn producers_write_one_merged_file_that_reads_back() {
         for w in workers {
             w.join().unwrap();
         }
+        assert_eq!(accio_merger_wait_done(m, THREADS as usize, 5000), ACCIO_OK);
+        let mut st = accio_merger_counters::default();
+        assert_eq!(accio_merger_stats(m, &mut st), ACCIO_OK);
+        assert_eq!(
+            (st.active, st.finished, st.lost),
+            (0, u64::from(THREADS), 0)
+        );
+        assert_eq!(st.blocks, u64::from(THREADS) * 2 * BLOCKS);
         let mut s = accio_merge_summary::default();
         assert_eq!(accio_merger_close(m, &mut s), ACCIO_OK, "{}", last_error());
         assert_eq!(s.blocks, u64::from(THREADS) * 2 * BLOCKS);
@@ -427,4 +435,22 @@ fn producers_write_one_merged_file_that_reads_back() {
         assert_eq!(accio_reader_destroy(r), ACCIO_OK);
     }
     std::fs::remove_file(&path).unwrap();
+}
+
+#[test]
+fn a_panic_becomes_a_status_and_a_message() {
+    let s = guard("accio_test_call", || panic!("boom {}", 42));
+    assert_eq!(s, ACCIO_PANIC);
+    assert_eq!(
+        last_error(),
+        "accio_test_call: internal error (a bug in accio): boom 42"
+    );
+    // The message is per thread: another thread's failure does not replace it.
+    std::thread::spawn(|| {
+        assert_eq!(last_error(), "");
+        guard("other", || Err(Failure::invalid("other", "x")))
+    })
+    .join()
+    .unwrap();
+    assert!(last_error().starts_with("accio_test_call"));
 }
