@@ -57,4 +57,10 @@ target/release/accio verify "$out"
 echo "== C++: worker threads hand buffers to a merging file (RAII wrappers, accio.hpp)"
 "$work/merging_file" --workers 8 --writes 10 "$work/merging_file.accio"
 
+echo "== the README's C example, as printed there"
+awk '/^## C and C\+\+/ { s = 1 } s && /^```c$/ { f = 1; next } f && /^```$/ { exit } f' README.md > "$work/readme.c"
+[ -s "$work/readme.c" ] || { echo "no C example found under the README's 'C and C++' section" >&2; exit 1; }
+cc -std=c11 "${flags[@]}" "$work/readme.c" $(pkg-config --cflags --libs accio) -o "$work/readme"
+(cd "$work" && ./readme | grep -qx "1 block(s) in out.accio")
+
 echo "c-bindings: ok"
