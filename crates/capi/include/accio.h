@@ -212,8 +212,9 @@ extern "C" {
 // stays valid until the next failing call on this thread; copy it to keep it.
 const char *accio_last_error_message(void);
 
-// The name of a status (`"ACCIO_TIMEOUT"`), a static string.
-const char *accio_status_name(enum accio_status status);
+// The name of a status (`"ACCIO_TIMEOUT"`), a static string; `"ACCIO_UNKNOWN_STATUS"`
+// for a value that is none. Takes an `int` so that any value C passes is valid.
+const char *accio_status_name(int status);
 
 // The library's version (`"0.1.0"`), a static string.
 const char *accio_version(void);

@@ -24,7 +24,7 @@
 #![allow(non_camel_case_types)]
 
 use std::cell::RefCell;
-use std::ffi::{c_char, CStr, CString};
+use std::ffi::{c_char, c_int, CStr, CString};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::time::Duration;
 
@@ -422,32 +422,36 @@ pub extern "C" fn accio_last_error_message() -> *const c_char {
     catch_unwind(|| LAST_ERROR.with(|e| e.borrow().as_ptr())).unwrap_or(c"".as_ptr())
 }
 
-/// The name of a status (`"ACCIO_TIMEOUT"`), a static string.
+/// The name of a status (`"ACCIO_TIMEOUT"`), a static string; `"ACCIO_UNKNOWN_STATUS"`
+/// for a value that is none. Takes an `int` so that any value C passes is valid.
 #[no_mangle]
-pub extern "C" fn accio_status_name(status: accio_status) -> *const c_char {
+pub extern "C" fn accio_status_name(status: c_int) -> *const c_char {
     use accio_status as S;
-    let s: &'static CStr = match status {
-        S::ACCIO_OK => c"ACCIO_OK",
-        S::ACCIO_PEER_GONE => c"ACCIO_PEER_GONE",
-        S::ACCIO_TIMEOUT => c"ACCIO_TIMEOUT",
-        S::ACCIO_BAD_ADDRESS => c"ACCIO_BAD_ADDRESS",
-        S::ACCIO_ADDR_IN_USE => c"ACCIO_ADDR_IN_USE",
-        S::ACCIO_UNSUPPORTED => c"ACCIO_UNSUPPORTED",
-        S::ACCIO_OUT_OF_WINDOW => c"ACCIO_OUT_OF_WINDOW",
-        S::ACCIO_ACCESS_DENIED => c"ACCIO_ACCESS_DENIED",
-        S::ACCIO_MESSAGE_TOO_LARGE => c"ACCIO_MESSAGE_TOO_LARGE",
-        S::ACCIO_PROTOCOL => c"ACCIO_PROTOCOL",
-        S::ACCIO_INVALID_ARGUMENT => c"ACCIO_INVALID_ARGUMENT",
-        S::ACCIO_IO => c"ACCIO_IO",
-        S::ACCIO_NULL_POINTER => c"ACCIO_NULL_POINTER",
-        S::ACCIO_INVALID_HANDLE => c"ACCIO_INVALID_HANDLE",
-        S::ACCIO_BUFFER_TOO_SMALL => c"ACCIO_BUFFER_TOO_SMALL",
-        S::ACCIO_TOO_LARGE => c"ACCIO_TOO_LARGE",
-        S::ACCIO_MERGER_FAILED => c"ACCIO_MERGER_FAILED",
-        S::ACCIO_FORMAT => c"ACCIO_FORMAT",
-        S::ACCIO_PANIC => c"ACCIO_PANIC",
-    };
-    s.as_ptr()
+    const ALL: [(accio_status, &CStr); 19] = [
+        (S::ACCIO_OK, c"ACCIO_OK"),
+        (S::ACCIO_PEER_GONE, c"ACCIO_PEER_GONE"),
+        (S::ACCIO_TIMEOUT, c"ACCIO_TIMEOUT"),
+        (S::ACCIO_BAD_ADDRESS, c"ACCIO_BAD_ADDRESS"),
+        (S::ACCIO_ADDR_IN_USE, c"ACCIO_ADDR_IN_USE"),
+        (S::ACCIO_UNSUPPORTED, c"ACCIO_UNSUPPORTED"),
+        (S::ACCIO_OUT_OF_WINDOW, c"ACCIO_OUT_OF_WINDOW"),
+        (S::ACCIO_ACCESS_DENIED, c"ACCIO_ACCESS_DENIED"),
+        (S::ACCIO_MESSAGE_TOO_LARGE, c"ACCIO_MESSAGE_TOO_LARGE"),
+        (S::ACCIO_PROTOCOL, c"ACCIO_PROTOCOL"),
+        (S::ACCIO_INVALID_ARGUMENT, c"ACCIO_INVALID_ARGUMENT"),
+        (S::ACCIO_IO, c"ACCIO_IO"),
+        (S::ACCIO_NULL_POINTER, c"ACCIO_NULL_POINTER"),
+        (S::ACCIO_INVALID_HANDLE, c"ACCIO_INVALID_HANDLE"),
+        (S::ACCIO_BUFFER_TOO_SMALL, c"ACCIO_BUFFER_TOO_SMALL"),
+        (S::ACCIO_TOO_LARGE, c"ACCIO_TOO_LARGE"),
+        (S::ACCIO_MERGER_FAILED, c"ACCIO_MERGER_FAILED"),
+        (S::ACCIO_FORMAT, c"ACCIO_FORMAT"),
+        (S::ACCIO_PANIC, c"ACCIO_PANIC"),
+    ];
+    ALL.iter()
+        .find(|(s, _)| *s as c_int == status)
+        .map_or(c"ACCIO_UNKNOWN_STATUS", |(_, name)| name)
+        .as_ptr()
 }
 
 /// The library's version (`"0.1.0"`), a static string.

@@ -114,8 +114,12 @@ fn null_and_wrong_handles_are_refused_with_a_status() {
     // SAFETY: static strings.
     unsafe {
         assert_eq!(
-            CStr::from_ptr(accio_status_name(ACCIO_OUT_OF_WINDOW)).to_str(),
+            CStr::from_ptr(accio_status_name(ACCIO_OUT_OF_WINDOW as _)).to_str(),
             Ok("ACCIO_OUT_OF_WINDOW")
+        );
+        assert_eq!(
+            CStr::from_ptr(accio_status_name(99)).to_str(),
+            Ok("ACCIO_UNKNOWN_STATUS")
         );
         assert_eq!(
             CStr::from_ptr(accio_version()).to_str(),
