@@ -6,6 +6,10 @@
  * file is stale). Every call returns an accio_status (ACCIO_OK is 0); after a failure,
  * accio_last_error_message() names the resource and the cause. Timeouts are milliseconds,
  * negative (ACCIO_FOREVER) waits forever.
+ *
+ * Threads: listeners, endpoints, windows and mergers may be used from any thread at once
+ * (sends are serialized whole, and so are receives); a producer, from one thread at a
+ * time. No handle may be destroyed while another thread still uses it.
  */
 
 #ifndef ACCIO_H
@@ -433,8 +437,16 @@ enum accio_status accio_window_store_u64(const struct accio_window *window,
                                          size_t at,
                                          uint64_t value);
 
+// Withdraws `window` from `endpoint`, where it was registered: later peer RMA to it
+// fails. The handle and its memory stay valid until `accio_window_destroy`.
+//
+// # Safety
+// `endpoint` is a live endpoint; `window` is a live window.
+enum accio_status accio_window_unregister(const struct accio_endpoint *endpoint,
+                                          const struct accio_window *window);
+
 // Frees the window handle (NULL is ignored). It does not unregister the window (see
-// `accio_endpoint_unregister`); the memory is unmapped once neither the handle nor the
+// `accio_window_unregister`); the memory is unmapped once neither the handle nor the
 // endpoint holds it.
 //
 // # Safety

@@ -633,8 +633,31 @@ pub unsafe extern "C" fn accio_window_store_u64(
     })
 }
 
+/// Withdraws `window` from `endpoint`, where it was registered: later peer RMA to it
+/// fails. The handle and its memory stay valid until `accio_window_destroy`.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `window` is a live window.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_unregister(
+    endpoint: *const accio_endpoint,
+    window: *const accio_window,
+) -> accio_status {
+    const OP: &str = "accio_window_unregister";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let (e, w) = unsafe {
+            (
+                obj::<EndpointObj>(OP, endpoint)?,
+                obj::<WindowObj>(OP, window)?,
+            )
+        };
+        Ok(e.ep.unregister(w.0.offset())?)
+    })
+}
+
 /// Frees the window handle (NULL is ignored). It does not unregister the window (see
-/// `accio_endpoint_unregister`); the memory is unmapped once neither the handle nor the
+/// `accio_window_unregister`); the memory is unmapped once neither the handle nor the
 /// endpoint holds it.
 ///
 /// # Safety

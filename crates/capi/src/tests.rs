@@ -275,6 +275,13 @@ fn messages_windows_rma_and_fence_signal() {
             "{}",
             last_error()
         );
+        // Unregistered, the window refuses RMA; its handle and memory stay usable.
+        assert_eq!(accio_window_unregister(ep, local), ACCIO_OK);
+        assert_eq!(
+            accio_endpoint_write_to(ep, loff, 5, remote, 0),
+            ACCIO_OUT_OF_WINDOW
+        );
+        assert_eq!(std::slice::from_raw_parts(p, 5), b"hello");
         assert_eq!(accio_endpoint_send(ep, b"bye!!".as_ptr(), 5), ACCIO_OK);
         assert_eq!(server.join().unwrap(), b"hello");
         assert_eq!(accio_window_destroy(local), ACCIO_OK);
