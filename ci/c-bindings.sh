@@ -3,7 +3,8 @@
 # into a temporary prefix, then compile the examples with `pkg-config --cflags --libs accio`
 # and run them: two processes doing RMA + fence_signal (over shm and tcp), 60 producer
 # threads merging into one file that is then verified (by the C reader and by `accio
-# verify`), the C++ TParallelMergingFile-shaped example, and one example linked statically.
+# verify`), the C++ TParallelMergingFile-shaped example (workers as threads, then in a second
+# process), and one example linked statically.
 # Also fails when crates/capi/include/accio.h is stale (the cbindgen test of accio-capi).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +57,7 @@ target/release/accio verify "$out"
 
 echo "== C++: worker threads hand buffers to a merging file (RAII wrappers, accio.hpp)"
 "$work/merging_file" --workers 8 --writes 10 "$work/merging_file.accio"
+"$work/merging_file" --workers 8 --writes 10 --processes "$work/merging_file.accio"
 
 echo "== the README's C example, as printed there"
 awk '/^## C and C\+\+/ { s = 1 } s && /^```c$/ { f = 1; next } f && /^```$/ { exit } f' README.md > "$work/readme.c"

@@ -2,7 +2,11 @@
 // events, fill an in-memory file, and on Write() hand its content to the merging server,
 // which writes ONE output file; then the output is read back and checked.
 //
-//   merging_file [--workers N] [--writes W] [--events E] [FILE]
+//   merging_file [--workers N] [--writes W] [--events E] [--processes] [FILE]
+//
+// With --processes the worker threads run in a second process (this program, started
+// with --worker ADDR), as the seed's workers ran on the coprocessor and the server on the
+// host; by default they are threads of the server's process.
 //
 // Build: c++ -std=c++17 merging_file.cpp $(pkg-config --cflags --libs accio) -lpthread
 #include <accio.hpp>
@@ -14,6 +18,8 @@
 #include <string>
 #include <thread>
 #include <vector>
+#include <spawn.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 // One simulated event: what a Geant4 step would leave in a TTree branch.
@@ -61,17 +67,54 @@ static double simulate(uint32_t worker, uint32_t n) {
     return e;
 }
 
+extern char **environ;
+
+// The worker side (the seed's coprocessor): threads that each fill a merging file.
+static int run_workers(const std::string &addr, unsigned workers, unsigned writes,
+                       unsigned events) {
+    std::vector<std::thread> pool;
+    std::vector<std::string> errors(workers);
+    for (unsigned w = 0; w < workers; w++) {
+        pool.emplace_back([&, w] {
+            try {
+                ParallelMergingFile file(addr);
+                uint32_t n = 0;
+                for (unsigned k = 0; k < writes; k++) {
+                    for (unsigned e = 0; e < events; e++, n++)
+                        file.Fill(Event{w, n, simulate(w, n)});
+                    file.Write();
+                }
+                file.Close();
+            } catch (const accio::Error &e) {
+                errors[w] = e.what();
+            }
+        });
+    }
+    for (auto &t : pool) t.join();
+    for (unsigned w = 0; w < workers; w++)
+        if (!errors[w].empty()) {
+            std::fprintf(stderr, "worker %u: %s\n", w, errors[w].c_str());
+            return 1;
+        }
+    return 0;
+}
+
 int main(int argc, char **argv) {
     unsigned workers = 8, writes = 20, events = 1000;
-    std::string path = "merging_file.accio";
+    std::string path = "merging_file.accio", worker_of;
+    bool processes = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
         if (a == "--workers" && i + 1 < argc) workers = std::atoi(argv[++i]);
         else if (a == "--writes" && i + 1 < argc) writes = std::atoi(argv[++i]);
         else if (a == "--events" && i + 1 < argc) events = std::atoi(argv[++i]);
+        else if (a == "--worker" && i + 1 < argc) worker_of = argv[++i];
+        else if (a == "--processes") processes = true;
         else path = a;
     }
     try {
+        if (!worker_of.empty()) return run_workers(worker_of, workers, writes, events);
+
         // The server side: one merger, one output file.
         accio_merger_options opts{};
         opts.slot_bytes = 256 << 10;
@@ -79,30 +122,25 @@ int main(int argc, char **argv) {
         accio::Merger server("shm://accio-cpp-merging-" + std::to_string(getpid()), path, &opts);
         const std::string addr = server.addr();
 
-        std::vector<std::thread> pool;
-        std::vector<std::string> errors(workers);
-        for (unsigned w = 0; w < workers; w++) {
-            pool.emplace_back([&, w] {
-                try {
-                    ParallelMergingFile file(addr);
-                    uint32_t n = 0;
-                    for (unsigned k = 0; k < writes; k++) {
-                        for (unsigned e = 0; e < events; e++, n++)
-                            file.Fill(Event{w, n, simulate(w, n)});
-                        file.Write();
-                    }
-                    file.Close();
-                } catch (const accio::Error &e) {
-                    errors[w] = e.what();
-                }
-            });
-        }
-        for (auto &t : pool) t.join();
-        for (unsigned w = 0; w < workers; w++)
-            if (!errors[w].empty()) {
-                std::fprintf(stderr, "worker %u: %s\n", w, errors[w].c_str());
+        if (processes) {
+            // The workers in another process, as on the seed's host + coprocessor.
+            std::vector<std::string> args = {argv[0], "--worker", addr,
+                                             "--workers", std::to_string(workers),
+                                             "--writes", std::to_string(writes),
+                                             "--events", std::to_string(events)};
+            std::vector<char *> cargs;
+            for (auto &s : args) cargs.push_back(s.data());
+            cargs.push_back(nullptr);
+            pid_t pid;
+            int status = 0;
+            if (posix_spawn(&pid, argv[0], nullptr, nullptr, cargs.data(), environ) != 0 ||
+                waitpid(pid, &status, 0) < 0 || !WIFEXITED(status) || WEXITSTATUS(status)) {
+                std::fprintf(stderr, "the worker process failed\n");
                 return 1;
             }
+        } else if (run_workers(addr, workers, writes, events)) {
+            return 1;
+        }
         accio_merge_summary s = server.close();
 
         // Read the one file back: every worker's events, in order, none lost.
@@ -131,9 +169,10 @@ int main(int argc, char **argv) {
                              next[w], writes * events);
                 return 1;
             }
-        std::printf("merging_file: %u workers x %u events into %s: %llu blocks, %llu bytes, "
-                    "all events back in order\n",
-                    workers, writes * events, path.c_str(), (unsigned long long)s.blocks,
+        std::printf("merging_file: %u workers (%s) x %u events into %s: %llu blocks, %llu "
+                    "bytes, all events back in order\n",
+                    workers, processes ? "in a worker process" : "threads", writes * events,
+                    path.c_str(), (unsigned long long)s.blocks,
                     (unsigned long long)s.payload_bytes);
         std::remove(path.c_str());
     } catch (const accio::Error &e) {
