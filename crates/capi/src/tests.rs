@@ -53,6 +53,62 @@ fn header_is_fresh() {
     );
 }
 
+/// The header must compile as strict C and as C++ (a name used both as a type and a
+/// function, say, is fine in Rust and an error in C).
+#[test]
+fn header_compiles_as_c_and_cpp() {
+    let dir = env!("CARGO_MANIFEST_DIR");
+    let include = format!("{dir}/include");
+    let hpp = format!("{dir}/../../bindings/c/include");
+    let runs: [(&str, &[&str]); 2] = [
+        (
+            "cc",
+            &[
+                "-std=c99",
+                "-pedantic",
+                "-Wall",
+                "-Wextra",
+                "-Werror",
+                "-x",
+                "c",
+            ],
+        ),
+        (
+            "c++",
+            &["-std=c++17", "-Wall", "-Wextra", "-Werror", "-x", "c++"],
+        ),
+    ];
+    for (compiler, flags) in runs {
+        let header = if compiler == "cc" {
+            "accio.h"
+        } else {
+            "accio.hpp"
+        };
+        let status = std::process::Command::new(compiler)
+            .args(flags)
+            .args(["-fsyntax-only", "-I", &include, "-I", &hpp, "-"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .and_then(|mut c| {
+                use std::io::Write as _;
+                c.stdin.take().expect("piped").write_all(
+                    format!("#include <{header}>\nint main(void) {{ return 0; }}\n").as_bytes(),
+                )?;
+                c.wait()
+            });
+        match status {
+            Ok(s) => assert!(
+                s.success(),
+                "{header} does not compile with {compiler} {flags:?}"
+            ),
+            Err(e) if std::env::var_os("ACCIO_REQUIRE_PEER_TOOLS").is_none() => {
+                eprintln!("skipping the {compiler} check of {header}: {e}");
+            }
+            Err(e) => panic!("{compiler} is needed to check {header}: {e}"),
+        }
+    }
+}
+
 #[test]
 fn null_and_wrong_handles_are_refused_with_a_status() {
     let mut ep: *mut accio_endpoint = ptr::null_mut();
