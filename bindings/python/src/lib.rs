@@ -898,6 +898,7 @@ fn stats_dict<'py>(py: Python<'py>, s: &accio_merge::MergerStats) -> PyResult<Bo
     d.set_item("dropped", s.dropped)?;
     d.set_item("blocks", s.blocks)?;
     d.set_item("bytes", s.bytes)?;
+    d.set_item("slots", s.slots)?;
     d.set_item("peak_slots", s.peak_slots)?;
     Ok(d)
 }

@@ -155,7 +155,7 @@ class Merger:
     def path(self) -> str:
         """The output file."""
     def stats(self) -> Dict[str, int]:
-        """Counters: active, finished, lost, dropped, blocks, bytes, peak_slots."""
+        """Counters: active, finished, lost, dropped, blocks, bytes, slots, peak_slots."""
     def wait_done(self, producers: int, timeout: Optional[float] = None) -> Dict[str, int]:
         """Waits until ``producers`` producers have finished or were lost."""
     def close(self, patience: Optional[float] = None) -> Dict[str, Any]:
