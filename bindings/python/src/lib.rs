@@ -29,19 +29,79 @@ use pyo3::{create_exception, ffi};
 /// How long a blocking call waits before it checks for Ctrl-C (and other signals).
 const SLICE: Duration = Duration::from_millis(20);
 
-create_exception!(accio, Error, PyException, "Base class of every error accio raises.");
-create_exception!(accio, PeerGone, Error, "The peer closed the connection or died.");
-create_exception!(accio, Timeout, Error, "A deadline passed before the call completed.");
-create_exception!(accio, BadAddress, Error, "An address that cannot be parsed or reached.");
-create_exception!(accio, AddrInUse, Error, "Another listener holds the address.");
-create_exception!(accio, Unsupported, Error, "The backend does not offer the operation.");
-create_exception!(accio, OutOfWindow, Error, "An RMA range is not inside one registered window.");
-create_exception!(accio, AccessDenied, Error, "The window lacks the access right the call needs.");
-create_exception!(accio, MessageTooLarge, Error, "A message exceeds the operation's limit.");
-create_exception!(accio, ProtocolError, Error, "The peer broke the wire protocol.");
-create_exception!(accio, InvalidArgument, Error, "An argument is invalid (length, alignment, ...).");
+create_exception!(
+    accio,
+    Error,
+    PyException,
+    "Base class of every error accio raises."
+);
+create_exception!(
+    accio,
+    PeerGone,
+    Error,
+    "The peer closed the connection or died."
+);
+create_exception!(
+    accio,
+    Timeout,
+    Error,
+    "A deadline passed before the call completed."
+);
+create_exception!(
+    accio,
+    BadAddress,
+    Error,
+    "An address that cannot be parsed or reached."
+);
+create_exception!(
+    accio,
+    AddrInUse,
+    Error,
+    "Another listener holds the address."
+);
+create_exception!(
+    accio,
+    Unsupported,
+    Error,
+    "The backend does not offer the operation."
+);
+create_exception!(
+    accio,
+    OutOfWindow,
+    Error,
+    "An RMA range is not inside one registered window."
+);
+create_exception!(
+    accio,
+    AccessDenied,
+    Error,
+    "The window lacks the access right the call needs."
+);
+create_exception!(
+    accio,
+    MessageTooLarge,
+    Error,
+    "A message exceeds the operation's limit."
+);
+create_exception!(
+    accio,
+    ProtocolError,
+    Error,
+    "The peer broke the wire protocol."
+);
+create_exception!(
+    accio,
+    InvalidArgument,
+    Error,
+    "An argument is invalid (length, alignment, ...)."
+);
 create_exception!(accio, IoError, Error, "An operating-system call failed.");
-create_exception!(accio, MergeFailed, Error, "The merging file service failed (file, format, merger, sink).");
+create_exception!(
+    accio,
+    MergeFailed,
+    Error,
+    "The merging file service failed (file, format, merger, sink)."
+);
 
 /// The exception for one transport error, carrying its message.
 fn transport_err(e: &accio::Error) -> PyErr {
@@ -107,10 +167,7 @@ impl From<Failure> for PyErr {
 /// Runs `f` without the GIL and with panics caught: a panic in Rust code surfaces as
 /// `accio.Error`, never as pyo3's `PanicException` (a `BaseException` that `except
 /// Exception` would miss).
-fn guarded<T: Send>(
-    py: Python<'_>,
-    f: impl FnOnce() -> Result<T, Failure> + Send,
-) -> PyResult<T> {
+fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Failure> + Send) -> PyResult<T> {
     py.detach(|| match catch_unwind(AssertUnwindSafe(f)) {
         Ok(r) => r,
         Err(p) => Err(Failure::Panic(panic_text(&p))),
@@ -140,13 +197,8 @@ fn sliced<T: Send>(
     let start = Instant::now();
     loop {
         let slice = match total {
-            Some(t) => {
-                let left = t.saturating_sub(start.elapsed());
-                if left.is_zero() && start.elapsed() > Duration::ZERO && t > Duration::ZERO {
-                    break;
-                }
-                left.min(SLICE)
-            }
+            // A zero timeout still makes one attempt (a poll).
+            Some(t) => t.saturating_sub(start.elapsed()).min(SLICE),
             None => SLICE,
         };
         match guarded(py, || match step(slice) {
@@ -176,8 +228,9 @@ fn sliced<T: Send>(
 
 /// Seconds (a Python float) as a duration, refusing negative and non-finite values.
 fn secs(s: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(s)
-        .map_err(|_| InvalidArgument::new_err(format!("timeout {s} is not a number of seconds >= 0")))
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        InvalidArgument::new_err(format!("timeout {s} is not a number of seconds >= 0"))
+    })
 }
 
 /// A contiguous buffer of a Python object, held (exported) until dropped.
@@ -608,13 +661,21 @@ impl Window {
 
     /// Stores the 8-byte word at byte `at` with release ordering.
     fn store_u64(&self, at: usize, value: u64) -> PyResult<()> {
-        self.inner.store_u64(at, value).map_err(|e| transport_err(&e))
+        self.inner
+            .store_u64(at, value)
+            .map_err(|e| transport_err(&e))
     }
 
     /// Waits until the 8-byte word at `at` equals `value` (a peer's fence_signal), at most
     /// `timeout` seconds (None: forever).
     #[pyo3(signature = (at, value, timeout=None))]
-    fn wait_u64(&self, py: Python<'_>, at: usize, value: u64, timeout: Option<f64>) -> PyResult<()> {
+    fn wait_u64(
+        &self,
+        py: Python<'_>,
+        at: usize,
+        value: u64,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
         let w = &self.inner;
         sliced(
             py,
@@ -817,7 +878,9 @@ impl Merger {
     /// Counters: active, finished, lost producers, blocks and bytes written, ...
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        let m = g.as_ref().ok_or_else(|| Error::new_err("merger is closed"))?;
+        let m = g
+            .as_ref()
+            .ok_or_else(|| Error::new_err("merger is closed"))?;
         stats_dict(py, &m.stats())
     }
 
@@ -878,7 +941,11 @@ impl Merger {
 
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        let open = self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+        let open = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
         if open {
             self.close(py, None)?;
         }
@@ -1018,7 +1085,11 @@ impl Producer {
         _exc: Option<&Bound<'_, PyAny>>,
         _tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
-        let open = self.inner.lock().unwrap_or_else(|p| p.into_inner()).is_some();
+        let open = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
         if open {
             if exc_type.is_none_or(|t| t.is_none()) {
                 self.finish(py)?;
@@ -1040,16 +1111,21 @@ impl Producer {
 
 // ---- containers ----------------------------------------------------------------------------
 
+/// `(producer, seq, kind, payload_offset, length, crc)` of one block.
+type IndexRow = (u32, u64, String, u64, u64, u32);
+
 /// The index of an accio container file: one tuple per block,
 /// `(producer, seq, kind, payload_offset, length, crc)`, in file order. The Python side
 /// maps the file and slices payloads out of it without copying.
 #[pyfunction]
-fn container_index(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<(u32, u64, String, u64, u64, u32)>> {
+fn container_index(
+    py: Python<'_>,
+    path: std::path::PathBuf,
+) -> PyResult<Vec<IndexRow>> {
     guarded(py, move || {
         let r = ContainerReader::open(&path)?;
         let align = r.header().align;
-        Ok(r
-            .blocks()
+        Ok(r.blocks()
             .iter()
             .map(|b| {
                 (
