@@ -752,7 +752,14 @@ fn import_batch(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
         from_ffi(array, &*schema_ptr)
     }
     .map_err(|e| PyValueError::new_err(format!("cannot import the arrow batch: {e}")))?;
-    let st = StructArray::from(data);
+    if !matches!(data.data_type(), arrow_schema::DataType::Struct(_)) {
+        return Err(PyTypeError::new_err(format!(
+            "write takes a RecordBatch (a struct array), not an arrow array of {}",
+            data.data_type()
+        )));
+    }
+    let st = catch_unwind(AssertUnwindSafe(|| StructArray::from(data)))
+        .map_err(|p| Error::new_err(format!("internal error (a bug in accio): {}", panic_text(&p))))?;
     if st.null_count() > 0 {
         return Err(PyValueError::new_err(
             "an arrow batch with null top-level rows cannot be written",

@@ -129,6 +129,32 @@ def test_wrong_schema_is_refused_with_the_reason(shm_addr, tmp_path):
         accio.Merger(shm_addr + "-3", tmp_path / "y.x", format="csv")
 
 
+def test_an_arrow_array_that_is_not_a_batch_is_a_type_error(shm_addr, tmp_path):
+    schema = pa.schema([("a", pa.int64())])
+    with accio.Merger(shm_addr, tmp_path / "t.arrow", format="arrow", schema=schema) as m:
+        with accio.Producer(m.addr) as p:
+            with pytest.raises(TypeError, match="RecordBatch"):
+                p.write(pa.array([1, 2, 3]))
+            with pytest.raises(TypeError, match="contiguous"):
+                p.write(object())
+            p.write(pa.record_batch([pa.array([1, 2, 3])], schema=schema))
+    assert pa.ipc.open_file(str(tmp_path / "t.arrow")).read_all().num_rows == 3
+
+
+def test_fork_started_workers_work_too(shm_addr, tmp_path):
+    path = tmp_path / "fork.accio"
+    m = accio.Merger(shm_addr, path)
+    ps = [mp.get_context("fork").Process(target=_worker, args=(m.addr, i, 4, 8192))
+          for i in range(3)]
+    for p in ps:
+        p.start()
+    for p in ps:
+        p.join(60)
+        assert p.exitcode == 0
+    assert m.close()["blocks"] == 12
+    assert len(accio.open(path)) == 12
+
+
 def test_oversized_block_raises(shm_addr, tmp_path):
     with accio.Merger(shm_addr, tmp_path / "o.accio", slot_bytes=64 << 10) as m:
         with accio.Producer(m.addr) as p:
