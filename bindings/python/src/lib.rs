@@ -444,8 +444,10 @@ impl Endpoint {
     #[pyo3(signature = (timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
         let ep = self.ep()?;
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        let rx = &mut *rx;
+        // Never wait for this lock while holding the GIL: its holder needs the GIL back
+        // between slices. A second concurrent receiver uses a buffer of its own.
+        let (mut guard, mut own) = (self.rx.try_lock().ok(), Vec::new());
+        let rx = guard.as_deref_mut().unwrap_or(&mut own);
         let n = sliced(
             py,
             || format!("recv on {}", ep.local_addr()),
@@ -466,8 +468,10 @@ impl Endpoint {
     ) -> PyResult<usize> {
         let ep = self.ep()?;
         let dst = Buf::get(buffer, true)?;
-        let mut rx = self.rx.lock().unwrap_or_else(|p| p.into_inner());
-        let rx = &mut *rx;
+        // Never wait for this lock while holding the GIL: its holder needs the GIL back
+        // between slices. A second concurrent receiver uses a buffer of its own.
+        let (mut guard, mut own) = (self.rx.try_lock().ok(), Vec::new());
+        let rx = guard.as_deref_mut().unwrap_or(&mut own);
         let n = sliced(
             py,
             || format!("recv on {}", ep.local_addr()),
@@ -758,8 +762,12 @@ fn import_batch(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
             data.data_type()
         )));
     }
-    let st = catch_unwind(AssertUnwindSafe(|| StructArray::from(data)))
-        .map_err(|p| Error::new_err(format!("internal error (a bug in accio): {}", panic_text(&p))))?;
+    let st = catch_unwind(AssertUnwindSafe(|| StructArray::from(data))).map_err(|p| {
+        Error::new_err(format!(
+            "internal error (a bug in accio): {}",
+            panic_text(&p)
+        ))
+    })?;
     if st.null_count() > 0 {
         return Err(PyValueError::new_err(
             "an arrow batch with null top-level rows cannot be written",
@@ -1125,10 +1133,7 @@ type IndexRow = (u32, u64, String, u64, u64, u32);
 /// `(producer, seq, kind, payload_offset, length, crc)`, in file order. The Python side
 /// maps the file and slices payloads out of it without copying.
 #[pyfunction]
-fn container_index(
-    py: Python<'_>,
-    path: std::path::PathBuf,
-) -> PyResult<Vec<IndexRow>> {
+fn container_index(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<IndexRow>> {
     guarded(py, move || {
         let r = ContainerReader::open(&path)?;
         let align = r.header().align;

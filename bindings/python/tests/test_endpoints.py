@@ -103,6 +103,20 @@ def test_send_recv_buffers_and_threads(shm_addr):
     assert got == [b"late"] and spins > 1000
 
 
+def test_two_threads_receiving_on_one_endpoint(shm_addr):
+    a, b, lst = connected_pair(shm_addr)
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(b.recv(timeout=10))) for _ in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.1)  # all four blocked in recv at once
+    for i in range(4):
+        a.send(b"m%d" % i)
+    for t in ts:
+        t.join(10)
+    assert sorted(got) == [b"m0", b"m1", b"m2", b"m3"]
+
+
 def test_tcp_backend_works_too():
     a, b, lst = connected_pair("tcp://127.0.0.1:0")
     assert a.backend == "tcp" and b.peer_addr == a.local_addr
