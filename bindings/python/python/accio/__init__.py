@@ -1,0 +1,140 @@
+"""accio: SCIF-style endpoints, zero-copy NumPy windows and a merging file service.
+
+Endpoints (``listen``/``connect``) move messages and do one-sided RMA into registered
+windows; a ``Window`` exposes the buffer protocol, so ``numpy.frombuffer(window, dtype)``
+is a view of the registered memory. A ``Merger`` writes the blocks of many ``Producer``s
+(threads or processes) into one file; ``accio.open`` reads such a file back.
+Every error is an ``accio.Error``; the GIL is released around every blocking call.
+"""
+
+from __future__ import annotations
+
+import mmap as _mmap
+import os as _os
+from typing import Iterator, NamedTuple, Union
+
+from . import results
+from ._accio import (
+    AccessDenied,
+    AddrInUse,
+    BadAddress,
+    Endpoint,
+    Error,
+    InvalidArgument,
+    IoError,
+    Listener,
+    MergeFailed,
+    Merger,
+    MessageTooLarge,
+    OutOfWindow,
+    PeerGone,
+    Producer,
+    ProtocolError,
+    Timeout,
+    Unsupported,
+    Window,
+    connect,
+    listen,
+)
+from ._accio import container_index as _container_index
+from ._accio import container_verify as _container_verify
+
+__all__ = [
+    "AccessDenied",
+    "AddrInUse",
+    "BadAddress",
+    "Block",
+    "Container",
+    "Endpoint",
+    "Error",
+    "InvalidArgument",
+    "IoError",
+    "Listener",
+    "MergeFailed",
+    "Merger",
+    "MessageTooLarge",
+    "OutOfWindow",
+    "PeerGone",
+    "Producer",
+    "ProtocolError",
+    "Timeout",
+    "Unsupported",
+    "Window",
+    "connect",
+    "listen",
+    "open",
+    "results",
+]
+
+
+class Block(NamedTuple):
+    """One block of a container file: who wrote it, its sequence number, its kind
+    ("raw", "records", "arrow-ipc", ...) and its payload (a memoryview of the mapped file)."""
+
+    producer: int
+    seq: int
+    kind: str
+    data: memoryview
+
+
+class Container:
+    """An accio container file opened for reading (see ``accio.open``).
+
+    The file is mapped read-only; every ``Block.data`` is a slice of the mapping, not a
+    copy. Iterating yields blocks in file order; ``len()`` is the number of blocks.
+    """
+
+    def __init__(self, path: Union[str, "_os.PathLike[str]"]) -> None:
+        self.path = _os.fspath(path)
+        self._index = _container_index(self.path)
+        with builtin_open(self.path, "rb") as f:
+            size = _os.fstat(f.fileno()).st_size
+            self._map = _mmap.mmap(f.fileno(), size, prot=_mmap.PROT_READ) if size else None
+        self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def __iter__(self) -> Iterator[Block]:
+        for producer, seq, kind, off, length, _crc in self._index:
+            yield Block(producer, seq, kind, self._view[off : off + length])
+
+    def producers(self) -> dict:
+        """Blocks and payload bytes per producer id: ``{id: (blocks, bytes)}``."""
+        out: dict = {}
+        for producer, _seq, _kind, _off, length, _crc in self._index:
+            b, n = out.get(producer, (0, 0))
+            out[producer] = (b + 1, n + length)
+        return out
+
+    def verify(self) -> bool:
+        """Checks every block's CRC32C and the index; True when the file is whole.
+        Raises ``MergeFailed`` naming the damage otherwise."""
+        whole, text = _container_verify(self.path)
+        if not whole:
+            raise MergeFailed(f"{self.path}: not whole: {text}")
+        return True
+
+    def close(self) -> None:
+        """Releases the mapping (fails with BufferError while block views are alive)."""
+        self._view.release()
+        if self._map is not None:
+            self._map.close()
+
+    def __enter__(self) -> "Container":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<accio.Container {self.path!r} blocks={len(self)}>"
+
+
+builtin_open = open
+
+
+def open(path: Union[str, "_os.PathLike[str]"]) -> Container:  # noqa: A001 (accio.open)
+    """Opens the accio container file at ``path``; iterate it for its blocks
+    ``(producer, seq, kind, data)``."""
+    return Container(path)

@@ -1,0 +1,221 @@
+"""Typed stubs of the accio package (the native part lives in accio._accio)."""
+
+import os
+from types import TracebackType
+from typing import Any, Dict, Iterator, NamedTuple, Optional, Tuple, Type, Union
+
+from typing_extensions import Buffer as _Buffer  # PEP 688 (collections.abc.Buffer in 3.12)
+
+from . import results as results
+
+_Path = Union[str, "os.PathLike[str]"]
+
+class Error(Exception):
+    """Base class of every error accio raises; the message is the Rust error's."""
+
+class PeerGone(Error):
+    """The peer closed the connection or died."""
+
+class Timeout(Error):
+    """A deadline passed before the call completed."""
+
+class BadAddress(Error):
+    """An address that cannot be parsed or reached."""
+
+class AddrInUse(Error):
+    """Another listener holds the address."""
+
+class Unsupported(Error):
+    """The backend does not offer the operation."""
+
+class OutOfWindow(Error):
+    """An RMA range is not inside one registered window."""
+
+class AccessDenied(Error):
+    """The window lacks the access right the call needs."""
+
+class MessageTooLarge(Error):
+    """A message (or block) exceeds the operation's limit."""
+
+class ProtocolError(Error):
+    """The peer broke the wire protocol."""
+
+class InvalidArgument(Error):
+    """An argument is invalid (length, alignment, option)."""
+
+class IoError(Error):
+    """An operating-system call failed."""
+
+class MergeFailed(Error):
+    """The merging file service failed (file, format, merger, sink)."""
+
+def listen(addr: str) -> Listener:
+    """Binds ``addr`` (``shm://NAME`` or ``tcp://HOST:PORT``) and returns a Listener."""
+
+def connect(addr: str, timeout: float = 10.0) -> Endpoint:
+    """Connects to the listener at ``addr``, giving up after ``timeout`` seconds."""
+
+class Listener:
+    """A bound address accepting connections."""
+
+    @property
+    def addr(self) -> str:
+        """The bound address (with the real port when port 0 was asked for)."""
+    def accept(self, timeout: Optional[float] = None) -> Endpoint:
+        """Waits for the next connection, at most ``timeout`` seconds (None: forever).
+        Ctrl-C interrupts the wait."""
+
+class Endpoint:
+    """One end of a connection: messages, registered windows, RMA, fences."""
+
+    @property
+    def backend(self) -> str:
+        """The backend's name ("shm", "tcp")."""
+    @property
+    def local_addr(self) -> str:
+        """This endpoint's own address."""
+    @property
+    def peer_addr(self) -> str:
+        """The peer's address."""
+    def send(self, data: _Buffer) -> None:
+        """Sends one message: any contiguous buffer."""
+    def recv(self, timeout: Optional[float] = None) -> bytes:
+        """Receives the next message, waiting at most ``timeout`` seconds (None: forever).
+        Ctrl-C interrupts the wait."""
+    def recv_into(self, buffer: _Buffer, timeout: Optional[float] = None) -> int:
+        """Receives the next message into a writable buffer; returns its length."""
+    def register(self, length: int, access: str = "rw") -> Window:
+        """Registers ``length`` bytes of fresh zeroed memory as a window the peer may
+        access with ``access`` ("r", "w", "rw", "none")."""
+    def unregister(self, window: Union[Window, int]) -> None:
+        """Withdraws a window (given as the Window or its offset)."""
+    def write_to(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
+        """Copies ``length`` bytes from a local window to the peer's ``remote_offset``."""
+    def read_from(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
+        """Copies ``length`` bytes from the peer's ``remote_offset`` into a local window."""
+    def vwrite_to(self, buffer: _Buffer, remote_offset: int, sync: bool = False) -> None:
+        """Copies any contiguous buffer (NumPy array, bytes) to the peer's
+        ``remote_offset`` straight from its memory."""
+    def vread_from(self, buffer: _Buffer, remote_offset: int, sync: bool = False) -> None:
+        """Fills a writable contiguous buffer from the peer's ``remote_offset``."""
+    def fence_mark(self) -> int:
+        """Marks every RMA issued so far."""
+    def fence_wait(self, mark: int) -> None:
+        """Waits until every RMA named by ``mark`` completed at the peer."""
+    def fence_signal(
+        self, local: Optional[Tuple[int, int]] = None, remote: Optional[Tuple[int, int]] = None
+    ) -> None:
+        """After every earlier RMA completed, stores ``(offset, value)`` into a local and/or
+        a remote window word (offsets 8-byte aligned)."""
+    def close(self) -> None:
+        """Closes the connection; the peer's calls raise PeerGone."""
+    def __enter__(self) -> Endpoint: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class Window:
+    """Registered memory, exposing the buffer protocol (writable bytes):
+    ``numpy.frombuffer(window, dtype)`` is a zero-copy view."""
+
+    @property
+    def offset(self) -> int:
+        """Offset of the window in its endpoint's registered address space."""
+    @property
+    def access(self) -> str:
+        """The peer's rights ("r", "w", "rw", "none")."""
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int) -> memoryview: ...
+    def load_u64(self, at: int) -> int:
+        """Loads the 8-byte word at byte ``at`` (acquire)."""
+    def store_u64(self, at: int, value: int) -> None:
+        """Stores the 8-byte word at byte ``at`` (release)."""
+    def wait_u64(self, at: int, value: int, timeout: Optional[float] = None) -> None:
+        """Waits until the word at ``at`` equals ``value`` (a peer's fence_signal)."""
+
+class Merger:
+    """A merging file service: many Producers, one output file."""
+
+    def __init__(
+        self,
+        addr: str,
+        path: _Path,
+        *,
+        format: str = "container",
+        schema: Any = None,
+        budget: Optional[int] = None,
+        slot_bytes: Optional[int] = None,
+        credit: Optional[int] = None,
+        sync: str = "close",
+    ) -> None:
+        """Starts a merger on ``addr`` writing ``path`` (format "container", "arrow" or
+        "parquet"; the tabular ones need a pyarrow ``schema``)."""
+    @property
+    def addr(self) -> str:
+        """The address producers connect to."""
+    @property
+    def path(self) -> str:
+        """The output file."""
+    def stats(self) -> Dict[str, int]:
+        """Counters: active, finished, lost, dropped, blocks, bytes, slots, peak_slots."""
+    def wait_done(self, producers: int, timeout: Optional[float] = None) -> Dict[str, int]:
+        """Waits until ``producers`` producers have finished or were lost."""
+    def close(self, patience: Optional[float] = None) -> Dict[str, Any]:
+        """Waits for the producers, closes the file, returns the summary."""
+    def __enter__(self) -> Merger: ...
+    def __exit__(self, *args: object) -> bool: ...
+
+class Producer:
+    """One producer's connection to a Merger (one per thread or process)."""
+
+    def __init__(self, addr: str, timeout: float = 10.0) -> None:
+        """Connects to the merger at ``addr``."""
+    @property
+    def id(self) -> int:
+        """This producer's id in the output file."""
+    @property
+    def max_block(self) -> int:
+        """The largest block ``write`` takes."""
+    def write(self, data: Any) -> int:
+        """Writes one block (a contiguous buffer, or a pyarrow RecordBatch for Arrow and
+        Parquet mergers); returns its sequence number."""
+    def write_record(self, data: _Buffer) -> None:
+        """Appends one record; records are packed into blocks."""
+    def flush_records(self) -> None:
+        """Commits the block of packed records now."""
+    def wait_acked(self) -> int:
+        """Waits until every block is in the file; returns how many."""
+    def finish(self) -> Dict[str, int]:
+        """Flushes, waits for every block and says goodbye: {"id", "blocks", "bytes"}."""
+    def __enter__(self) -> Producer: ...
+    def __exit__(
+        self,
+        exc_type: Optional[Type[BaseException]],
+        exc: Optional[BaseException] = None,
+        tb: Optional[TracebackType] = None,
+    ) -> bool: ...
+
+class Block(NamedTuple):
+    """One block of a container file."""
+
+    producer: int
+    seq: int
+    kind: str
+    data: memoryview
+
+class Container:
+    """A container file mapped for reading; iterate it for Blocks."""
+
+    path: str
+    def __init__(self, path: _Path) -> None: ...
+    def __len__(self) -> int: ...
+    def __iter__(self) -> Iterator[Block]: ...
+    def producers(self) -> Dict[int, Tuple[int, int]]:
+        """``{producer: (blocks, bytes)}``."""
+    def verify(self) -> bool:
+        """Checks every CRC and the index; raises MergeFailed unless whole."""
+    def close(self) -> None:
+        """Releases the mapping."""
+    def __enter__(self) -> Container: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+def open(path: _Path) -> Container:
+    """Opens an accio container file for reading its blocks."""

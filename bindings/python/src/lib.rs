@@ -1,0 +1,1193 @@
+//! `accio._accio`: the native half of the `accio` Python package.
+//!
+//! The Python package (`python/accio/__init__.py`) re-exports these names and adds what is
+//! easier in Python (`accio.open`, `accio.results`). Rules every function here follows:
+//!
+//! - the GIL is released (`Python::detach`) around every call that can block, copy or
+//!   write a file;
+//! - a call that may wait forever waits in [`SLICE`]-long slices and checks for signals in
+//!   between, so Ctrl-C raises `KeyboardInterrupt` within about [`SLICE`];
+//! - every Rust error becomes an exception of the `accio.Error` hierarchy carrying the
+//!   Rust message, and a panic becomes `accio.Error` too (see [`guarded`]).
+
+use std::ffi::{c_int, c_void, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use accio::{Access, ErrorKind, RmaFlags};
+use accio_merge::container::{ContainerOptions, ContainerReader};
+use accio_merge::{ArrowIpcSink, ContainerSink, MergeError, ParquetOptions, ParquetSink, Sink};
+use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
+use arrow_array::{Array, RecordBatch, StructArray};
+use arrow_schema::Schema;
+use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
+use pyo3::{create_exception, ffi};
+
+/// How long a blocking call waits before it checks for Ctrl-C (and other signals).
+const SLICE: Duration = Duration::from_millis(20);
+
+create_exception!(
+    accio,
+    Error,
+    PyException,
+    "Base class of every error accio raises."
+);
+create_exception!(
+    accio,
+    PeerGone,
+    Error,
+    "The peer closed the connection or died."
+);
+create_exception!(
+    accio,
+    Timeout,
+    Error,
+    "A deadline passed before the call completed."
+);
+create_exception!(
+    accio,
+    BadAddress,
+    Error,
+    "An address that cannot be parsed or reached."
+);
+create_exception!(
+    accio,
+    AddrInUse,
+    Error,
+    "Another listener holds the address."
+);
+create_exception!(
+    accio,
+    Unsupported,
+    Error,
+    "The backend does not offer the operation."
+);
+create_exception!(
+    accio,
+    OutOfWindow,
+    Error,
+    "An RMA range is not inside one registered window."
+);
+create_exception!(
+    accio,
+    AccessDenied,
+    Error,
+    "The window lacks the access right the call needs."
+);
+create_exception!(
+    accio,
+    MessageTooLarge,
+    Error,
+    "A message exceeds the operation's limit."
+);
+create_exception!(
+    accio,
+    ProtocolError,
+    Error,
+    "The peer broke the wire protocol."
+);
+create_exception!(
+    accio,
+    InvalidArgument,
+    Error,
+    "An argument is invalid (length, alignment, ...)."
+);
+create_exception!(accio, IoError, Error, "An operating-system call failed.");
+create_exception!(
+    accio,
+    MergeFailed,
+    Error,
+    "The merging file service failed (file, format, merger, sink)."
+);
+
+/// The exception for one transport error, carrying its message.
+fn transport_err(e: &accio::Error) -> PyErr {
+    let msg = e.to_string();
+    match e.kind() {
+        ErrorKind::PeerGone => PeerGone::new_err(msg),
+        ErrorKind::Timeout => Timeout::new_err(msg),
+        ErrorKind::BadAddress => BadAddress::new_err(msg),
+        ErrorKind::AddrInUse => AddrInUse::new_err(msg),
+        ErrorKind::Unsupported => Unsupported::new_err(msg),
+        ErrorKind::OutOfWindow => OutOfWindow::new_err(msg),
+        ErrorKind::AccessDenied => AccessDenied::new_err(msg),
+        ErrorKind::MessageTooLarge => MessageTooLarge::new_err(msg),
+        ErrorKind::Protocol => ProtocolError::new_err(msg),
+        ErrorKind::InvalidArgument => InvalidArgument::new_err(msg),
+        ErrorKind::Io => IoError::new_err(msg),
+        _ => Error::new_err(msg),
+    }
+}
+
+/// The exception for one merge error: transport errors keep their own class.
+fn merge_err(e: &MergeError) -> PyErr {
+    match e {
+        MergeError::Transport(t) => transport_err(t),
+        MergeError::Timeout { .. } => Timeout::new_err(e.to_string()),
+        MergeError::TooLarge { .. } => MessageTooLarge::new_err(e.to_string()),
+        MergeError::Config(_) => InvalidArgument::new_err(e.to_string()),
+        _ => MergeFailed::new_err(e.to_string()),
+    }
+}
+
+/// What a released-GIL body can fail with; turned into an exception once the GIL is back.
+enum Failure {
+    Transport(accio::Error),
+    Merge(MergeError),
+    Panic(String),
+    Other(PyErr),
+}
+
+impl From<accio::Error> for Failure {
+    fn from(e: accio::Error) -> Self {
+        Failure::Transport(e)
+    }
+}
+
+impl From<MergeError> for Failure {
+    fn from(e: MergeError) -> Self {
+        Failure::Merge(e)
+    }
+}
+
+impl From<Failure> for PyErr {
+    fn from(f: Failure) -> PyErr {
+        match f {
+            Failure::Transport(e) => transport_err(&e),
+            Failure::Merge(e) => merge_err(&e),
+            Failure::Panic(m) => Error::new_err(format!("internal error (a bug in accio): {m}")),
+            Failure::Other(e) => e,
+        }
+    }
+}
+
+/// Runs `f` without the GIL and with panics caught: a panic in Rust code surfaces as
+/// `accio.Error`, never as pyo3's `PanicException` (a `BaseException` that `except
+/// Exception` would miss).
+fn guarded<T: Send>(py: Python<'_>, f: impl FnOnce() -> Result<T, Failure> + Send) -> PyResult<T> {
+    py.detach(|| match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(r) => r,
+        Err(p) => Err(Failure::Panic(panic_text(&p))),
+    })
+    .map_err(PyErr::from)
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "panic".to_string()
+    }
+}
+
+/// Calls `step(slice)` without the GIL until it returns something other than a timeout,
+/// checking for signals between slices; fails with `Timeout` once `timeout` has passed.
+fn sliced<T: Send>(
+    py: Python<'_>,
+    what: impl FnOnce() -> String,
+    timeout: Option<f64>,
+    mut step: impl FnMut(Duration) -> Result<T, Failure> + Send,
+) -> PyResult<T> {
+    let total = timeout.map(secs).transpose()?;
+    let start = Instant::now();
+    loop {
+        let slice = match total {
+            // A zero timeout still makes one attempt (a poll).
+            Some(t) => t.saturating_sub(start.elapsed()).min(SLICE),
+            None => SLICE,
+        };
+        match guarded(py, || match step(slice) {
+            Err(Failure::Transport(e)) if e.kind() == ErrorKind::Timeout => Ok(None),
+            Err(Failure::Merge(MergeError::Transport(e))) if e.kind() == ErrorKind::Timeout => {
+                Ok(None)
+            }
+            other => other.map(Some),
+        })? {
+            Some(v) => return Ok(v),
+            None => {
+                py.check_signals()?;
+                if let Some(t) = total {
+                    if start.elapsed() >= t {
+                        break;
+                    }
+                }
+            }
+        }
+    }
+    Err(Timeout::new_err(format!(
+        "{} timed out after {:?}",
+        what(),
+        total.unwrap_or_default()
+    )))
+}
+
+/// Seconds (a Python float) as a duration, refusing negative and non-finite values.
+fn secs(s: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(s).map_err(|_| {
+        InvalidArgument::new_err(format!("timeout {s} is not a number of seconds >= 0"))
+    })
+}
+
+/// A contiguous buffer of a Python object, held (exported) until dropped.
+struct Buf {
+    view: Box<ffi::Py_buffer>,
+}
+
+// SAFETY: the exporter keeps the memory valid and in place until the view is released
+// (that is the buffer protocol's promise); the pointer may be used from any thread, and the
+// release in `Drop` happens with the GIL held.
+unsafe impl Send for Buf {}
+
+impl Buf {
+    /// Exports `obj`'s memory as one contiguous byte range (`writable`: for writing into).
+    fn get(obj: &Bound<'_, PyAny>, writable: bool) -> PyResult<Buf> {
+        let mut view: Box<ffi::Py_buffer> = Box::new(
+            // SAFETY: Py_buffer is a plain C struct; all-zero is its "empty" state, and
+            // PyObject_GetBuffer fills it.
+            unsafe { std::mem::zeroed() },
+        );
+        let flags = if writable {
+            ffi::PyBUF_SIMPLE | ffi::PyBUF_WRITABLE
+        } else {
+            ffi::PyBUF_SIMPLE
+        };
+        // SAFETY: `obj` is a live object (the GIL is held through `Bound`), `view` is a
+        // valid Py_buffer to fill. PyBUF_SIMPLE asks for one C-contiguous byte range; an
+        // exporter that cannot give one fails with BufferError.
+        let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
+        if rc != 0 {
+            let py = obj.py();
+            let cause = PyErr::take(py)
+                .map(|e| e.to_string())
+                .unwrap_or_else(|| "no buffer".into());
+            return Err(PyTypeError::new_err(format!(
+                "expected a contiguous{} buffer (bytes, bytearray, memoryview, NumPy array, accio.Window), got {}: {cause}",
+                if writable { " writable" } else { "" },
+                obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+            )));
+        }
+        Ok(Buf { view })
+    }
+
+    fn len(&self) -> usize {
+        self.view.len as usize
+    }
+
+    fn as_slice(&self) -> &[u8] {
+        if self.len() == 0 {
+            return &[];
+        }
+        // SAFETY: buf/len describe the exported contiguous range, valid until release.
+        unsafe { std::slice::from_raw_parts(self.view.buf as *const u8, self.len()) }
+    }
+
+    /// The range, mutable. Only for buffers exported with `writable`.
+    #[allow(clippy::mut_from_ref)]
+    fn as_mut_slice(&self) -> &mut [u8] {
+        if self.len() == 0 {
+            return &mut [];
+        }
+        // SAFETY: exported writable; Python code racing with the call on the same memory
+        // is the caller's business, as with any buffer-protocol consumer.
+        unsafe { std::slice::from_raw_parts_mut(self.view.buf as *mut u8, self.len()) }
+    }
+}
+
+impl Drop for Buf {
+    fn drop(&mut self) {
+        Python::attach(|_| {
+            // SAFETY: the view was filled by a successful PyObject_GetBuffer and is released
+            // once, with the GIL held.
+            unsafe { ffi::PyBuffer_Release(&mut *self.view) };
+        });
+    }
+}
+
+fn flags(sync: bool) -> RmaFlags {
+    if sync {
+        RmaFlags::SYNC
+    } else {
+        RmaFlags::ASYNC
+    }
+}
+
+fn parse_access(s: &str) -> PyResult<Access> {
+    match s {
+        "r" => Ok(Access::READ),
+        "w" => Ok(Access::WRITE),
+        "rw" | "wr" => Ok(Access::READ_WRITE),
+        "" | "none" => Ok(Access::NONE),
+        _ => Err(InvalidArgument::new_err(format!(
+            "access {s:?} is none of \"r\", \"w\", \"rw\", \"none\""
+        ))),
+    }
+}
+
+fn access_text(a: Access) -> &'static str {
+    match (a.contains(Access::READ), a.contains(Access::WRITE)) {
+        (true, true) => "rw",
+        (true, false) => "r",
+        (false, true) => "w",
+        (false, false) => "none",
+    }
+}
+
+/// A bound address accepting connections (`accio.listen`).
+#[pyclass(module = "accio", frozen)]
+struct Listener {
+    inner: Box<dyn accio::Listener>,
+}
+
+#[pymethods]
+impl Listener {
+    /// The bound address (with the real port when port 0 was asked for).
+    #[getter]
+    fn addr(&self) -> String {
+        self.inner.local_addr().to_string()
+    }
+
+    /// Waits for the next connection, at most `timeout` seconds (None: forever).
+    #[pyo3(signature = (timeout=None))]
+    fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Endpoint> {
+        let ep = sliced(
+            py,
+            || format!("accept on {}", self.inner.local_addr()),
+            timeout,
+            |slice| Ok(self.inner.accept(Some(slice))?),
+        )?;
+        Ok(Endpoint::new(ep))
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<accio.Listener {}>", self.inner.local_addr())
+    }
+}
+
+/// Binds `addr` (`shm://NAME` or `tcp://HOST:PORT`) and returns a Listener.
+#[pyfunction]
+fn listen(py: Python<'_>, addr: &str) -> PyResult<Listener> {
+    let inner = guarded(py, || Ok(accio::listen(addr)?))?;
+    Ok(Listener { inner })
+}
+
+/// Connects to the listener at `addr`, giving up after `timeout` seconds.
+#[pyfunction]
+#[pyo3(signature = (addr, timeout=10.0))]
+fn connect(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Endpoint> {
+    let t = secs(timeout)?;
+    // connect has no wait of its own that a slice could bound, so the deadline is handed to
+    // the backend whole; Ctrl-C takes effect when it returns.
+    let ep = guarded(py, || Ok(accio::connect(addr, t)?))?;
+    Ok(Endpoint::new(ep))
+}
+
+/// One end of a connection: messages, registered windows, RMA, fences.
+#[pyclass(module = "accio")]
+struct Endpoint {
+    ep: Option<Box<dyn accio::Endpoint>>,
+    rx: Mutex<Vec<u8>>,
+}
+
+impl Endpoint {
+    fn new(ep: Box<dyn accio::Endpoint>) -> Endpoint {
+        Endpoint {
+            ep: Some(ep),
+            rx: Mutex::new(Vec::new()),
+        }
+    }
+
+    fn ep(&self) -> PyResult<&dyn accio::Endpoint> {
+        self.ep
+            .as_deref()
+            .ok_or_else(|| PeerGone::new_err("endpoint is closed (close() was called on it)"))
+    }
+}
+
+#[pymethods]
+impl Endpoint {
+    /// The backend's name ("shm", "tcp").
+    #[getter]
+    fn backend(&self) -> PyResult<&'static str> {
+        Ok(self.ep()?.backend())
+    }
+
+    /// This endpoint's own address.
+    #[getter]
+    fn local_addr(&self) -> PyResult<String> {
+        Ok(self.ep()?.local_addr().to_string())
+    }
+
+    /// The peer's address.
+    #[getter]
+    fn peer_addr(&self) -> PyResult<String> {
+        Ok(self.ep()?.peer_addr().to_string())
+    }
+
+    /// Sends one message: any contiguous buffer (bytes, bytearray, NumPy array, ...).
+    fn send(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let ep = self.ep()?;
+        if let Ok(b) = data.cast::<PyBytes>() {
+            let s = b.as_bytes();
+            return guarded(py, || Ok(ep.send(s)?));
+        }
+        let buf = Buf::get(data, false)?;
+        let s = buf.as_slice();
+        guarded(py, || Ok(ep.send(s)?))
+    }
+
+    /// Receives the next message as bytes, waiting at most `timeout` seconds (None: forever).
+    #[pyo3(signature = (timeout=None))]
+    fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
+        let ep = self.ep()?;
+        // Never wait for this lock while holding the GIL: its holder needs the GIL back
+        // between slices. A second concurrent receiver uses a buffer of its own.
+        let (mut guard, mut own) = (self.rx.try_lock().ok(), Vec::new());
+        let rx = guard.as_deref_mut().unwrap_or(&mut own);
+        let n = sliced(
+            py,
+            || format!("recv on {}", ep.local_addr()),
+            timeout,
+            |slice| Ok(ep.recv_timeout(rx, Some(slice))?),
+        )?;
+        Ok(PyBytes::new(py, &rx[..n]))
+    }
+
+    /// Receives the next message into `buffer` (writable, contiguous) and returns its length.
+    /// A message longer than the buffer raises MessageTooLarge and is lost.
+    #[pyo3(signature = (buffer, timeout=None))]
+    fn recv_into(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        timeout: Option<f64>,
+    ) -> PyResult<usize> {
+        let ep = self.ep()?;
+        let dst = Buf::get(buffer, true)?;
+        // Never wait for this lock while holding the GIL: its holder needs the GIL back
+        // between slices. A second concurrent receiver uses a buffer of its own.
+        let (mut guard, mut own) = (self.rx.try_lock().ok(), Vec::new());
+        let rx = guard.as_deref_mut().unwrap_or(&mut own);
+        let n = sliced(
+            py,
+            || format!("recv on {}", ep.local_addr()),
+            timeout,
+            |slice| Ok(ep.recv_timeout(rx, Some(slice))?),
+        )?;
+        if n > dst.len() {
+            return Err(MessageTooLarge::new_err(format!(
+                "message of {n} bytes on {} does not fit the {}-byte buffer of recv_into",
+                ep.local_addr(),
+                dst.len()
+            )));
+        }
+        dst.as_mut_slice()[..n].copy_from_slice(&rx[..n]);
+        Ok(n)
+    }
+
+    /// Registers `length` bytes of fresh zeroed memory as a window the peer may access
+    /// with `access` ("r", "w", "rw", "none").
+    #[pyo3(signature = (length, access="rw"))]
+    fn register(&self, py: Python<'_>, length: usize, access: &str) -> PyResult<Window> {
+        let ep = self.ep()?;
+        let a = parse_access(access)?;
+        let w = guarded(py, || Ok(ep.register(length, a)?))?;
+        Ok(Window { inner: w })
+    }
+
+    /// Withdraws the window at `offset` (a Window or its offset).
+    fn unregister(&self, py: Python<'_>, window: &Bound<'_, PyAny>) -> PyResult<()> {
+        let off = window_offset(window)?;
+        let ep = self.ep()?;
+        guarded(py, || Ok(ep.unregister(off)?))
+    }
+
+    /// Copies `length` bytes at local offset `local_offset` to the peer's `remote_offset`.
+    #[pyo3(signature = (local_offset, length, remote_offset, sync=false))]
+    fn write_to(
+        &self,
+        py: Python<'_>,
+        local_offset: u64,
+        length: usize,
+        remote_offset: u64,
+        sync: bool,
+    ) -> PyResult<()> {
+        let ep = self.ep()?;
+        guarded(py, || {
+            Ok(ep.write_to(local_offset, length, remote_offset, flags(sync))?)
+        })
+    }
+
+    /// Copies `length` bytes at the peer's `remote_offset` to local offset `local_offset`.
+    #[pyo3(signature = (local_offset, length, remote_offset, sync=false))]
+    fn read_from(
+        &self,
+        py: Python<'_>,
+        local_offset: u64,
+        length: usize,
+        remote_offset: u64,
+        sync: bool,
+    ) -> PyResult<()> {
+        let ep = self.ep()?;
+        guarded(py, || {
+            Ok(ep.read_from(local_offset, length, remote_offset, flags(sync))?)
+        })
+    }
+
+    /// Copies any contiguous buffer (a NumPy array, bytes, ...) to the peer's
+    /// `remote_offset`, straight from its memory.
+    #[pyo3(signature = (buffer, remote_offset, sync=false))]
+    fn vwrite_to(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        remote_offset: u64,
+        sync: bool,
+    ) -> PyResult<()> {
+        let ep = self.ep()?;
+        let src = Buf::get(buffer, false)?;
+        let s = src.as_slice();
+        guarded(py, || Ok(ep.vwrite_to(s, remote_offset, flags(sync))?))
+    }
+
+    /// Fills a writable contiguous buffer from the peer's `remote_offset`, straight into its
+    /// memory.
+    #[pyo3(signature = (buffer, remote_offset, sync=false))]
+    fn vread_from(
+        &self,
+        py: Python<'_>,
+        buffer: &Bound<'_, PyAny>,
+        remote_offset: u64,
+        sync: bool,
+    ) -> PyResult<()> {
+        let ep = self.ep()?;
+        let dst = Buf::get(buffer, true)?;
+        let d = dst.as_mut_slice();
+        guarded(py, || Ok(ep.vread_from(d, remote_offset, flags(sync))?))
+    }
+
+    /// Marks every RMA issued so far; returns the mark for fence_wait.
+    fn fence_mark(&self, py: Python<'_>) -> PyResult<u64> {
+        let ep = self.ep()?;
+        Ok(guarded(py, || Ok(ep.fence_mark()?))?.0)
+    }
+
+    /// Waits until every RMA named by `mark` has completed at the peer.
+    fn fence_wait(&self, py: Python<'_>, mark: u64) -> PyResult<()> {
+        let ep = self.ep()?;
+        guarded(py, || Ok(ep.fence_wait(accio::Mark(mark))?))
+    }
+
+    /// After every earlier RMA completed, stores `local=(offset, value)` into a local
+    /// window and `remote=(offset, value)` into a peer window (each optional).
+    #[pyo3(signature = (local=None, remote=None))]
+    fn fence_signal(
+        &self,
+        py: Python<'_>,
+        local: Option<(u64, u64)>,
+        remote: Option<(u64, u64)>,
+    ) -> PyResult<()> {
+        let ep = self.ep()?;
+        guarded(py, || Ok(ep.fence_signal(local, remote)?))
+    }
+
+    /// Closes the connection; the peer's blocked and later calls raise PeerGone.
+    fn close(&mut self, py: Python<'_>) -> PyResult<()> {
+        if let Some(ep) = self.ep.take() {
+            guarded(py, move || {
+                drop(ep);
+                Ok(())
+            })?;
+        }
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&mut self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        self.close(py)?;
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        match &self.ep {
+            Some(ep) => format!("<accio.Endpoint {} -> {}>", ep.local_addr(), ep.peer_addr()),
+            None => "<accio.Endpoint closed>".into(),
+        }
+    }
+}
+
+fn window_offset(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(w) = obj.cast::<Window>() {
+        return Ok(w.get().inner.offset());
+    }
+    obj.extract::<u64>()
+}
+
+/// Registered memory: the peer reaches it by RMA at `offset`; this process reads and writes
+/// it through the buffer protocol (`numpy.frombuffer(window, dtype)` is a zero-copy view,
+/// `memoryview(window)` too). The memory lives as long as the Window or any view of it.
+#[pyclass(module = "accio", frozen)]
+struct Window {
+    inner: accio::Window,
+}
+
+#[pymethods]
+impl Window {
+    /// Offset of the window in its endpoint's registered address space (send it to the
+    /// peer: its RMA calls address the window by it).
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.inner.offset()
+    }
+
+    /// Rights the peer has on the window ("r", "w", "rw", "none").
+    #[getter]
+    fn access(&self) -> &'static str {
+        access_text(self.inner.access())
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Loads the 8-byte word at byte `at` (8-byte aligned) with acquire ordering.
+    fn load_u64(&self, at: usize) -> PyResult<u64> {
+        self.inner.load_u64(at).map_err(|e| transport_err(&e))
+    }
+
+    /// Stores the 8-byte word at byte `at` with release ordering.
+    fn store_u64(&self, at: usize, value: u64) -> PyResult<()> {
+        self.inner
+            .store_u64(at, value)
+            .map_err(|e| transport_err(&e))
+    }
+
+    /// Waits until the 8-byte word at `at` equals `value` (a peer's fence_signal), at most
+    /// `timeout` seconds (None: forever).
+    #[pyo3(signature = (at, value, timeout=None))]
+    fn wait_u64(
+        &self,
+        py: Python<'_>,
+        at: usize,
+        value: u64,
+        timeout: Option<f64>,
+    ) -> PyResult<()> {
+        let w = &self.inner;
+        sliced(
+            py,
+            || format!("wait_u64 at {at:#x} of window {:#x}", w.offset()),
+            timeout,
+            |slice| Ok(w.wait_u64(at, value, Some(slice))?),
+        )
+    }
+
+    /// Exports the window's memory, writable, as unsigned bytes.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let w = &slf.get().inner;
+        // SAFETY: the memory stays mapped as long as the Window lives, and
+        // PyBuffer_FillInfo stores a new reference to the Window in `view.obj`, so every
+        // view keeps it (and the mapping) alive. `view` is the caller's Py_buffer.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                w.as_ptr() as *mut c_void,
+                w.len() as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(PyErr::take(slf.py())
+                .unwrap_or_else(|| Error::new_err("window buffer export failed")));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<accio.Window offset={:#x} len={} access={}>",
+            self.inner.offset(),
+            self.inner.len(),
+            access_text(self.inner.access())
+        )
+    }
+}
+
+// ---- Arrow C data interface ---------------------------------------------------------------
+
+/// The capsule pointer named `name` of a PyCapsule.
+fn capsule_ptr(cap: &Bound<'_, PyAny>, name: &CStr) -> PyResult<*mut c_void> {
+    let cap = cap
+        .cast::<PyCapsule>()
+        .map_err(|_| PyTypeError::new_err("the Arrow C data interface gave no PyCapsule"))?;
+    let p = cap.pointer_checked(Some(name))?;
+    Ok(p.as_ptr())
+}
+
+/// Imports a pyarrow RecordBatch (or anything with `__arrow_c_array__` giving a struct
+/// array) through the Arrow PyCapsule interface: no copy, the Rust arrays borrow pyarrow's
+/// buffers until dropped.
+fn import_batch(obj: &Bound<'_, PyAny>) -> PyResult<RecordBatch> {
+    let caps = obj.call_method0("__arrow_c_array__")?;
+    let (schema_cap, array_cap): (Bound<'_, PyAny>, Bound<'_, PyAny>) = caps.extract()?;
+    let schema_ptr = capsule_ptr(&schema_cap, c"arrow_schema")? as *const FFI_ArrowSchema;
+    let array_ptr = capsule_ptr(&array_cap, c"arrow_array")? as *mut FFI_ArrowArray;
+    // SAFETY: the capsules hold a valid ArrowArray / ArrowSchema (the PyCapsule interface's
+    // contract). `from_raw` moves the array out and leaves a released one behind, so the
+    // capsule's destructor does not free what we now own; the schema is only borrowed
+    // while the capsule is alive (it is, through `schema_cap`).
+    let data = unsafe {
+        let array = FFI_ArrowArray::from_raw(array_ptr);
+        from_ffi(array, &*schema_ptr)
+    }
+    .map_err(|e| PyValueError::new_err(format!("cannot import the arrow batch: {e}")))?;
+    if !matches!(data.data_type(), arrow_schema::DataType::Struct(_)) {
+        return Err(PyTypeError::new_err(format!(
+            "write takes a RecordBatch (a struct array), not an arrow array of {}",
+            data.data_type()
+        )));
+    }
+    let st = catch_unwind(AssertUnwindSafe(|| StructArray::from(data))).map_err(|p| {
+        Error::new_err(format!(
+            "internal error (a bug in accio): {}",
+            panic_text(&p)
+        ))
+    })?;
+    if st.null_count() > 0 {
+        return Err(PyValueError::new_err(
+            "an arrow batch with null top-level rows cannot be written",
+        ));
+    }
+    Ok(RecordBatch::from(st))
+}
+
+/// Imports a pyarrow Schema through `__arrow_c_schema__`.
+fn import_schema(obj: &Bound<'_, PyAny>) -> PyResult<Schema> {
+    let cap = obj.call_method0("__arrow_c_schema__")?;
+    let p = capsule_ptr(&cap, c"arrow_schema")? as *const FFI_ArrowSchema;
+    // SAFETY: a valid ArrowSchema owned by the capsule, alive while `cap` is.
+    let ffi_schema = unsafe { &*p };
+    Schema::try_from(ffi_schema)
+        .map_err(|e| PyValueError::new_err(format!("cannot import the arrow schema: {e}")))
+}
+
+// ---- merging ----------------------------------------------------------------------------------
+
+/// A merging file service: listens on `addr`, receives blocks from any number of
+/// Producers (threads or processes) and writes them into one file.
+#[pyclass(module = "accio", frozen)]
+struct Merger {
+    inner: Mutex<Option<accio_merge::Merger>>,
+    addr: String,
+    path: String,
+}
+
+#[pymethods]
+impl Merger {
+    /// Starts a merger on `addr` writing `path`.
+    ///
+    /// `format`: "container" (accio's crash-safe container, any bytes), "arrow" (an Arrow
+    /// IPC file) or "parquet"; the tabular formats need `schema` (a pyarrow Schema) and
+    /// take RecordBatches of it. `budget`: bytes of slot memory; `slot_bytes`: the largest
+    /// block; `credit`: slots one producer may hold; `sync`: "close", "never", "commit".
+    #[new]
+    #[pyo3(signature = (addr, path, *, format="container", schema=None, budget=None, slot_bytes=None, credit=None, sync="close"))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        addr: &str,
+        path: std::path::PathBuf,
+        format: &str,
+        schema: Option<&Bound<'_, PyAny>>,
+        budget: Option<usize>,
+        slot_bytes: Option<usize>,
+        credit: Option<u32>,
+        sync: &str,
+    ) -> PyResult<Merger> {
+        let schema = match (format, schema) {
+            ("container", None) => None,
+            ("container", Some(_)) => {
+                return Err(InvalidArgument::new_err(
+                    "a schema is only for format=\"arrow\" or \"parquet\"",
+                ))
+            }
+            ("arrow" | "parquet", Some(s)) => Some(Arc::new(import_schema(s)?)),
+            ("arrow" | "parquet", None) => {
+                return Err(InvalidArgument::new_err(format!(
+                    "format={format:?} needs schema= (a pyarrow Schema)"
+                )))
+            }
+            _ => {
+                return Err(InvalidArgument::new_err(format!(
+                    "format {format:?} is none of \"container\", \"arrow\", \"parquet\""
+                )))
+            }
+        };
+        let policy = match sync {
+            "close" => accio_merge::SyncPolicy::OnClose,
+            "never" => accio_merge::SyncPolicy::Never,
+            "commit" => accio_merge::SyncPolicy::EveryCommit,
+            _ => {
+                return Err(InvalidArgument::new_err(format!(
+                    "sync {sync:?} is none of \"close\", \"never\", \"commit\""
+                )))
+            }
+        };
+        let fmt = format.to_string();
+        let p = path.clone();
+        let addr_s = addr.to_string();
+        let m = guarded(py, move || {
+            let sink: Box<dyn Sink> = match (fmt.as_str(), schema) {
+                ("arrow", Some(s)) => Box::new(ArrowIpcSink::create(&p, s)?),
+                ("parquet", Some(s)) => {
+                    Box::new(ParquetSink::create(&p, s, ParquetOptions::default())?)
+                }
+                _ => Box::new(ContainerSink::create(&p, ContainerOptions::default())?),
+            };
+            let mut b = accio_merge::Merger::builder().sync(policy);
+            if let Some(x) = budget {
+                b = b.budget(x);
+            }
+            if let Some(x) = slot_bytes {
+                b = b.slot_bytes(x);
+            }
+            if let Some(x) = credit {
+                b = b.credit(x);
+            }
+            Ok(b.listen(&addr_s, sink)?)
+        })?;
+        Ok(Merger {
+            addr: m.addr().to_string(),
+            inner: Mutex::new(Some(m)),
+            path: path.display().to_string(),
+        })
+    }
+
+    /// The address producers connect to (with the real port for tcp://...:0).
+    #[getter]
+    fn addr(&self) -> String {
+        self.addr.clone()
+    }
+
+    /// The output file.
+    #[getter]
+    fn path(&self) -> String {
+        self.path.clone()
+    }
+
+    /// Counters: active, finished, lost producers, blocks and bytes written, ...
+    fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let m = g
+            .as_ref()
+            .ok_or_else(|| Error::new_err("merger is closed"))?;
+        stats_dict(py, &m.stats())
+    }
+
+    /// Waits until `producers` producers have finished (or been lost), at most `timeout`
+    /// seconds; returns the stats.
+    #[pyo3(signature = (producers, timeout=None))]
+    fn wait_done<'py>(
+        &self,
+        py: Python<'py>,
+        producers: usize,
+        timeout: Option<f64>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let st = sliced(
+            py,
+            || format!("waiting for {producers} producers of merger {}", self.addr),
+            timeout,
+            |slice| {
+                let g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+                let m = g
+                    .as_ref()
+                    .ok_or_else(|| Failure::Other(Error::new_err("merger is closed")))?;
+                Ok(m.wait_done(producers, slice)?)
+            },
+        )?;
+        stats_dict(py, &st)
+    }
+
+    /// Waits for every connected producer to finish, writes the index (or footer) and
+    /// closes the file. Returns a summary dict (blocks, payload_bytes, file_bytes, rows,
+    /// stats). `patience` (seconds) bounds the wait for producers that never finish.
+    #[pyo3(signature = (patience=None))]
+    fn close<'py>(&self, py: Python<'py>, patience: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
+        let m = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| Error::new_err(format!("merger {} is already closed", self.addr)))?;
+        let patience = patience.map(secs).transpose()?;
+        let s = guarded(py, move || {
+            Ok(match patience {
+                Some(p) => m.close_within(p)?,
+                None => m.close()?,
+            })
+        })?;
+        let d = PyDict::new(py);
+        d.set_item("blocks", s.sink.blocks)?;
+        d.set_item("payload_bytes", s.sink.payload_bytes)?;
+        d.set_item("file_bytes", s.sink.file_bytes)?;
+        d.set_item("rows", s.sink.rows)?;
+        d.set_item("stats", stats_dict(py, &s.stats)?)?;
+        Ok(d)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        let open = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if open {
+            self.close(py, None)?;
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<accio.Merger {} -> {}>", self.addr, self.path)
+    }
+}
+
+fn stats_dict<'py>(py: Python<'py>, s: &accio_merge::MergerStats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    d.set_item("active", s.active)?;
+    d.set_item("finished", s.finished)?;
+    d.set_item("lost", s.lost)?;
+    d.set_item("dropped", s.dropped)?;
+    d.set_item("blocks", s.blocks)?;
+    d.set_item("bytes", s.bytes)?;
+    d.set_item("slots", s.slots)?;
+    d.set_item("peak_slots", s.peak_slots)?;
+    Ok(d)
+}
+
+/// One producer's connection to a Merger. Open one per thread or process (they are
+/// cheap); calls on one Producer from several threads take turns.
+#[pyclass(module = "accio", frozen)]
+struct Producer {
+    inner: Mutex<Option<accio_merge::Producer>>,
+    id: u32,
+    slot_bytes: usize,
+}
+
+impl Producer {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut accio_merge::Producer) -> Result<T, Failure> + Send,
+    ) -> PyResult<T> {
+        guarded(py, || {
+            let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            match g.as_mut() {
+                Some(p) => f(p),
+                None => Err(Failure::Other(Error::new_err("producer is finished"))),
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl Producer {
+    /// Connects to the merger at `addr`, waiting at most `timeout` seconds.
+    #[new]
+    #[pyo3(signature = (addr, timeout=10.0))]
+    fn new(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Producer> {
+        let opts = accio_merge::ProducerOptions {
+            timeout: secs(timeout)?,
+            ..Default::default()
+        };
+        let p = guarded(py, || Ok(accio_merge::Producer::connect_with(addr, opts)?))?;
+        Ok(Producer {
+            id: p.id(),
+            slot_bytes: p.buffer_bytes(),
+            inner: Mutex::new(Some(p)),
+        })
+    }
+
+    /// This producer's id in the output file.
+    #[getter]
+    fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// The largest block `write` takes (the merger's slot size).
+    #[getter]
+    fn max_block(&self) -> usize {
+        self.slot_bytes
+    }
+
+    /// Writes one block and returns its sequence number: a pyarrow RecordBatch (Arrow
+    /// mergers) or any contiguous buffer (bytes, bytearray, NumPy array, memoryview).
+    fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
+        if data.hasattr("__arrow_c_array__")? {
+            let batch = import_batch(data)?;
+            return self.with(py, move |p| Ok(p.write_batch(&batch)?));
+        }
+        let buf = Buf::get(data, false)?;
+        let s = buf.as_slice();
+        self.with(py, move |p| Ok(p.write_block(s)?))
+    }
+
+    /// Appends one record (bytes-like); records are packed into blocks for you.
+    fn write_record(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let buf = Buf::get(data, false)?;
+        let s = buf.as_slice();
+        self.with(py, move |p| Ok(p.write_record(s)?))
+    }
+
+    /// Commits the block of packed records now.
+    fn flush_records(&self, py: Python<'_>) -> PyResult<()> {
+        self.with(py, |p| Ok(p.flush_records()?))
+    }
+
+    /// Waits until the merger has the producer's every block in the file; returns how many.
+    fn wait_acked(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |p| Ok(p.wait_acked()?))
+    }
+
+    /// Flushes records, waits until every block is in the file and says goodbye. Returns
+    /// {"id", "blocks", "bytes"}.
+    fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let p = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+            .ok_or_else(|| Error::new_err(format!("producer {} is already finished", self.id)))?;
+        let s = guarded(py, move || Ok(p.finish()?))?;
+        let d = PyDict::new(py);
+        d.set_item("id", s.id)?;
+        d.set_item("blocks", s.blocks)?;
+        d.set_item("bytes", s.bytes)?;
+        Ok(d)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Finishes on a normal exit; on an exception the connection is dropped (the merger
+    /// keeps what was committed).
+    #[pyo3(signature = (exc_type, _exc=None, _tb=None))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyAny>>,
+        _exc: Option<&Bound<'_, PyAny>>,
+        _tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<bool> {
+        let open = self
+            .inner
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some();
+        if open {
+            if exc_type.is_none_or(|t| t.is_none()) {
+                self.finish(py)?;
+            } else {
+                let p = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+                guarded(py, move || {
+                    drop(p);
+                    Ok(())
+                })?;
+            }
+        }
+        Ok(false)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("<accio.Producer id={}>", self.id)
+    }
+}
+
+// ---- containers ----------------------------------------------------------------------------
+
+/// `(producer, seq, kind, payload_offset, length, crc)` of one block.
+type IndexRow = (u32, u64, String, u64, u64, u32);
+
+/// The index of an accio container file: one tuple per block,
+/// `(producer, seq, kind, payload_offset, length, crc)`, in file order. The Python side
+/// maps the file and slices payloads out of it without copying.
+#[pyfunction]
+fn container_index(py: Python<'_>, path: std::path::PathBuf) -> PyResult<Vec<IndexRow>> {
+    guarded(py, move || {
+        let r = ContainerReader::open(&path)?;
+        let align = r.header().align;
+        Ok(r.blocks()
+            .iter()
+            .map(|b| {
+                (
+                    b.header.producer,
+                    b.header.seq,
+                    b.header.kind.name(),
+                    b.payload_offset(align),
+                    b.header.len,
+                    b.header.payload_crc,
+                )
+            })
+            .collect())
+    })
+}
+
+/// Checks every block's CRC and the index of a container file; returns (whole, text).
+#[pyfunction]
+fn container_verify(py: Python<'_>, path: std::path::PathBuf) -> PyResult<(bool, String)> {
+    guarded(py, move || {
+        let r = ContainerReader::open(&path)?;
+        let v = r.verify()?;
+        Ok((v.is_whole(), format!("{v:?}")))
+    })
+}
+
+/// The native module.
+#[pymodule]
+fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let py = m.py();
+    m.add_class::<Listener>()?;
+    m.add_class::<Endpoint>()?;
+    m.add_class::<Window>()?;
+    m.add_class::<Merger>()?;
+    m.add_class::<Producer>()?;
+    m.add_function(wrap_pyfunction!(listen, m)?)?;
+    m.add_function(wrap_pyfunction!(connect, m)?)?;
+    m.add_function(wrap_pyfunction!(container_index, m)?)?;
+    m.add_function(wrap_pyfunction!(container_verify, m)?)?;
+    m.add("Error", py.get_type::<Error>())?;
+    m.add("PeerGone", py.get_type::<PeerGone>())?;
+    m.add("Timeout", py.get_type::<Timeout>())?;
+    m.add("BadAddress", py.get_type::<BadAddress>())?;
+    m.add("AddrInUse", py.get_type::<AddrInUse>())?;
+    m.add("Unsupported", py.get_type::<Unsupported>())?;
+    m.add("OutOfWindow", py.get_type::<OutOfWindow>())?;
+    m.add("AccessDenied", py.get_type::<AccessDenied>())?;
+    m.add("MessageTooLarge", py.get_type::<MessageTooLarge>())?;
+    m.add("ProtocolError", py.get_type::<ProtocolError>())?;
+    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("IoError", py.get_type::<IoError>())?;
+    m.add("MergeFailed", py.get_type::<MergeFailed>())?;
+    Ok(())
+}

@@ -1,0 +1,217 @@
+"""Endpoints from Python: two processes, zero-copy NumPy windows, RMA, fences, errors."""
+
+import multiprocessing as mp
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import accio
+from conftest import connected_pair
+
+CTX = mp.get_context("spawn")
+
+
+def _rma_peer(addr, n):
+    """The other process: learns the server window's offset, writes n uint64 counting up
+    with vwrite_to straight from a NumPy array, then raises the flag with fence_signal."""
+    ep = accio.connect(addr, timeout=10)
+    remote = int.from_bytes(ep.recv(timeout=10), "little")
+    data = np.arange(n, dtype=np.uint64) * 3
+    ep.vwrite_to(data, remote + 4096)
+    # and a second piece from a registered local window through write_to
+    local = ep.register(4096, "r")
+    np.frombuffer(local, dtype=np.uint64)[:] = 7
+    ep.write_to(local.offset, 4096, remote + 4096 + data.nbytes)
+    ep.fence_signal(remote=(remote, 1))
+    assert ep.recv(timeout=10) == b"done"
+
+
+def test_two_processes_write_to_is_visible_through_numpy_without_copy(shm_addr):
+    n = 1 << 16
+    lst = accio.listen(shm_addr)
+    peer = CTX.Process(target=_rma_peer, args=(shm_addr, n))
+    peer.start()
+    ep = lst.accept(timeout=20)
+    win = ep.register(4096 + n * 8 + 4096, "rw")
+    flag = np.frombuffer(win, dtype=np.uint64, count=1)
+    body = np.frombuffer(win, dtype=np.uint64, offset=4096, count=n)
+    tail = np.frombuffer(win, dtype=np.uint64, offset=4096 + n * 8, count=512)
+    assert not body.any()  # fresh windows are zeroed
+    # the array is a view of the window's memory, not a copy of it
+    assert body.base is not None and isinstance(memoryview(win), memoryview)
+    assert body.flags.writeable
+    ep.send(win.offset.to_bytes(8, "little"))
+    win.wait_u64(0, 1, timeout=20)
+    assert flag[0] == 1
+    # the arrays were made before the peer wrote: they show its data, so they are views
+    np.testing.assert_array_equal(body, np.arange(n, dtype=np.uint64) * 3)
+    assert (tail == 7).all()
+    ep.send(b"done")
+    peer.join(20)
+    assert peer.exitcode == 0
+
+
+def test_local_store_through_numpy_reaches_peer_read(shm_addr):
+    a, b, lst = connected_pair(shm_addr)
+    win = b.register(8192, "r")
+    arr = np.frombuffer(win, dtype=np.float64)
+    arr[:] = np.linspace(0, 1, arr.size)
+    b.send(win.offset.to_bytes(8, "little"))
+    off = int.from_bytes(a.recv(timeout=5), "little")
+    out = np.zeros(1024, dtype=np.float64)
+    a.vread_from(out, off)
+    np.testing.assert_array_equal(out, arr)
+    # read_from into a local window
+    mine = a.register(8192, "none")
+    a.read_from(mine.offset, 8192, off)
+    assert bytes(memoryview(mine)) == arr.tobytes()
+
+
+def test_send_recv_buffers_and_threads(shm_addr):
+    a, b, lst = connected_pair(shm_addr)
+    a.send(b"hello")
+    a.send(bytearray(b"world"))
+    a.send(np.arange(4, dtype=np.int32))
+    a.send(memoryview(b"xyz")[1:])
+    a.send(b"")
+    assert b.recv(timeout=5) == b"hello"
+    assert b.recv(timeout=5) == b"world"
+    assert np.frombuffer(b.recv(timeout=5), dtype=np.int32).tolist() == [0, 1, 2, 3]
+    assert b.recv(timeout=5) == b"yz"
+    assert b.recv(timeout=5) == b""
+    buf = bytearray(16)
+    a.send(b"into")
+    assert b.recv_into(buf, timeout=5) == 4 and buf[:4] == b"into"
+
+    # a thread blocked in recv does not hold the GIL: the main thread runs meanwhile
+    got = []
+    t = threading.Thread(target=lambda: got.append(b.recv(timeout=10)))
+    t.start()
+    spins = 0
+    deadline = time.monotonic() + 0.2
+    while time.monotonic() < deadline:
+        spins += 1
+    a.send(b"late")
+    t.join(10)
+    assert got == [b"late"] and spins > 1000
+
+
+def test_two_threads_receiving_on_one_endpoint(shm_addr):
+    a, b, lst = connected_pair(shm_addr)
+    got = []
+    ts = [threading.Thread(target=lambda: got.append(b.recv(timeout=10))) for _ in range(4)]
+    for t in ts:
+        t.start()
+    time.sleep(0.1)  # all four blocked in recv at once
+    for i in range(4):
+        a.send(b"m%d" % i)
+    for t in ts:
+        t.join(10)
+    assert sorted(got) == [b"m0", b"m1", b"m2", b"m3"]
+
+
+def test_tcp_backend_works_too():
+    a, b, lst = connected_pair("tcp://127.0.0.1:0")
+    assert a.backend == "tcp" and b.peer_addr == a.local_addr
+    win = b.register(4096)
+    b.send(win.offset.to_bytes(8, "little"))
+    off = int.from_bytes(a.recv(timeout=5), "little")
+    a.vwrite_to(np.full(512, 9, dtype=np.uint64), off, sync=True)
+    a.fence_wait(a.fence_mark())
+    assert (np.frombuffer(win, dtype=np.uint64) == 9).all()
+
+
+def test_errors_form_one_hierarchy_and_carry_the_rust_message(shm_addr):
+    for cls in (accio.PeerGone, accio.Timeout, accio.OutOfWindow, accio.AccessDenied,
+                accio.BadAddress, accio.InvalidArgument, accio.MergeFailed):
+        assert issubclass(cls, accio.Error) and issubclass(cls, Exception)
+    with pytest.raises(accio.BadAddress, match="scheme"):
+        accio.listen("nope://x")
+    a, b, lst = connected_pair(shm_addr)
+    with pytest.raises(accio.AddrInUse):
+        accio.listen(shm_addr)
+    win = b.register(4096, "r")
+    with pytest.raises(accio.OutOfWindow, match="does not cover|covers"):
+        a.vwrite_to(b"x" * 8, win.offset + 4096 - 4)
+    with pytest.raises(accio.AccessDenied, match="does not allow"):
+        a.vwrite_to(b"x" * 8, win.offset)
+    with pytest.raises(accio.InvalidArgument, match="access"):
+        a.register(4096, "rwx")
+    with pytest.raises(accio.InvalidArgument, match="aligned"):
+        win.load_u64(3)
+    t0 = time.monotonic()
+    with pytest.raises(accio.Timeout, match="recv"):
+        a.recv(timeout=0.05)
+    assert time.monotonic() - t0 >= 0.05
+    with pytest.raises(TypeError, match="contiguous"):
+        a.send(np.arange(10)[::2])
+    with pytest.raises(TypeError, match="writable"):
+        a.vread_from(b"immutable", win.offset)
+    b.close()
+    with pytest.raises(accio.PeerGone, match="gone"):
+        a.recv(timeout=5)
+    with pytest.raises(accio.PeerGone):
+        b.send(b"closed")
+
+
+CHILD = textwrap.dedent(
+    """
+    import sys, time, accio
+    ep = accio.connect(sys.argv[1], timeout=10)
+    print("ready", flush=True)
+    try:
+        ep.recv()
+        print("received?!", flush=True)
+    except KeyboardInterrupt:
+        print("interrupted", time.monotonic(), flush=True)
+    """
+)
+
+
+@pytest.mark.parametrize("blocked_in", ["recv"])
+def test_ctrl_c_interrupts_a_blocked_recv_within_100ms(shm_addr, blocked_in):
+    lst = accio.listen(shm_addr)
+    child = subprocess.Popen([sys.executable, "-c", CHILD, shm_addr],
+                             stdout=subprocess.PIPE, text=True)
+    ep = lst.accept(timeout=20)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.3)  # well inside recv, past its spinning phase
+    sent = time.monotonic()
+    os.kill(child.pid, signal.SIGINT)
+    line = child.stdout.readline().split()
+    child.wait(10)
+    assert line and line[0] == "interrupted", line
+    delay = float(line[1]) - sent
+    assert 0 <= delay < 0.1 + 0.05, f"KeyboardInterrupt after {delay * 1e3:.1f} ms"
+    del ep
+
+
+def test_ctrl_c_interrupts_accept(shm_addr):
+    code = textwrap.dedent(
+        """
+        import sys, time, accio
+        l = accio.listen(sys.argv[1])
+        print("ready", flush=True)
+        try:
+            l.accept()
+        except KeyboardInterrupt:
+            print("interrupted", time.monotonic(), flush=True)
+        """
+    )
+    child = subprocess.Popen([sys.executable, "-c", code, shm_addr],
+                             stdout=subprocess.PIPE, text=True)
+    assert child.stdout.readline().strip() == "ready"
+    time.sleep(0.2)
+    sent = time.monotonic()
+    os.kill(child.pid, signal.SIGINT)
+    line = child.stdout.readline().split()
+    child.wait(10)
+    assert line and line[0] == "interrupted", line
+    assert float(line[1]) - sent < 0.15

@@ -1,0 +1,158 @@
+#!/usr/bin/env bash
+# compare-python.sh: the Python package's figures beside Rust's and mpi4py's, measured in
+# one run, interleaved repetition by repetition so that machine noise hits every side alike
+# (issue 16's must-show).
+#
+#   figure                      Python (bindings/python/bench/pybench.py)   compared with
+#   shm one-way latency, 8 B    send + recv_into ping-pong, 2 processes     `accio bench transport` latency shm 8;
+#                                                                            mpi4py Send/Recv ping-pong
+#                                                                            (mpirun -np 2 --bind-to core)
+#   shm RMA write bw, 2 MiB     vwrite_to from a NumPy array (and write_to   `accio bench transport` rma_write_bw shm 2M
+#                               from a window), fenced passes
+#   merge into /dev/shm         Merger + 8 multiprocessing workers x 64 x    `accio bench merge /dev/shm --producers 8
+#                               2 MiB, Producer.write(numpy array)            --buffers 64 --sizes 2M --placement processes`
+#
+# All latencies use one method (every round trip timed, a sample is a batch's median round
+# trip halved); a run contributes its median, the table shows median (min–max) over runs.
+#
+# Usage: scripts/compare-python.sh [--reps N] [--accio PATH] [--python PY] [--out DIR]
+#   --reps N      repetitions of every side (default 3)
+#   --accio PATH  the accio binary (default target/release/accio;
+#                 `cargo build --release -p accio-cli`)
+#   --python PY   the interpreter with the accio package (default python3;
+#                 `pip install ./bindings/python`)
+#   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
+# Needs jq. mpi4py rows need mpirun (openmpi-bin) and mpi4py (`pip install mpi4py`); without
+# them the rows are left out and said so. Installs nothing.
+
+set -euo pipefail
+
+REPS=3
+ACCIO=""
+PY=python3
+OUT=""
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reps) REPS="$2"; shift 2 ;;
+        --accio) ACCIO="$2"; shift 2 ;;
+        --python) PY="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare-python: unknown argument $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+case "$REPS" in ''|*[!0-9]*|0) echo "compare-python: --reps needs a number >= 1" >&2; exit 2 ;; esac
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ACCIO="${ACCIO:-$ROOT/target/release/accio}"
+BENCH="$ROOT/bindings/python/bench/pybench.py"
+OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/accio-compare-python-XXXXXX")}"
+mkdir -p "$OUT"
+
+command -v jq >/dev/null || { echo "compare-python: jq is missing (apt-get install jq)" >&2; exit 1; }
+if [ ! -x "$ACCIO" ]; then
+    echo "compare-python: no accio binary at $ACCIO; build it with cargo build --release -p accio-cli" >&2
+    exit 1
+fi
+if ! (cd / && "$PY" -c 'import accio, numpy') 2>/dev/null; then
+    echo "compare-python: $PY cannot import accio and numpy; pip install ./bindings/python numpy" >&2
+    exit 1
+fi
+HAVE_MPI=1
+if ! command -v mpirun >/dev/null || ! "$PY" -c 'import mpi4py' 2>/dev/null; then
+    echo "compare-python: mpirun or mpi4py missing (apt-get install openmpi-bin; pip install mpi4py): mpi4py row left out" >&2
+    HAVE_MPI=0
+fi
+
+log() { echo "compare-python: $*" >&2; }
+P=8 F=64
+echo "compare-python: $(uname -r), $(nproc) CPUs, $REPS reps; raw output in $OUT" >&2
+for rep in $(seq "$REPS"); do
+    log "rep $rep/$REPS: rust transport (shm, 8 B and 2 MiB)"
+    timeout 600 "$ACCIO" bench transport --backend shm --sizes 8,2M --json "$OUT/rust-transport.$rep.json" \
+        >/dev/null 2>>"$OUT/rust.log"
+    log "rep $rep/$REPS: python latency"
+    (cd / && timeout 300 "$PY" "$BENCH" latency --size 8) > "$OUT/py-latency.$rep.json"
+    if [ "$HAVE_MPI" = 1 ]; then
+        log "rep $rep/$REPS: mpi4py latency"
+        (cd / && timeout 300 mpirun -np 2 --allow-run-as-root --bind-to core "$PY" "$BENCH" mpi-latency --size 8) \
+            > "$OUT/mpi4py-latency.$rep.json" 2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
+    fi
+    log "rep $rep/$REPS: python rma 2 MiB"
+    (cd / && timeout 300 "$PY" "$BENCH" rma --size 2M) > "$OUT/py-rma.$rep.json"
+    log "rep $rep/$REPS: rust merge ($P processes x $F x 2 MiB into /dev/shm)"
+    timeout 600 "$ACCIO" bench merge /dev/shm --backend shm --producers "$P" --buffers "$F" --sizes 2M \
+        --placement processes --no-naive --repetitions 1 --json "$OUT/rust-merge.$rep.json" \
+        >/dev/null 2>>"$OUT/rust.log"
+    log "rep $rep/$REPS: python merge ($P multiprocessing workers x $F x 2 MiB into /dev/shm)"
+    (cd / && timeout 600 "$PY" "$BENCH" merge --dir /dev/shm --workers "$P" --buffers "$F" --size 2M) \
+        > "$OUT/py-merge.$rep.json"
+done
+
+"$PY" - "$OUT" "$REPS" "$HAVE_MPI" <<'PYEOF'
+import json, statistics, sys
+out, reps, have_mpi = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+
+def rust(kind, metric, size):
+    vals = []
+    for r in range(1, reps + 1):
+        doc = json.load(open(f"{out}/rust-{kind}.{r}.json"))
+        for f in doc["figures"]:
+            p = f["params"]
+            if f["metric"] == metric and p.get("backend") == "shm" and (size is None or p.get("size") == size):
+                vals.append(f["summary"]["median"])
+                break
+    return vals
+
+def py(name, figure):
+    vals = []
+    for r in range(1, reps + 1):
+        try:
+            lines = open(f"{out}/{name}.{r}.json").read().split("\n")
+        except FileNotFoundError:
+            continue
+        for line in filter(None, lines):
+            d = json.loads(line)
+            if d["figure"] == figure:
+                vals.append(d["median"])
+    return vals
+
+def fmt(v):
+    a = abs(v)
+    return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
+
+def cell(v, unit):
+    return "-" if not v else f"{fmt(statistics.median(v))} ({fmt(min(v))}–{fmt(max(v))}) {unit}"
+
+rows = []
+def row(figure, a, peer, p, unit, target):
+    ratio = statistics.median(a) / statistics.median(p) if a and p else None
+    ok = ""
+    if ratio is not None and target:
+        op, want = target.split()
+        ok = "ok" if (ratio >= float(want) if op == ">=" else ratio <= float(want)) else "MISSED"
+    rows.append([figure, cell(a, unit), peer, cell(p, unit),
+                 "-" if ratio is None else f"{fmt(ratio)}x", f"{target} {ok}".strip()])
+
+M = 1 << 20
+lat = py("py-latency", "python accio latency")
+if have_mpi:
+    row("shm latency 8 B (one-way)", lat, "mpi4py Send/Recv ping-pong",
+        py("mpi4py-latency", "mpi4py latency"), "us", "<= 1.0")
+row("shm latency 8 B (one-way)", lat, "Rust accio bench transport", rust("transport", "latency", 8), "us", "")
+rrma = rust("transport", "rma_write_bw", 2 * M)
+row("RMA write 2 MiB, vwrite_to(numpy)", py("py-rma", "python accio rma_write_bw vwrite_to"),
+    "Rust write_to (accio bench)", rrma, "GB/s", ">= 0.9")
+row("RMA write 2 MiB, write_to(window)", py("py-rma", "python accio rma_write_bw write_to"),
+    "Rust write_to (accio bench)", rrma, "GB/s", ">= 0.9")
+row("merge 8 procs x 64 x 2 MiB, /dev/shm", py("py-merge", "python accio merge"),
+    "Rust accio bench merge, same shape", rust("merge", "merge", None), "GB/s", ">= 0.8")
+
+headers = ["figure", "Python median (min–max)", "compared with", "its median (min–max)", "ratio", "target"]
+width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
+print(f"\naccio from Python vs Rust and mpi4py: {reps} runs each, interleaved; median (min–max) "
+      "over runs; ratio = Python / other (lower is better for latency, higher for bandwidth)")
+for line in [headers, ["-" * w for w in width]] + rows:
+    print("  ".join(c.ljust(w) for c, w in zip(line, width)).rstrip())
+print(f"raw outputs: {out}")
+PYEOF
