@@ -279,11 +279,12 @@ pub fn auto_dims(shape: &[usize], size: usize) -> [usize; 3] {
         }
         // Halo cells moved per step: for each split axis, (d - 1) cuts of the other axes'
         // full extent, both ways.
-        let mut surface: u128 = 0;
-        for a in 0..3 {
-            let cross: usize = (0..3).filter(|&b| b != a).map(|b| shape3[b]).product();
-            surface += (dims[a] as u128 - 1) * cross as u128;
-        }
+        let surface: u128 = (0..3)
+            .map(|a| {
+                let cross: usize = (0..3).filter(|&b| b != a).map(|b| shape3[b]).product();
+                (dims[a] as u128 - 1) * cross as u128
+            })
+            .sum();
         // Ties: prefer the larger dims on slower axes, compared lexicographically.
         let better = match &best {
             None => true,
@@ -309,7 +310,7 @@ fn for_each_factorization(n: usize, parts: usize, f: &mut dyn FnMut(&[usize])) {
             acc.pop();
             return;
         }
-        for d in (1..=n).filter(|d| n % d == 0) {
+        for d in (1..=n).filter(|d| n.is_multiple_of(*d)) {
             acc.push(d);
             go(n / d, parts - 1, acc, f);
             acc.pop();
@@ -318,7 +319,13 @@ fn for_each_factorization(n: usize, parts: usize, f: &mut dyn FnMut(&[usize])) {
     go(n, parts, &mut Vec::new(), f);
 }
 
-fn halo_on(ndim: usize, dims: &[usize; 3], periodic: &[bool; 3], halo: usize, axis: usize) -> usize {
+fn halo_on(
+    ndim: usize,
+    dims: &[usize; 3],
+    periodic: &[bool; 3],
+    halo: usize,
+    axis: usize,
+) -> usize {
     if axis >= 3 - ndim && (dims[axis] > 1 || periodic[axis]) {
         halo
     } else {
@@ -340,8 +347,10 @@ pub fn shape_name(shape: &[usize]) -> String {
 
 /// Parses `NYxNX` or `NZxNYxNX` (also `N^2`/`N^3` as `NxN`, `NxNxN` spelled out).
 pub fn parse_shape(s: &str) -> std::result::Result<Vec<usize>, String> {
-    let parts: std::result::Result<Vec<usize>, _> =
-        s.split(['x', 'X']).map(|p| p.trim().parse::<usize>()).collect();
+    let parts: std::result::Result<Vec<usize>, _> = s
+        .split(['x', 'X'])
+        .map(|p| p.trim().parse::<usize>())
+        .collect();
     match parts {
         Ok(v) if (2..=3).contains(&v.len()) && !v.contains(&0) => Ok(v),
         _ => Err(format!(
@@ -402,7 +411,10 @@ mod tests {
         let e = Decomposition::new(&[8, 3], 4, Some(&[1, 4]), &[], 1).unwrap_err();
         assert!(e.to_string().contains("fewer than the halo of 1"), "{e}");
         let e = Decomposition::new(&[8, 8], 2, Some(&[2, 1]), &[], 5).unwrap_err();
-        assert!(e.to_string().contains("axis y of 8 cells over 2 ranks"), "{e}");
+        assert!(
+            e.to_string().contains("axis y of 8 cells over 2 ranks"),
+            "{e}"
+        );
     }
 
     #[test]

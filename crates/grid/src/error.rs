@@ -57,6 +57,17 @@ pub enum GridError {
         #[source]
         source: accio_core::Error,
     },
+    /// A rank could not get an endpoint to a neighbour.
+    #[error("rank {rank}: connecting to rank {peer}: {source}")]
+    Connect {
+        /// This rank.
+        rank: usize,
+        /// The neighbour.
+        peer: usize,
+        /// Why (the rank world's or the backend's error).
+        #[source]
+        source: Box<dyn std::error::Error + Send + Sync>,
+    },
     /// A wait for a neighbour ran past the timeout.
     #[error("rank {rank}: rank {peer} ({dir}) did not {what} within {after:?}")]
     Timeout {

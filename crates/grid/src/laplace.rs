@@ -107,7 +107,9 @@ pub fn init(ex: &mut HaloExchange<f64>, seed: u64) {
     let field = ex.field_mut();
     let (lo, hi) = owned(&layout);
     Layout::for_each_cell(lo, hi, |c| {
-        let g = layout.global_of(&decomp, c).expect("owned cells are inside the grid");
+        let g = layout
+            .global_of(&decomp, c)
+            .expect("owned cells are inside the grid");
         field[layout.index(c)] = initial_value(&decomp, g, seed);
     });
 }
@@ -128,7 +130,9 @@ pub fn digest(ex: &HaloExchange<f64>) -> u64 {
     let (lo, hi) = owned(layout);
     let mut sum = 0u64;
     Layout::for_each_cell(lo, hi, |c| {
-        let g = layout.global_of(decomp, c).expect("owned cells are inside the grid");
+        let g = layout
+            .global_of(decomp, c)
+            .expect("owned cells are inside the grid");
         let linear = ((g[0] * shape[1] + g[1]) * shape[2] + g[2]) as u64;
         sum = sum.wrapping_add(mix(linear ^ mix(field[layout.index(c)].to_bits())));
     });

@@ -36,5 +36,7 @@ mod layout;
 
 pub use decomp::{auto_dims, parse_shape, shape_name, Block, Decomposition, Dir};
 pub use error::{GridError, Result};
-pub use exchange::{ExchangeOptions, ExchangeTimes, HaloExchange, Path, Pending, SideInfo, Tag};
+pub use exchange::{
+    BoxError, ConnectFn, ExchangeOptions, ExchangeTimes, HaloExchange, Path, Pending, SideInfo, Tag,
+};
 pub use layout::{Layout, Runs};

@@ -108,7 +108,11 @@ fn jacobi(
     }
     assert!(grid.iter().all(|v| v.is_finite()), "every cell owned once");
     // The digests sum to the same whole-grid digest whatever the split.
-    let reference = DIGESTS.with(|d| *d.borrow_mut().entry(format!("{shape:?}{periodic:?}")).or_insert(digest));
+    let reference = DIGESTS.with(|d| {
+        *d.borrow_mut()
+            .entry(format!("{shape:?}{periodic:?}"))
+            .or_insert(digest)
+    });
     assert_eq!(digest, reference, "digest of {shape:?} over {dims:?}");
     grid
 }
@@ -140,7 +144,15 @@ fn two_d_runs_equal_the_one_rank_run_bit_for_bit() {
 fn three_d_runs_equal_the_one_rank_run_bit_for_bit() {
     let shape = [7, 9, 10];
     let one = jacobi(&shape, None, &[], "shm", Path::Rma, false);
-    for dims in [[2, 1, 1], [1, 1, 2], [3, 1, 1], [1, 3, 1], [2, 2, 1], [1, 2, 2], [4, 1, 1]] {
+    for dims in [
+        [2, 1, 1],
+        [1, 1, 2],
+        [3, 1, 1],
+        [1, 3, 1],
+        [2, 2, 1],
+        [1, 2, 2],
+        [4, 1, 1],
+    ] {
         for path in [Path::Rma, Path::Messages] {
             let n = jacobi(&shape, Some(&dims), &[], "shm", path, false);
             assert_same_bits(&n, &one, &format!("3D dims {dims:?} {path:?}"));
@@ -156,7 +168,11 @@ fn periodic_grids_wrap_and_agree_over_tcp_in_checked_mode() {
     for dims in [[2, 1], [1, 2], [2, 2], [3, 1]] {
         for path in [Path::Rma, Path::Messages] {
             let n = jacobi(&shape, Some(&dims), &periodic, "tcp", path, true);
-            assert_same_bits(&n, &one, &format!("periodic dims {dims:?} {path:?} over tcp"));
+            assert_same_bits(
+                &n,
+                &one,
+                &format!("periodic dims {dims:?} {path:?} over tcp"),
+            );
         }
     }
 }
@@ -188,7 +204,13 @@ fn ghosts_hold_the_neighbours_cells_with_a_wide_halo() {
                 let (lo, hi) = l.slab(side.dir, true);
                 Layout::for_each_cell(lo, hi, |c| {
                     let g = l.global_of(&decomp, c).unwrap();
-                    assert_eq!(ex.field()[l.index(c)], lin(g), "rank {} side {}", ex.rank(), side.dir);
+                    assert_eq!(
+                        ex.field()[l.index(c)],
+                        lin(g),
+                        "rank {} side {}",
+                        ex.rank(),
+                        side.dir
+                    );
                     checked += 1;
                 });
             }
@@ -217,7 +239,17 @@ fn checked_mode_catches_a_wrong_offset_and_names_ranks_side_and_cells() {
         });
         let e = results[1].as_ref().unwrap().as_ref().unwrap_err();
         let text = e.to_string();
-        assert!(matches!(e, GridError::Misplaced { rank: 1, expected_rank: 0, .. }), "{text}");
+        assert!(
+            matches!(
+                e,
+                GridError::Misplaced {
+                    rank: 1,
+                    expected_rank: 0,
+                    ..
+                }
+            ),
+            "{text}"
+        );
         assert!(
             text.starts_with("checked mode: rank 1's ghost cell on side -y at (3, "),
             "{path:?}: {text}"
@@ -226,7 +258,10 @@ fn checked_mode_catches_a_wrong_offset_and_names_ranks_side_and_cells() {
         // Rank 0 may see the damage too: with direct RMA the misplaced row overwrote one of
         // rank 1's own boundary cells, which rank 1 may have sent back before noticing.
         if let Err(e) = results[0].as_ref().unwrap() {
-            assert!(matches!(e, GridError::Misplaced { rank: 0, .. }), "{path:?}: {e}");
+            assert!(
+                matches!(e, GridError::Misplaced { rank: 0, .. }),
+                "{path:?}: {e}"
+            );
         }
     }
 }
@@ -252,11 +287,16 @@ fn a_rank_that_dies_mid_run_is_named_within_seconds() {
         });
         let e = results[0].as_ref().unwrap().as_ref().unwrap_err();
         assert!(
-            e.to_string().starts_with("rank 0: exchange with rank 1 (+y) failed: ")
-                || e.to_string().starts_with("rank 0: exchange with rank 1 (synchronizing) failed: "),
+            e.to_string()
+                .starts_with("rank 0: exchange with rank 1 (+y) failed: ")
+                || e.to_string()
+                    .starts_with("rank 0: exchange with rank 1 (synchronizing) failed: "),
             "{path:?}: {e}"
         );
-        assert!(matches!(e, GridError::Peer { source, .. } if source.kind() == accio::ErrorKind::PeerGone), "{e}");
+        assert!(
+            matches!(e, GridError::Peer { source, .. } if source.kind() == accio::ErrorKind::PeerGone),
+            "{e}"
+        );
     }
 }
 
@@ -267,12 +307,16 @@ fn ranks_that_disagree_about_the_grid_say_what_differs() {
     let mut row0 = std::mem::take(&mut m[0]);
     let t = std::thread::spawn(move || {
         let d = Decomposition::new(&[8, 10], 2, Some(&[2, 1]), &[], 1).unwrap();
-        HaloExchange::<f64>::new(&d, 1, Default::default(), &mut |p| Ok(row1[p].take().unwrap()))
-            .map(|_| ())
+        HaloExchange::<f64>::new(&d, 1, Default::default(), &mut |p| {
+            Ok(row1[p].take().unwrap())
+        })
+        .map(|_| ())
     });
     let d = Decomposition::new(&[8, 8], 2, Some(&[2, 1]), &[], 1).unwrap();
-    let e = HaloExchange::<f64>::new(&d, 0, Default::default(), &mut |p| Ok(row0[p].take().unwrap()))
-        .unwrap_err();
+    let e = HaloExchange::<f64>::new(&d, 0, Default::default(), &mut |p| {
+        Ok(row0[p].take().unwrap())
+    })
+    .unwrap_err();
     assert_eq!(
         e.to_string(),
         "rank 0 and rank 1 disagree about the grid: nx: 8 here, 10 there"

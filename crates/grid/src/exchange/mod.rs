@@ -37,12 +37,15 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, RmaFlags, Window, PAGE};
+use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, Window, PAGE};
 use bytemuck::{Pod, Zeroable};
 
 use crate::decomp::{Decomposition, Dir};
 use crate::error::{GridError, Result};
 use crate::layout::{Layout, Runs};
+
+mod messages;
+mod rma;
 
 /// How faces travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -124,6 +127,13 @@ pub struct ExchangeTimes {
     pub communicate: Duration,
 }
 
+/// How a rank gets an endpoint to another: `connect(peer_rank)`, e.g. a rank world's
+/// `endpoint`. Errors of any type are kept as the cause of [`GridError::Connect`].
+pub type ConnectFn<'a> = dyn FnMut(usize) -> std::result::Result<Box<dyn Endpoint>, BoxError> + 'a;
+
+/// Any error, as the cause of a failed connection.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
 /// One side of a rank's subgrid that has a neighbour, as [`HaloExchange::sides`] reports it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct SideInfo {
@@ -185,6 +195,11 @@ impl Sections {
     fn filled(&self, d: Dir) -> usize {
         self.flags + 64 * (6 + d.index())
     }
+
+    /// The counter of [`HaloExchange::probe`]'s ping-pongs.
+    fn probe(&self) -> usize {
+        self.flags + 64 * 12
+    }
 }
 
 struct Peer {
@@ -217,6 +232,7 @@ struct Side {
     remote_tags: u64,
     remote_ready: u64,
     remote_filled: u64,
+    remote_probe: u64,
     /// Packed face (messages, or RMA of a strided face).
     send_buf: Vec<u8>,
     recv_buf: Vec<u8>,
@@ -264,7 +280,7 @@ impl<T: Pod> HaloExchange<T> {
         decomp: &Decomposition,
         rank: usize,
         opts: ExchangeOptions,
-        connect: &mut dyn FnMut(usize) -> accio_core::Result<Box<dyn Endpoint>>,
+        connect: &mut ConnectFn<'_>,
     ) -> Result<HaloExchange<T>> {
         let size = decomp.size();
         if rank >= size {
@@ -320,6 +336,7 @@ impl<T: Pod> HaloExchange<T> {
                 remote_tags,
                 remote_ready: peer_secs.ready(dir.opposite()) as u64,
                 remote_filled: peer_secs.filled(dir.opposite()) as u64,
+                remote_probe: peer_secs.probe() as u64,
                 send_buf: Vec::new(),
                 recv_buf: Vec::new(),
             });
@@ -328,10 +345,9 @@ impl<T: Pod> HaloExchange<T> {
 
         let mut peers = Vec::new();
         for &p in &peer_ranks {
-            let ep = connect(p).map_err(|source| GridError::Peer {
+            let ep = connect(p).map_err(|source| GridError::Connect {
                 rank,
                 peer: p,
-                dir: "connecting".into(),
                 source,
             })?;
             let window = match opts.path {
@@ -352,7 +368,11 @@ impl<T: Pod> HaloExchange<T> {
             let sends = (0..sides.len()).filter(|&i| sides[i].rank == p).collect();
             let recvs = Dir::all(ndim)
                 .filter(|&e| decomp.neighbour(p, e) == Some(rank))
-                .filter_map(|e| sides.iter().position(|s| s.dir == e.opposite() && s.rank == p))
+                .filter_map(|e| {
+                    sides
+                        .iter()
+                        .position(|s| s.dir == e.opposite() && s.rank == p)
+                })
                 .collect();
             peers.push(Peer {
                 rank: p,
@@ -521,7 +541,12 @@ impl<T: Pod> HaloExchange<T> {
 
     fn hello(&mut self) -> Result<()> {
         let d = &self.decomp;
-        let mut words = vec![HELLO_MAGIC, self.rank as u64, d.size() as u64, d.ndim() as u64];
+        let mut words = vec![
+            HELLO_MAGIC,
+            self.rank as u64,
+            d.size() as u64,
+            d.ndim() as u64,
+        ];
         words.extend(d.shape().map(|v| v as u64));
         words.extend(d.dims().map(|v| v as u64));
         words.extend(d.periodic().map(u64::from));
@@ -532,21 +557,36 @@ impl<T: Pod> HaloExchange<T> {
             u64::from(self.opts.path == Path::Rma),
         ]);
         let names = [
-            "magic", "rank", "size", "axes", "nz", "ny", "nx", "dz", "dy", "dx", "periodic z",
-            "periodic y", "periodic x", "halo", "element size", "checked", "path",
+            "magic",
+            "rank",
+            "size",
+            "axes",
+            "nz",
+            "ny",
+            "nx",
+            "dz",
+            "dy",
+            "dx",
+            "periodic z",
+            "periodic y",
+            "periodic x",
+            "halo",
+            "element size",
+            "checked",
+            "path",
         ];
         for i in 0..self.peers.len() {
             let mut msg: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let base = self.peers[i]._window.as_ref().map_or(0, |w| w.offset());
             msg.extend(base.to_le_bytes());
             let p = &self.peers[i];
-            p.ep.send(&msg).map_err(|e| self.peer_err(p.rank, "greeting", e))?;
+            p.ep.send(&msg)
+                .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
         }
         for i in 0..self.peers.len() {
             let p = &self.peers[i];
             let mut buf = Vec::new();
-            p.ep
-                .recv_timeout(&mut buf, Some(self.opts.timeout))
+            p.ep.recv_timeout(&mut buf, Some(self.opts.timeout))
                 .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
             let mismatch = |reason: String| GridError::Mismatch {
                 rank: self.rank,
@@ -598,7 +638,9 @@ impl<T: Pod> HaloExchange<T> {
         let lo = layout.halo;
         let hi = [0, 1, 2].map(|a| layout.halo[a] + layout.block.len[a]);
         Layout::for_each_cell(lo, hi, |c| {
-            let g = layout.global_of(&decomp, c).expect("owned cells are inside the grid");
+            let g = layout
+                .global_of(&decomp, c)
+                .expect("owned cells are inside the grid");
             tags[layout.index(c)] = Tag {
                 rank,
                 coord: g.map(|v| v as u32),
@@ -619,90 +661,6 @@ impl<T: Pod> HaloExchange<T> {
         }
     }
 
-    /// Tells every neighbour this rank's ghosts are free, then waits until each neighbour
-    /// says the same of its own.
-    fn sync_rma(&mut self) -> Result<()> {
-        let g = self.generation;
-        for s in &self.sides {
-            if let Some(pi) = s.peer {
-                let p = &self.peers[pi];
-                p.ep.fence_signal(None, Some((p.remote_base + s.remote_ready, g)))
-                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))?;
-            }
-        }
-        for i in 0..self.sides.len() {
-            if self.sides[i].peer.is_some() {
-                let at = self.secs.ready(self.sides[i].dir);
-                self.wait_counter(i, at, "free its ghosts")?;
-            }
-        }
-        Ok(())
-    }
-
-    fn sync_messages(&mut self) -> Result<()> {
-        let start = Instant::now();
-        let mut sent = vec![false; self.peers.len()];
-        let mut got = vec![false; self.peers.len()];
-        let mut spins = 0u32;
-        while got.iter().any(|g| !g) || sent.iter().any(|s| !s) {
-            let mut progressed = false;
-            for i in 0..self.peers.len() {
-                let p = &self.peers[i];
-                if !sent[i] {
-                    match p.ep.try_send(&[]) {
-                        Ok(Progress::Ready(())) => (sent[i], progressed) = (true, true),
-                        Ok(Progress::WouldBlock) => {}
-                        Err(e) => return Err(self.peer_err(p.rank, "synchronizing", e)),
-                    }
-                }
-                if !got[i] {
-                    match p.ep.try_recv(&mut self.scratch) {
-                        Ok(Progress::Ready(0)) => (got[i], progressed) = (true, true),
-                        Ok(Progress::Ready(n)) => {
-                            return Err(self.protocol(i, format!("a {n}-byte message")));
-                        }
-                        Ok(Progress::WouldBlock) => {}
-                        Err(e) => return Err(self.peer_err(p.rank, "synchronizing", e)),
-                    }
-                }
-            }
-            if !progressed {
-                self.backoff(&mut spins, start, None)?;
-            }
-        }
-        Ok(())
-    }
-
-    fn protocol(&self, peer: usize, what: String) -> GridError {
-        let p = &self.peers[peer];
-        self.peer_err(
-            p.rank,
-            "synchronizing",
-            Error::Protocol {
-                peer: p.ep.peer_addr().to_string(),
-                reason: format!("expected an empty synchronization message, got {what}"),
-            },
-        )
-    }
-
-    /// Waits for the counter at `at` to reach this exchange's generation; every few hundred
-    /// microseconds probes side `i`'s endpoint so that a dead neighbour is noticed.
-    fn wait_counter(&mut self, i: usize, at: usize, what: &'static str) -> Result<()> {
-        let g = self.generation;
-        let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            let v = self.view.load_u64(at).map_err(|source| GridError::Endpoint {
-                what: format!("rank {}: reading a counter", self.rank),
-                source,
-            })?;
-            if v >= g {
-                return Ok(());
-            }
-            self.backoff(&mut spins, start, Some((i, what)))?;
-        }
-    }
-
     /// Spins, then yields; every 1024 rounds checks the timeout and, for a wait on side
     /// `side`, whether its peer is still there.
     fn backoff(
@@ -717,7 +675,7 @@ impl<T: Pod> HaloExchange<T> {
         } else {
             std::thread::yield_now();
         }
-        if *spins % 1024 != 0 {
+        if !spins.is_multiple_of(1024) {
             return Ok(());
         }
         if let Some((i, _)) = side {
@@ -802,47 +760,6 @@ impl<T: Pod> HaloExchange<T> {
         }
     }
 
-    /// RMA: writes every face into the neighbour's ghosts (or staging), then signals.
-    fn put_faces(&mut self) -> Result<()> {
-        self.pack_faces(true);
-        let (elem, g) = (self.elem(), self.generation);
-        for s in &self.sides {
-            let Some(pi) = s.peer else { continue };
-            let p = &self.peers[pi];
-            let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
-            if s.direct {
-                let (start, n) = s.face.as_slice()[0];
-                let shift = match self.fault {
-                    Some((d, delta)) if d == s.dir => delta,
-                    _ => 0,
-                };
-                let dst = |base: u64, size: usize| {
-                    (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
-                };
-                // SAFETY: the run lies inside the data section; see `field` for sharing.
-                let src = unsafe {
-                    std::slice::from_raw_parts(self.ptr(self.secs.data + start * elem), n * elem)
-                };
-                p.ep.vwrite_to(src, dst(s.remote_data, elem), RmaFlags::ASYNC)
-                    .map_err(fail)?;
-                if self.opts.checked {
-                    // SAFETY: as above, in the tag section.
-                    let src = unsafe {
-                        std::slice::from_raw_parts(self.ptr(self.secs.tags + start * TAG), n * TAG)
-                    };
-                    p.ep.vwrite_to(src, dst(s.remote_tags, TAG), RmaFlags::ASYNC)
-                        .map_err(fail)?;
-                }
-            } else {
-                p.ep.vwrite_to(&s.send_buf, p.remote_base + s.remote_data, RmaFlags::ASYNC)
-                    .map_err(fail)?;
-            }
-            p.ep.fence_signal(None, Some((p.remote_base + s.remote_filled, g)))
-                .map_err(fail)?;
-        }
-        Ok(())
-    }
-
     fn finish(&mut self) -> Result<()> {
         match self.opts.path {
             Path::Rma => {
@@ -863,122 +780,6 @@ impl<T: Pod> HaloExchange<T> {
             self.verify()?;
         }
         Ok(())
-    }
-
-    fn unpack_staging(&mut self, i: usize) {
-        let elem = self.elem();
-        let s = &self.sides[i];
-        let n = s.ghosts.elems();
-        let staging = self.secs.staging[s.dir.index()];
-        // SAFETY: the staging area of side `dir` holds `n` elements then `n` tags, filled
-        // by the neighbour before it signalled; the ghost runs lie inside the sections.
-        unsafe {
-            let src = std::slice::from_raw_parts(self.ptr(staging), n * elem);
-            unpack(self.ptr(self.secs.data), &s.ghosts, elem, src);
-            if self.opts.checked {
-                let src = std::slice::from_raw_parts(self.ptr(staging + n * elem), n * TAG);
-                unpack(self.ptr(self.secs.tags), &s.ghosts, TAG, src);
-            }
-        }
-    }
-
-    /// Sends every packed face and receives every ghost slab, in chunks the endpoints
-    /// accept without blocking, so that two neighbours sending large faces at each other
-    /// cannot wait on each other.
-    fn progress_messages(&mut self) -> Result<()> {
-        let per_cell = self.elem() + if self.opts.checked { TAG } else { 0 };
-        let np = self.peers.len();
-        let mut send_at = vec![(0usize, 0usize); np];
-        let mut recv_at = vec![0usize; np];
-        for s in &mut self.sides {
-            s.recv_buf.clear();
-        }
-        let start = Instant::now();
-        let mut spins = 0u32;
-        loop {
-            let mut progressed = false;
-            let mut done = true;
-            for i in 0..np {
-                let p = &self.peers[i];
-                while send_at[i].0 < p.sends.len() {
-                    let s = &self.sides[p.sends[send_at[i].0]];
-                    let off = send_at[i].1;
-                    let end = (off + p.chunk).min(s.send_buf.len());
-                    match p.ep.try_send(&s.send_buf[off..end]) {
-                        Ok(Progress::Ready(())) => {
-                            progressed = true;
-                            send_at[i] = if end == s.send_buf.len() {
-                                (send_at[i].0 + 1, 0)
-                            } else {
-                                (send_at[i].0, end)
-                            };
-                        }
-                        Ok(Progress::WouldBlock) => break,
-                        Err(e) => return Err(self.peer_err(p.rank, &s.dir.to_string(), e)),
-                    }
-                }
-                while recv_at[i] < self.peers[i].recvs.len() {
-                    let si = self.peers[i].recvs[recv_at[i]];
-                    let expected = self.sides[si].ghosts.elems() * per_cell;
-                    match self.peers[i].ep.try_recv(&mut self.scratch) {
-                        Ok(Progress::Ready(n)) => {
-                            progressed = true;
-                            let s = &mut self.sides[si];
-                            if s.recv_buf.is_empty() && n == expected {
-                                std::mem::swap(&mut s.recv_buf, &mut self.scratch);
-                            } else {
-                                s.recv_buf.extend_from_slice(&self.scratch[..n]);
-                            }
-                            let got = s.recv_buf.len();
-                            if got > expected {
-                                let (rank, dir) = (s.rank, s.dir);
-                                return Err(self.peer_err(
-                                    rank,
-                                    &dir.to_string(),
-                                    Error::Protocol {
-                                        peer: self.peers[i].ep.peer_addr().to_string(),
-                                        reason: format!(
-                                            "{got} bytes for a ghost slab of {expected}"
-                                        ),
-                                    },
-                                ));
-                            }
-                            if got == expected {
-                                self.unpack_received(si);
-                                recv_at[i] += 1;
-                            }
-                        }
-                        Ok(Progress::WouldBlock) => break,
-                        Err(e) => {
-                            let s = &self.sides[si];
-                            return Err(self.peer_err(s.rank, &s.dir.to_string(), e));
-                        }
-                    }
-                }
-                let p = &self.peers[i];
-                done &= send_at[i].0 == p.sends.len() && recv_at[i] == p.recvs.len();
-            }
-            if done {
-                return Ok(());
-            }
-            if !progressed {
-                self.backoff(&mut spins, start, None)?;
-            }
-        }
-    }
-
-    fn unpack_received(&mut self, i: usize) {
-        let elem = self.elem();
-        let s = &self.sides[i];
-        let n = s.ghosts.elems();
-        // SAFETY: ghost runs lie inside the data and tag sections; `recv_buf` holds `n`
-        // elements then (checked) `n` tags.
-        unsafe {
-            unpack(self.ptr(self.secs.data), &s.ghosts, elem, &s.recv_buf[..n * elem]);
-            if self.opts.checked {
-                unpack(self.ptr(self.secs.tags), &s.ghosts, TAG, &s.recv_buf[n * elem..]);
-            }
-        }
     }
 
     fn verify(&self) -> Result<()> {
