@@ -10,6 +10,7 @@ use accio_grid::laplace::{self, LaplaceOptions};
 use accio_grid::{Decomposition, Dir, ExchangeOptions, GridError, HaloExchange, Layout, Path};
 
 /// Connected endpoints between every pair of `n` ranks: `mesh[i][j]` is rank i's end to j.
+#[allow(clippy::needless_range_loop)] // fills both halves of a symmetric matrix
 fn mesh(n: usize, scheme: &str) -> Vec<Vec<Option<Box<dyn Endpoint>>>> {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let mut m: Vec<Vec<Option<Box<dyn Endpoint>>>> =
