@@ -202,7 +202,11 @@ mod tests {
         assert_eq!(r.choose(0, 1, &a, &a).unwrap().scheme, "shm");
         let c = r.choose(0, 1, &a, &b).unwrap();
         assert_eq!(c.scheme, "tcp");
-        assert!(c.reason.contains("network namespaces differ"), "{}", c.reason);
+        assert!(
+            c.reason.contains("network namespaces differ"),
+            "{}",
+            c.reason
+        );
         let m = Rules {
             mpi: true,
             ..Rules::default()
@@ -219,18 +223,28 @@ mod tests {
             ..Rules::default()
         };
         let c = f.choose(0, 1, &a, &a).unwrap();
-        assert_eq!((c.scheme.as_str(), c.reason.as_str()), ("tcp", "ACCIO_TRANSPORT=tcp"));
+        assert_eq!(
+            (c.scheme.as_str(), c.reason.as_str()),
+            ("tcp", "ACCIO_TRANSPORT=tcp")
+        );
         let shm = Rules {
             forced: Some("shm".into()),
             ..Rules::default()
         };
         let e = shm.choose(0, 3, &a, &b).unwrap_err().to_string();
-        assert!(e.contains("rank 3") && e.contains("shm needs one node"), "{e}");
+        assert!(
+            e.contains("rank 3") && e.contains("shm needs one node"),
+            "{e}"
+        );
         let mpi = Rules {
             forced: Some("mpi".into()),
             ..Rules::default()
         };
-        assert!(mpi.choose(0, 1, &a, &a).unwrap_err().to_string().contains("not launched by MPI"));
+        assert!(mpi
+            .choose(0, 1, &a, &a)
+            .unwrap_err()
+            .to_string()
+            .contains("not launched by MPI"));
         let pairs = PairRules::parse("w.conf", "* * tcp\n1 0 shm # keep\n").unwrap();
         let p = Rules {
             forced: Some("tcp".into()),
@@ -238,7 +252,10 @@ mod tests {
             mpi: false,
         };
         let c = p.choose(0, 1, &a, &a).unwrap();
-        assert_eq!((c.scheme.as_str(), c.reason.as_str()), ("shm", "w.conf:2 sets shm"));
+        assert_eq!(
+            (c.scheme.as_str(), c.reason.as_str()),
+            ("shm", "w.conf:2 sets shm")
+        );
         assert_eq!(p.choose(2, 0, &a, &a).unwrap().reason, "w.conf:1 sets tcp");
     }
 

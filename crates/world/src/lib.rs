@@ -167,8 +167,10 @@ pub fn listen_all(
     let cpus = std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("Cpus_allowed_list:").map(|v| v.trim().to_string()))
+            s.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
         })
         .unwrap_or_default();
     let rec = Record {
@@ -221,7 +223,10 @@ impl World {
             if r.size != size {
                 return Err(WorldError::Rank {
                     rank: i,
-                    cause: format!("believes the world has {} ranks, the table has {size}", r.size),
+                    cause: format!(
+                        "believes the world has {} ranks, the table has {size}",
+                        r.size
+                    ),
                 });
             }
         }
@@ -234,10 +239,17 @@ impl World {
                 None
             } else {
                 let (a, b) = (rank.min(p), rank.max(p));
-                let (na, nb) = if rank < p { (me, &rec.node) } else { (&rec.node, me) };
+                let (na, nb) = if rank < p {
+                    (me, &rec.node)
+                } else {
+                    (&rec.node, me)
+                };
                 let c = rules.choose(a, b, na, nb)?;
                 if std::env::var_os("ACCIO_LOG").is_some_and(|v| v == "debug") {
-                    eprintln!("accio-world: rank {rank} -> rank {p}: {} ({})", c.scheme, c.reason);
+                    eprintln!(
+                        "accio-world: rank {rank} -> rank {p}: {} ({})",
+                        c.scheme, c.reason
+                    );
                 }
                 Some(c)
             });
@@ -310,7 +322,10 @@ impl World {
     /// The schemes that can serve the pair: shm only on one node.
     pub fn usable(&self, peer: usize) -> Result<Vec<String>> {
         self.check(peer)?;
-        let same = self.table[peer].node.differs_from(&self.table[self.rank].node).is_none();
+        let same = self.table[peer]
+            .node
+            .differs_from(&self.table[self.rank].node)
+            .is_none();
         Ok(self.table[peer]
             .addrs
             .iter()

@@ -74,7 +74,13 @@ fn short(id: &str) -> &str {
 
 impl fmt::Display for NodeId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{} (boot {}, {})", self.host, short(&self.boot_id), self.net_ns)
+        write!(
+            f,
+            "{} (boot {}, {})",
+            self.host,
+            short(&self.boot_id),
+            self.net_ns
+        )
     }
 }
 
@@ -101,7 +107,10 @@ mod tests {
         assert!(a.differs_from(&c).unwrap().contains("kernels differ"));
         let mut d = a.clone();
         d.net_ns = "net:[1]".into();
-        assert!(a.differs_from(&d).unwrap().contains("network namespaces differ"));
+        assert!(a
+            .differs_from(&d)
+            .unwrap()
+            .contains("network namespaces differ"));
         let mut e = a.clone();
         e.boot_id = "?".into();
         assert!(a.differs_from(&e).is_some());

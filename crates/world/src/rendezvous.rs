@@ -191,7 +191,10 @@ fn send_line<T: Serialize>(s: &mut UnixStream, v: &T) -> std::io::Result<()> {
     s.write_all(&line)
 }
 
-fn read_line<T: for<'de> Deserialize<'de>>(s: &mut UnixStream, timeout: Duration) -> std::io::Result<T> {
+fn read_line<T: for<'de> Deserialize<'de>>(
+    s: &mut UnixStream,
+    timeout: Duration,
+) -> std::io::Result<T> {
     s.set_nonblocking(false)?;
     s.set_read_timeout(Some(timeout.max(Duration::from_millis(1))))?;
     let mut line = String::new();
@@ -240,8 +243,15 @@ pub fn exchange(addr: &str, rec: &Record, timeout: Duration) -> Result<Vec<Recor
     match read_line::<Reply>(&mut s, left) {
         Ok(Reply::Table(t)) => Ok(t),
         Ok(Reply::Error(e)) => Err(err(e)),
-        Err(e) if matches!(e.kind(), std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut) => {
-            Err(err(format!("no table from the launcher within {timeout:?}")))
+        Err(e)
+            if matches!(
+                e.kind(),
+                std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+            ) =>
+        {
+            Err(err(format!(
+                "no table from the launcher within {timeout:?}"
+            )))
         }
         Err(e) => Err(err(format!("the launcher went away: {e}"))),
     }

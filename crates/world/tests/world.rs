@@ -36,39 +36,42 @@ fn four_ranks_on_two_nodes_connect_every_pair_and_explain_the_choice() {
     let ranks: Vec<_> = (0..size)
         .map(|r| {
             let addr = addr.clone();
-            thread::spawn(move || -> Result<Vec<(usize, String, String)>, WorldError> {
-                let w = World::bootstrap(boot(r, size, &addr, node_of(r, 2)))?;
-                assert_eq!((w.rank(), w.size()), (r, size));
-                assert_eq!(w.node_ranks(), if r < 2 { vec![0, 1] } else { vec![2, 3] });
-                let mut seen = Vec::new();
-                // Every pair, in an order both ends agree on.
-                for a in 0..size {
-                    for b in a + 1..size {
-                        if r != a && r != b {
-                            continue;
+            thread::spawn(
+                move || -> Result<Vec<(usize, String, String)>, WorldError> {
+                    let w = World::bootstrap(boot(r, size, &addr, node_of(r, 2)))?;
+                    assert_eq!((w.rank(), w.size()), (r, size));
+                    assert_eq!(w.node_ranks(), if r < 2 { vec![0, 1] } else { vec![2, 3] });
+                    let mut seen = Vec::new();
+                    // Every pair, in an order both ends agree on.
+                    for a in 0..size {
+                        for b in a + 1..size {
+                            if r != a && r != b {
+                                continue;
+                            }
+                            let peer = if r == a { b } else { a };
+                            let ep = w.endpoint(peer)?;
+                            let c = w.choice(peer)?.clone();
+                            assert_eq!(ep.backend(), c.scheme);
+                            // A message each way and an RMA write the peer checks.
+                            let win = ep.register(4096, Access::READ_WRITE).unwrap();
+                            ep.send(&win.offset().to_le_bytes()).unwrap();
+                            let mut m = Vec::new();
+                            ep.recv(&mut m).unwrap();
+                            let remote = u64::from_le_bytes(m[..8].try_into().unwrap());
+                            let tag = (r * 100 + peer) as u64;
+                            ep.vwrite_to(&tag.to_le_bytes(), remote + 8, RmaFlags::SYNC)
+                                .unwrap();
+                            ep.fence_signal(None, Some((remote, 1))).unwrap();
+                            win.wait_u64(0, 1, Some(Duration::from_secs(5))).unwrap();
+                            assert_eq!(win.load_u64(8).unwrap(), (peer * 100 + r) as u64);
+                            ep.send(b"done").unwrap();
+                            ep.recv(&mut m).unwrap();
+                            seen.push((peer, c.scheme, c.reason));
                         }
-                        let peer = if r == a { b } else { a };
-                        let ep = w.endpoint(peer)?;
-                        let c = w.choice(peer)?.clone();
-                        assert_eq!(ep.backend(), c.scheme);
-                        // A message each way and an RMA write the peer checks.
-                        let win = ep.register(4096, Access::READ_WRITE).unwrap();
-                        ep.send(&win.offset().to_le_bytes()).unwrap();
-                        let mut m = Vec::new();
-                        ep.recv(&mut m).unwrap();
-                        let remote = u64::from_le_bytes(m[..8].try_into().unwrap());
-                        let tag = (r * 100 + peer) as u64;
-                        ep.vwrite_to(&tag.to_le_bytes(), remote + 8, RmaFlags::SYNC).unwrap();
-                        ep.fence_signal(None, Some((remote, 1))).unwrap();
-                        win.wait_u64(0, 1, Some(Duration::from_secs(5))).unwrap();
-                        assert_eq!(win.load_u64(8).unwrap(), (peer * 100 + r) as u64);
-                        ep.send(b"done").unwrap();
-                        ep.recv(&mut m).unwrap();
-                        seen.push((peer, c.scheme, c.reason));
                     }
-                }
-                Ok(seen)
-            })
+                    Ok(seen)
+                },
+            )
         })
         .collect();
     let table = rdv.serve(Duration::from_secs(10), &mut || None).unwrap();
@@ -82,7 +85,10 @@ fn four_ranks_on_two_nodes_connect_every_pair_and_explain_the_choice() {
                 assert!(reason.starts_with("same node"), "{reason}");
             } else {
                 assert_eq!(scheme, "tcp", "{r}-{peer}: {reason}");
-                assert!(reason.contains("shm refused (network namespaces differ"), "{reason}");
+                assert!(
+                    reason.contains("shm refused (network namespaces differ"),
+                    "{reason}"
+                );
             }
         }
     }
@@ -104,9 +110,18 @@ fn bad_worlds_fail_fast_naming_the_rank() {
     thread::sleep(Duration::from_millis(100));
     let b = thread::spawn(move || World::bootstrap(boot(1, 3, &addr, None)).unwrap_err());
     let served = rdv.serve(Duration::from_secs(5), &mut || None).unwrap_err();
-    assert!(served.to_string().contains("rank 1: believes the world has 3 ranks"), "{served}");
+    assert!(
+        served
+            .to_string()
+            .contains("rank 1: believes the world has 3 ranks"),
+        "{served}"
+    );
     for e in [a.join().unwrap(), b.join().unwrap()] {
-        assert!(e.to_string().contains("rank 1: believes the world has 3 ranks, the launcher started 2"), "{e}");
+        assert!(
+            e.to_string()
+                .contains("rank 1: believes the world has 3 ranks, the launcher started 2"),
+            "{e}"
+        );
     }
 
     // A rank that dies in bootstrap: the launcher learns it and tells the others at once.
