@@ -9,6 +9,7 @@ mod common;
 mod files;
 mod report_cmd;
 mod suite;
+mod world_cmd;
 
 use std::process::ExitCode;
 
@@ -44,6 +45,11 @@ enum Command {
     Verify(files::VerifyArgs),
     /// Rewrite a crashed accio container file with an index.
     Recover(files::RecoverArgs),
+    /// Start N local ranks of one world (without MPI): `accio run -n 4 PROGRAM [ARGS]`.
+    Run(world_cmd::RunArgs),
+    /// For `accio run` (or mpirun): connect every pair of ranks over every backend that
+    /// can serve it and print the choice of the transport rule with its reason.
+    WorldCheck(world_cmd::CheckArgs),
     /// Internal: the peer process of `accio bench transport` (not for direct use).
     #[command(hide = true, name = "__transport-peer")]
     TransportPeer(bench_transport::PeerArgs),
@@ -170,6 +176,8 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(a) => files::run_inspect(a),
         Command::Verify(a) => files::run_verify(a),
         Command::Recover(a) => files::run_recover(a),
+        Command::Run(a) => world_cmd::run(a),
+        Command::WorldCheck(a) => world_cmd::check(a),
         Command::TransportPeer(a) => bench_transport::run_peer(a),
         Command::MergeProducer(a) => bench_merge::run_producer(a),
     }
