@@ -281,3 +281,22 @@ impl Kernel {
         }
     }
 }
+
+/// The STREAM-like ceiling of the kernel: the best rate, over `reps` passes, of sweeping a
+/// fresh array of `bytes` in place (`x[i] = x[i] · s`: each element read once and written
+/// once, as the kernel does, and as vectorizable), in GB/s of array bytes per second. Run
+/// on every rank at once, it is the node's memory bandwidth shared as the run shares it.
+pub fn sweep_gbps(bytes: usize, reps: usize) -> f64 {
+    let n = (bytes / 8).max(512);
+    let mut x = vec![1.0f64; n];
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        for v in x.iter_mut() {
+            *v *= 1.000_000_1;
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&mut x);
+    }
+    (n * 8) as f64 / best / 1e9
+}
