@@ -140,10 +140,19 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
         bail!("--ranks {n}, but the world has {size} ranks");
     }
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        bail!("--timeout {}: must be a positive number of seconds", a.timeout);
+        bail!(
+            "--timeout {}: must be a positive number of seconds",
+            a.timeout
+        );
     }
     let periodic = vec![a.periodic; a.grid.0.len()];
-    let decomp = Decomposition::new(&a.grid.0, size, a.dims.as_ref().map(|d| d.0.as_slice()), &periodic, a.halo)?;
+    let decomp = Decomposition::new(
+        &a.grid.0,
+        size,
+        a.dims.as_ref().map(|d| d.0.as_slice()),
+        &periodic,
+        a.halo,
+    )?;
     let opts = ExchangeOptions {
         path: a.path,
         checked: a.checked,
@@ -185,7 +194,9 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
 
     let text = serde_json::to_vec(&summary)?;
     if rank != 0 {
-        let ep = w.endpoint(0).context("connecting to rank 0 for the summary")?;
+        let ep = w
+            .endpoint(0)
+            .context("connecting to rank 0 for the summary")?;
         ep.send(&text)
             .with_context(|| format!("rank {rank}: sending the summary"))?;
         let mut ack = Vec::new();
@@ -196,7 +207,9 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
     let mut all = vec![summary];
     let mut eps = Vec::new();
     for p in 1..size {
-        let ep = w.endpoint(p).with_context(|| format!("connecting to rank {p}"))?;
+        let ep = w
+            .endpoint(p)
+            .with_context(|| format!("connecting to rank {p}"))?;
         let mut buf = Vec::new();
         ep.recv_timeout(&mut buf, Some(opts_timeout(a)))
             .with_context(|| format!("receiving rank {p}'s summary"))?;
@@ -244,7 +257,14 @@ fn summarize(
         communicate: run.steps.iter().map(|s| ms(s.communicate)).collect(),
         probes: probes
             .into_iter()
-            .map(|(s, t)| (s.dir.to_string(), s.peer, (s.elems * 8) as u64, t.as_secs_f64() * 1e6))
+            .map(|(s, t)| {
+                (
+                    s.dir.to_string(),
+                    s.peer,
+                    (s.elems * 8) as u64,
+                    t.as_secs_f64() * 1e6,
+                )
+            })
             .collect(),
         sweep_gbps,
         digest: run.digest,
@@ -354,7 +374,10 @@ fn report(
     let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
         format!(
             "creating {}",
-            a.json.as_deref().map(|p| p.display().to_string()).unwrap_or_default()
+            a.json
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
         )
     })?;
     for s in all {
@@ -475,7 +498,11 @@ fn record_rank(
         )?;
     }
     for (side, peer, bytes, us) in &s.probes {
-        if let Some(f) = base(m::PAIR_BW, Unit::GBps, vec![*bytes as f64 / (us * 1e-6) / 1e9]) {
+        if let Some(f) = base(
+            m::PAIR_BW,
+            Unit::GBps,
+            vec![*bytes as f64 / (us * 1e-6) / 1e9],
+        ) {
             rec.push(
                 f.param("side", side.clone())
                     .param("peer", *peer as u64)
