@@ -324,3 +324,41 @@ fn ranks_that_disagree_about_the_grid_say_what_differs() {
     );
     assert!(t.join().unwrap().is_err());
 }
+
+#[test]
+fn a_neighbour_probing_a_later_pair_does_not_end_an_earlier_wait() {
+    // Pairs take turns in one global order; a rank whose pair comes later may start it
+    // while its partner still answers an earlier pair. With one probe counter per rank
+    // (not per side) that early write ended the earlier wait, and 2x2 runs hung or failed.
+    for (shape, dims, periodic) in [
+        (vec![16, 16], vec![2, 2], vec![false, false]),
+        (vec![16, 16], vec![1, 4], vec![true, true]),
+        (vec![8, 8, 8], vec![2, 2, 1], vec![false, true, false]),
+    ] {
+        let n = dims.iter().product();
+        let d = Decomposition::new(&shape, n, Some(&dims), &periodic, 1).unwrap();
+        for path in [Path::Rma, Path::Messages] {
+            let opts = ExchangeOptions {
+                path,
+                checked: true,
+                timeout: Duration::from_secs(20),
+            };
+            let results = on_ranks(&d, "shm", opts, |mut ex| {
+                let timed = ex.probe(200)?;
+                laplace::init(&mut ex, 3);
+                ex.exchange()?;
+                Ok::<_, GridError>(timed)
+            });
+            let timed: usize = results
+                .into_iter()
+                .map(|r| {
+                    r.unwrap()
+                        .unwrap_or_else(|e| panic!("{dims:?} {path:?}: {e}"))
+                        .len()
+                })
+                .sum();
+            // Every pair of distinct neighbours is timed once per direction it is listed in.
+            assert!(timed > 0, "{dims:?} {path:?}");
+        }
+    }
+}

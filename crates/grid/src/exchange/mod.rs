@@ -196,9 +196,11 @@ impl Sections {
         self.flags + 64 * (6 + d.index())
     }
 
-    /// The counter of [`HaloExchange::probe`]'s ping-pongs.
-    fn probe(&self) -> usize {
-        self.flags + 64 * 12
+    /// The counter of [`HaloExchange::probe`]'s ping-pongs across side `d`: one per side,
+    /// so that a neighbour already probing a later pair cannot satisfy a wait of an earlier
+    /// one.
+    fn probe(&self, d: Dir) -> usize {
+        self.flags + 64 * (12 + d.index())
     }
 }
 
@@ -336,7 +338,7 @@ impl<T: Pod> HaloExchange<T> {
                 remote_tags,
                 remote_ready: peer_secs.ready(dir.opposite()) as u64,
                 remote_filled: peer_secs.filled(dir.opposite()) as u64,
-                remote_probe: peer_secs.probe() as u64,
+                remote_probe: peer_secs.probe(dir.opposite()) as u64,
                 send_buf: Vec::new(),
                 recv_buf: Vec::new(),
             });

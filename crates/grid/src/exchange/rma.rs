@@ -177,7 +177,7 @@ impl<T: Pod> HaloExchange<T> {
     pub(super) fn probe_recv(&mut self, i: usize, v: u64) -> Result<()> {
         match self.opts.path {
             Path::Rma => {
-                let at = self.secs.probe();
+                let at = self.secs.probe(self.sides[i].dir);
                 let start = Instant::now();
                 let mut spins = 0u32;
                 while self.view.load_u64(at).unwrap_or(0) < v {
