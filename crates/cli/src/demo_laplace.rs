@@ -59,6 +59,11 @@ pub struct LaplaceArgs {
     /// Ping-pongs per pair measuring the pair bandwidth.
     #[arg(long, default_value_t = 50)]
     probe_reps: usize,
+    /// Pin each rank to a core of its own (`core`, as `mpirun --bind-to core` does for up to
+    /// one rank per core) or let them float (`none`). Ranks that would share cores are never
+    /// pinned; they also yield their core while they wait instead of spinning.
+    #[arg(long, default_value = "core", value_parser = ["core", "none"])]
+    bind: String,
     /// Seconds a rank waits for a neighbour before failing.
     #[arg(long, default_value_t = 60.0)]
     timeout: f64,
@@ -153,10 +158,17 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
         &periodic,
         a.halo,
     )?;
+    let own_core = place(w, a.bind == "core")?;
     let opts = ExchangeOptions {
         path: a.path,
         checked: a.checked,
         timeout: Duration::from_secs_f64(a.timeout),
+        // With a core each, spin like an MPI library; on a shared core, yield soon.
+        spin: if own_core {
+            Duration::MAX
+        } else {
+            Duration::from_micros(100)
+        },
     };
     let mut connect = |p: usize| -> Result<Box<dyn accio::Endpoint>, BoxError> {
         let ep = match &a.backend {
@@ -225,6 +237,43 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
         None
     };
     report(a, &decomp, &all, verified)
+}
+
+/// Whether every rank of this node has a core of its own; if so and `bind`, pins this rank
+/// to the core of its place among the node's ranks.
+fn place(w: &World, bind: bool) -> anyhow::Result<bool> {
+    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it for this thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    anyhow::ensure!(
+        rc == 0,
+        "reading this rank's CPUs: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: CPU_ISSET reads the set filled above.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    let node = w.node_ranks();
+    let own_core = node.len() <= cpus.len();
+    if own_core && bind {
+        let k = node.iter().position(|&r| r == w.rank()).unwrap_or(0);
+        // SAFETY: as above, a zeroed set with one CPU added.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU_SET writes bit `cpus[k]` (< CPU_SETSIZE) of `one`.
+        unsafe { libc::CPU_SET(cpus[k], &mut one) };
+        // SAFETY: a valid cpu_set_t for the calling process.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
+        anyhow::ensure!(
+            rc == 0,
+            "pinning rank {} to CPU {}: {}",
+            w.rank(),
+            cpus[k],
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(own_core)
 }
 
 fn opts_timeout(a: &LaplaceArgs) -> Duration {

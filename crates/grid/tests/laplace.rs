@@ -342,6 +342,7 @@ fn a_neighbour_probing_a_later_pair_does_not_end_an_earlier_wait() {
                 path,
                 checked: true,
                 timeout: Duration::from_secs(20),
+                ..Default::default()
             };
             let results = on_ranks(&d, "shm", opts, |mut ex| {
                 let timed = ex.probe(200)?;

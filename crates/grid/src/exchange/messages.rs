@@ -1,20 +1,18 @@
 //! The two-sided path: an empty message per neighbour to synchronize, then packed faces
 //! in chunks the endpoints accept without blocking, sent and received together.
 
-use std::time::Instant;
-
 use accio_core::{Error, Progress};
 use bytemuck::Pod;
 
-use super::{unpack, HaloExchange, TAG};
+use super::{unpack, HaloExchange, Wait, TAG};
 use crate::error::{GridError, Result};
 
 impl<T: Pod> HaloExchange<T> {
     pub(super) fn sync_messages(&mut self) -> Result<()> {
-        let start = Instant::now();
+        let mut wait = Wait::new();
         let mut sent = vec![false; self.peers.len()];
         let mut got = vec![false; self.peers.len()];
-        let mut spins = 0u32;
+
         while got.iter().any(|g| !g) || sent.iter().any(|s| !s) {
             let mut progressed = false;
             for i in 0..self.peers.len() {
@@ -38,7 +36,7 @@ impl<T: Pod> HaloExchange<T> {
                 }
             }
             if !progressed {
-                self.backoff(&mut spins, start, None)?;
+                self.backoff(&mut wait, None)?;
             }
         }
         Ok(())
@@ -67,8 +65,8 @@ impl<T: Pod> HaloExchange<T> {
         for s in &mut self.sides {
             s.recv_buf.clear();
         }
-        let start = Instant::now();
-        let mut spins = 0u32;
+        let mut wait = Wait::new();
+
         loop {
             let mut progressed = false;
             let mut done = true;
@@ -136,7 +134,7 @@ impl<T: Pod> HaloExchange<T> {
                 return Ok(());
             }
             if !progressed {
-                self.backoff(&mut spins, start, None)?;
+                self.backoff(&mut wait, None)?;
             }
         }
     }

@@ -86,6 +86,11 @@ pub struct ExchangeOptions {
     pub checked: bool,
     /// Longest wait for a neighbour before the exchange fails. Default 60 s.
     pub timeout: Duration,
+    /// How long a wait for a neighbour spins before it starts yielding its core. Spinning
+    /// answers fastest when every rank has a core of its own (MPI libraries spin forever
+    /// then); yielding lets an oversubscribed node's other ranks run. Default 100 us;
+    /// `Duration::MAX`: never yield.
+    pub spin: Duration,
 }
 
 impl Default for ExchangeOptions {
@@ -94,6 +99,7 @@ impl Default for ExchangeOptions {
             path: Path::Rma,
             checked: false,
             timeout: Duration::from_secs(60),
+            spin: Duration::from_micros(100),
         }
     }
 }
@@ -665,21 +671,20 @@ impl<T: Pod> HaloExchange<T> {
 
     /// Spins, then yields; every 1024 rounds checks the timeout and, for a wait on side
     /// `side`, whether its peer is still there.
-    fn backoff(
-        &mut self,
-        spins: &mut u32,
-        start: Instant,
-        side: Option<(usize, &'static str)>,
-    ) -> Result<()> {
-        *spins = spins.wrapping_add(1);
-        if *spins < 2000 {
-            std::hint::spin_loop();
-        } else {
-            std::thread::yield_now();
+    fn backoff(&mut self, w: &mut Wait, side: Option<(usize, &'static str)>) -> Result<()> {
+        w.spins = w.spins.wrapping_add(1);
+        if !w.yielding && w.spins.is_multiple_of(64) {
+            w.yielding = w.start.elapsed() >= self.opts.spin;
         }
-        if !spins.is_multiple_of(1024) {
+        if w.yielding {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        if !w.spins.is_multiple_of(1024) {
             return Ok(());
         }
+        let start = w.start;
         if let Some((i, _)) = side {
             let s = &self.sides[i];
             if let Some(pi) = s.peer {
@@ -823,6 +828,24 @@ impl<T: Pod> HaloExchange<T> {
             }
         }
         Ok(())
+    }
+}
+
+/// One wait for a neighbour: spinning until [`ExchangeOptions::spin`] has passed, then
+/// yielding the core.
+pub(crate) struct Wait {
+    start: Instant,
+    spins: u32,
+    yielding: bool,
+}
+
+impl Wait {
+    pub(crate) fn new() -> Wait {
+        Wait {
+            start: Instant::now(),
+            spins: 0,
+            yielding: false,
+        }
     }
 }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use accio_core::RmaFlags;
 use bytemuck::Pod;
 
-use super::{unpack, HaloExchange, Path, SideInfo, TAG};
+use super::{unpack, HaloExchange, Path, SideInfo, Wait, TAG};
 use crate::decomp::Dir;
 use crate::error::{GridError, Result};
 
@@ -35,8 +35,8 @@ impl<T: Pod> HaloExchange<T> {
     /// microseconds probes side `i`'s endpoint so that a dead neighbour is noticed.
     pub(super) fn wait_counter(&mut self, i: usize, at: usize, what: &'static str) -> Result<()> {
         let g = self.generation;
-        let start = Instant::now();
-        let mut spins = 0u32;
+        let mut wait = Wait::new();
+
         loop {
             let v = self
                 .view
@@ -48,7 +48,7 @@ impl<T: Pod> HaloExchange<T> {
             if v >= g {
                 return Ok(());
             }
-            self.backoff(&mut spins, start, Some((i, what)))?;
+            self.backoff(&mut wait, Some((i, what)))?;
         }
     }
 
@@ -178,10 +178,10 @@ impl<T: Pod> HaloExchange<T> {
         match self.opts.path {
             Path::Rma => {
                 let at = self.secs.probe(self.sides[i].dir);
-                let start = Instant::now();
-                let mut spins = 0u32;
+                let mut wait = Wait::new();
+
                 while self.view.load_u64(at).unwrap_or(0) < v {
-                    self.backoff(&mut spins, start, Some((i, "answer the probe")))?;
+                    self.backoff(&mut wait, Some((i, "answer the probe")))?;
                 }
                 Ok(())
             }
