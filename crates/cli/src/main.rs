@@ -6,9 +6,11 @@ mod bench_fs;
 mod bench_merge;
 mod bench_transport;
 mod common;
+mod demo_laplace;
 mod files;
 mod report_cmd;
 mod suite;
+mod world_cmd;
 
 use std::process::ExitCode;
 
@@ -44,12 +46,33 @@ enum Command {
     Verify(files::VerifyArgs),
     /// Rewrite a crashed accio container file with an index.
     Recover(files::RecoverArgs),
+    /// Workloads built on accio, timed by phase: `accio demo laplace`.
+    Demo(DemoArgs),
+    /// Start N local ranks of one world (without MPI): `accio run -n 4 PROGRAM [ARGS]`.
+    Run(world_cmd::RunArgs),
+    /// For `accio run` (or mpirun): connect every pair of ranks over every backend that
+    /// can serve it and print the choice of the transport rule with its reason.
+    WorldCheck(world_cmd::CheckArgs),
     /// Internal: the peer process of `accio bench transport` (not for direct use).
     #[command(hide = true, name = "__transport-peer")]
     TransportPeer(bench_transport::PeerArgs),
     /// Internal: a producer process of `accio bench merge` (not for direct use).
     #[command(hide = true, name = "__merge-producer")]
     MergeProducer(bench_merge::ProducerArgs),
+}
+
+#[derive(clap::Args, Debug)]
+struct DemoArgs {
+    #[command(subcommand)]
+    which: DemoCommand,
+}
+
+#[derive(Subcommand, Debug)]
+enum DemoCommand {
+    /// Seed 001's distributed Jacobi/Laplacian: halo exchange over the rank world, with
+    /// compute / synchronize / communicate time per iteration and rank. Starts `accio run
+    /// -n RANKS` itself when not run inside a world.
+    Laplace(demo_laplace::LaplaceArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -170,6 +193,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Inspect(a) => files::run_inspect(a),
         Command::Verify(a) => files::run_verify(a),
         Command::Recover(a) => files::run_recover(a),
+        Command::Demo(DemoArgs {
+            which: DemoCommand::Laplace(a),
+        }) => demo_laplace::run(a),
+        Command::Run(a) => world_cmd::run(a),
+        Command::WorldCheck(a) => world_cmd::check(a),
         Command::TransportPeer(a) => bench_transport::run_peer(a),
         Command::MergeProducer(a) => bench_merge::run_producer(a),
     }

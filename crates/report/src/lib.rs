@@ -33,6 +33,7 @@
 //! - [`warnings`]: measurement hazards found after a run, as advice on what to do.
 //! - [`write()`]: both files into a folder.
 
+pub mod bars;
 pub mod compare;
 pub mod csv;
 pub mod doc;

@@ -50,6 +50,31 @@ pub mod coalesce {
     pub const MSG_RATE: &str = "msg_rate";
 }
 
+/// The halo-exchange workload (`accio demo laplace`): seed 001's Jacobi iteration timed by
+/// phase per rank, with the halo and compute rates beside their ceilings.
+pub mod laplace {
+    /// The `bench` name of every figure this module records.
+    pub const BENCH: &str = "laplace";
+
+    /// Compute time per iteration (stencil and update), ms.
+    pub const COMPUTE: &str = "compute";
+    /// Synchronize time per iteration (waiting for the neighbours), ms.
+    pub const SYNC: &str = "sync";
+    /// Communicate time per iteration (moving the halos), ms.
+    pub const COMMUNICATE: &str = "communicate";
+    /// Halo bytes a rank sends per iteration over its communicate time, GB/s, read beside the
+    /// pair bandwidth (`pair_gbps`): not a ceiling, since a rank whose neighbour's faces
+    /// arrived while it waited in the synchronize phase communicates faster than one face's
+    /// one-way time.
+    pub const HALO_BW: &str = "halo_bw";
+    /// Grid bytes the kernel sweeps per second (each read once and written once), GB/s; its
+    /// ceiling is an in-place sweep of as many bytes (`x[i] *= s`), every rank at once.
+    pub const COMPUTE_BW: &str = "compute_bw";
+    /// One face moved one way between two neighbours by the run's path, ping-pong, GB/s:
+    /// the pair bandwidth the halo rate is read against.
+    pub const PAIR_BW: &str = "pair_bw";
+}
+
 /// The file-system bench: Colfax's four modes (and `overwrite`) per path and thread count.
 pub mod fs {
     /// One measured operation.
@@ -146,6 +171,7 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
             transport::LATENCY | transport::STREAM_BW | transport::RMA_WRITE_BW
         )),
         ("merge", "merge" | "naive") => Some(true),
+        (laplace::BENCH, m) => Some(m == laplace::COMPUTE_BW),
         // A repeated pattern writes the same few items over and over: the cache merges
         // them, so the large-message rate does not bound it.
         (coalesce::BENCH, m) => Some(
@@ -171,6 +197,9 @@ pub fn no_ceiling_reason(f: &crate::model::Figure) -> Option<&'static str> {
         }
         (transport::BENCH, _) => "none: itself a ceiling",
         (coalesce::BENCH, coalesce::MSG_RATE) => "none: no transfer to compare",
+        (laplace::BENCH, laplace::PAIR_BW) => "none: itself the reference",
+        (laplace::BENCH, laplace::HALO_BW) => "none: read beside pair_bw",
+        (laplace::BENCH, _) => "none: one phase of the breakdown",
         (coalesce::BENCH, coalesce::LARGE_MSG_BW) => "none: itself a ceiling",
         (coalesce::BENCH, _) => "none: repeated items merge",
         _ => "none",

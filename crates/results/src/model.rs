@@ -58,6 +58,9 @@ pub const NUMERIC_IDENTIFIERS: &[&str] = &[
     "item_size",
     "batch",
     "footprint",
+    "rank",
+    "ranks",
+    "peer",
 ];
 
 /// Parameters a [`Figure::label`] names first, in this order.

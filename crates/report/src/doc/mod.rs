@@ -6,6 +6,7 @@ use accio_results::model::Report;
 
 pub(crate) mod cells;
 mod generic;
+mod laplace;
 mod mem_fs;
 mod overview;
 #[cfg(test)]
@@ -19,6 +20,7 @@ pub use cells::{
     percent, ratio_cell, ratio_x, utc,
 };
 use generic::{generic_section, methods_section};
+use laplace::laplace_section;
 pub use mem_fs::mem_table;
 pub(crate) use mem_fs::{fs_capacity, fs_path_row, FsSummary, FS_PATH_HEADERS};
 use mem_fs::{fs_section, mem_section};
@@ -54,9 +56,16 @@ pub fn document(report: &Report) -> Document {
     sections.extend(fs_section(report));
     sections.extend(transport_section(report));
     sections.extend(matrix_section(report));
+    sections.extend(laplace_section(report));
     let mut others: Vec<String> = Vec::new();
     for f in &report.figures {
-        if !["mem", "fs", "transport"].contains(&f.bench.as_str()) && !others.contains(&f.bench) {
+        let own_section = [
+            "mem",
+            "fs",
+            "transport",
+            accio_results::metric::laplace::BENCH,
+        ];
+        if !own_section.contains(&f.bench.as_str()) && !others.contains(&f.bench) {
             others.push(f.bench.clone());
         }
     }

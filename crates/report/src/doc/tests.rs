@@ -47,3 +47,53 @@ fn matrices_group_by_metric_and_other_params() {
         |b| matches!(b, Block::Plot(Plot::Heatmap(h)) if h.labels == ["cpu0", "cpu1", "gpu0"])
     ));
 }
+
+#[test]
+fn a_laplace_run_gets_a_table_and_stacked_bars_per_rank() {
+    let mut r = Report::new();
+    for rank in 0..3u64 {
+        for (metric, v) in [("compute", 2.0), ("sync", 0.5), ("communicate", 0.25)] {
+            r.figures.push(
+                Figure::new("laplace", metric, Unit::Millis, vec![v, v * 1.1, v * 0.9])
+                    .unwrap()
+                    .param("grid", "64x64")
+                    .param("ranks", 3u64)
+                    .param("rank", rank)
+                    .param("node", "n0")
+                    .param("path", "rma")
+                    .param("backend", "shm")
+                    .param("checked", false),
+            );
+        }
+    }
+    let d = document(&r);
+    let s = d.sections.iter().find(|s| s.id == "laplace").unwrap();
+    let bars = s
+        .blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Plot(Plot::Bars(b)) => Some(b),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(bars.bars, ["rank 0", "rank 1", "rank 2"]);
+    assert_eq!(bars.segments[0].1, [2.0, 2.0, 2.0]);
+    assert_eq!(bars.segments[2].0, "communicate");
+    let table = s
+        .blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Table(t) => Some(t),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(table.rows.len(), 3);
+    // No generic section repeats the figures.
+    assert_eq!(
+        d.sections
+            .iter()
+            .filter(|s| s.title.contains("laplace"))
+            .count(),
+        0
+    );
+}

@@ -1,6 +1,7 @@
 //! The pieces a document is made of: tables, plots, blocks and sections. Every exporter
 //! (text, Markdown, HTML) reads these; nothing here decides what a report says.
 
+use crate::bars::StackedBars;
 use crate::svg::{Heatmap, LinePlot};
 
 /// A table: headers, rows of cells, and notes printed under it.
@@ -36,6 +37,8 @@ pub enum Plot {
     Line(LinePlot),
     /// A matrix heat map.
     Heatmap(Heatmap),
+    /// Stacked bars (phases per rank).
+    Bars(StackedBars),
 }
 
 impl Plot {
@@ -44,6 +47,7 @@ impl Plot {
         match self {
             Plot::Line(p) => &p.title,
             Plot::Heatmap(h) => &h.title,
+            Plot::Bars(b) => &b.title,
         }
     }
 
@@ -52,6 +56,7 @@ impl Plot {
         match self {
             Plot::Line(p) => &p.id,
             Plot::Heatmap(h) => &h.id,
+            Plot::Bars(b) => &b.id,
         }
     }
 
@@ -66,6 +71,7 @@ impl Plot {
         match self {
             Plot::Line(p) => p.svg(),
             Plot::Heatmap(h) => h.svg(),
+            Plot::Bars(b) => b.svg(),
         }
     }
 }

@@ -1,0 +1,260 @@
+/*
+ * laplace_mpi.c: the hand-written MPI reference of `accio demo laplace`
+ * (scripts/compare-laplace.sh runs both on the same grid and ranks, interleaved).
+ *
+ * The same workload, decomposition and kernel as crates/grid (seed 001's streaming
+ * Jacobi/Laplacian), written the way an MPI user would:
+ *   - MPI_Cart_create over DIMS (row-major ranks, as accio's), uneven splits the same way
+ *     (the first n % d ranks of an axis get one cell more), ghost layers only on axes with
+ *     neighbours;
+ *   - halos with MPI_Sendrecv of MPI_Type_create_subarray faces (MPI packs strided faces);
+ *   - per iteration: compute (the stencil and the update, streamed over two slab buffers as
+ *     accio's kernel is, same expression order), synchronize (MPI_Barrier), communicate
+ *     (the Sendrecvs) -- the phases in accio's order, so the barrier absorbs load imbalance
+ *     in both;
+ *   - the same initial values and the same digest of the final grid (a wrapping sum of a
+ *     hash of each cell's global index and bits), so the script checks that both computed
+ *     the same grid bit for bit.
+ *
+ * Build: mpicc -O3 -ffp-contract=off -o laplace_mpi laplace_mpi.c
+ * Usage: mpirun -np N laplace_mpi -g 4096x4096 [-i ITERS] [-d 2x1] [-p] [-h HALO]
+ * Output (rank 0): "phase NAME MEDIAN_MS MAX_MS" for compute, synchronize, communicate and
+ * total (over ranks x iterations), "halo_bytes B" (rank 0's per iteration), "digest 0x...".
+ */
+#include <mpi.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static uint64_t mix(uint64_t z) {
+    z += 0x9e3779b97f4a7c15ULL;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+    return z ^ (z >> 31);
+}
+
+static int parse_list(const char *s, long *out, int max) {
+    int n = 0;
+    while (*s && n < max) {
+        char *end;
+        long v = strtol(s, &end, 10);
+        if (end == s || v <= 0) return -1;
+        out[n++] = v;
+        s = end;
+        if (*s == 'x' || *s == 'X') s++;
+        else if (*s) return -1;
+    }
+    return n;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+int main(int argc, char **argv) {
+    MPI_Init(&argc, &argv);
+    int rank, size;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &size);
+
+    long g[3] = {0}, d[3] = {0};
+    int ng = 0, nd = 0, iters = 100, periodic = 0, halo = 1;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "-g") && i + 1 < argc) ng = parse_list(argv[++i], g, 3);
+        else if (!strcmp(argv[i], "-d") && i + 1 < argc) nd = parse_list(argv[++i], d, 3);
+        else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-h") && i + 1 < argc) halo = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-p")) periodic = 1;
+        else {
+            if (rank == 0) fprintf(stderr, "laplace_mpi: unknown argument %s\n", argv[i]);
+            MPI_Abort(MPI_COMM_WORLD, 2);
+        }
+    }
+    if (ng < 2 || ng > 3 || (nd && nd != ng) || iters < 1 || halo < 1) {
+        if (rank == 0) fprintf(stderr, "usage: laplace_mpi -g NYxNX|NZxNYxNX [-d DIMS] [-i ITERS] [-p] [-h HALO]\n");
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    /* Everything in 3 axes, the unused one of a 2D grid of extent 1 (as crates/grid). */
+    long shape[3] = {1, 1, 1};
+    int dims[3] = {1, 1, 1}, per[3] = {0, 0, 0};
+    for (int a = 0; a < ng; a++) {
+        shape[3 - ng + a] = g[a];
+        per[3 - ng + a] = periodic;
+        if (nd) dims[3 - ng + a] = (int)d[a];
+    }
+    if (!nd) MPI_Dims_create(size, 3, dims);
+    if ((long)dims[0] * dims[1] * dims[2] != size) {
+        if (rank == 0) fprintf(stderr, "laplace_mpi: dims do not multiply to %d ranks\n", size);
+        MPI_Abort(MPI_COMM_WORLD, 2);
+    }
+    MPI_Comm cart;
+    MPI_Cart_create(MPI_COMM_WORLD, 3, dims, per, 0, &cart);
+    int c[3];
+    MPI_Cart_coords(cart, rank, 3, c);
+
+    long start[3], len[3], h[3], alloc[3];
+    for (int a = 0; a < 3; a++) {
+        long base = shape[a] / dims[a], extra = shape[a] % dims[a];
+        start[a] = c[a] * base + (c[a] < extra ? c[a] : extra);
+        len[a] = base + (c[a] < extra);
+        h[a] = (a >= 3 - ng && (dims[a] > 1 || per[a])) ? halo : 0;
+        alloc[a] = len[a] + 2 * h[a];
+    }
+    size_t elems = (size_t)(alloc[0] * alloc[1] * alloc[2]);
+    double *x = NULL;
+    if (posix_memalign((void **)&x, 4096, elems * sizeof(double))) MPI_Abort(MPI_COMM_WORLD, 1);
+    memset(x, 0, elems * sizeof(double));
+#define IDX(z, y, xx) (((size_t)(z) * alloc[1] + (size_t)(y)) * alloc[2] + (size_t)(xx))
+
+    /* Initial values: 1.0 on non-periodic global borders, hashed values inside (seed 1). */
+    const uint64_t seed = 1;
+    for (long z = h[0]; z < h[0] + len[0]; z++)
+        for (long y = h[1]; y < h[1] + len[1]; y++)
+            for (long xx = h[2]; xx < h[2] + len[2]; xx++) {
+                long gz = start[0] + z - h[0], gy = start[1] + y - h[1], gx = start[2] + xx - h[2];
+                long gg[3] = {gz, gy, gx};
+                int border = 0;
+                for (int a = 3 - ng; a < 3; a++)
+                    if (!per[a] && (gg[a] == 0 || gg[a] + 1 == shape[a])) border = 1;
+                uint64_t linear = (uint64_t)((gz * shape[1] + gy) * shape[2] + gx);
+                x[IDX(z, y, xx)] = border ? 1.0
+                    : (double)(mix(linear ^ mix(seed)) >> 11) / (double)(1ULL << 53);
+            }
+
+    /* Face and ghost datatypes per side: subarrays of the local array. */
+    MPI_Datatype face[6], ghost[6];
+    int nbr[6];
+    int asizes[3] = {(int)alloc[0], (int)alloc[1], (int)alloc[2]};
+    long halo_bytes = 0;
+    for (int a = 0; a < 3; a++) {
+        int lo_nbr, hi_nbr;
+        MPI_Cart_shift(cart, a, 1, &lo_nbr, &hi_nbr);
+        for (int up = 0; up < 2; up++) {
+            int k = a * 2 + up;
+            nbr[k] = h[a] ? (up ? hi_nbr : lo_nbr) : MPI_PROC_NULL;
+            face[k] = ghost[k] = MPI_DATATYPE_NULL;
+            if (!h[a]) continue; /* no ghosts on this axis: nothing to exchange */
+            int sub[3], fst[3], gst[3];
+            for (int b = 0; b < 3; b++) {
+                sub[b] = (int)len[b];
+                fst[b] = gst[b] = (int)h[b];
+            }
+            sub[a] = (int)h[a];
+            fst[a] = (int)(up ? len[a] : h[a]);
+            gst[a] = (int)(up ? len[a] + h[a] : 0);
+            MPI_Type_create_subarray(3, asizes, sub, fst, MPI_ORDER_C, MPI_DOUBLE, &face[k]);
+            MPI_Type_create_subarray(3, asizes, sub, gst, MPI_ORDER_C, MPI_DOUBLE, &ghost[k]);
+            MPI_Type_commit(&face[k]);
+            MPI_Type_commit(&ghost[k]);
+            if (nbr[k] != MPI_PROC_NULL && nbr[k] != rank)
+                halo_bytes += (long)sub[0] * sub[1] * sub[2] * (long)sizeof(double);
+        }
+    }
+
+    /* The cells updated: owned minus fixed borders. */
+    long lo[3], hi[3];
+    for (int a = 0; a < 3; a++) {
+        lo[a] = h[a];
+        hi[a] = h[a] + len[a];
+        if (a >= 3 - ng && !per[a]) {
+            if (start[a] == 0) lo[a]++;
+            if (start[a] + len[a] == shape[a]) hi[a]--;
+        }
+        if (hi[a] < lo[a]) hi[a] = lo[a];
+    }
+    const double coef = ng == 2 ? 0.2 : 0.1;
+    long w = hi[2] - lo[2];
+    int s_axis = 3 - ng;
+    long rows = ng == 3 ? hi[1] - lo[1] : 1;
+    double *slab[2];
+    if (posix_memalign((void **)&slab[0], 4096, (size_t)(rows * w + 1) * sizeof(double)) ||
+        posix_memalign((void **)&slab[1], 4096, (size_t)(rows * w + 1) * sizeof(double)))
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    const size_t row = (size_t)alloc[2], plane = (size_t)(alloc[1] * alloc[2]);
+
+    double *times = malloc(sizeof(double) * 3 * (size_t)iters);
+    for (int it = -1; it < iters; it++) {
+        double t0 = MPI_Wtime();
+        if (it >= 0 && w > 0 && rows > 0 && hi[s_axis] > lo[s_axis]) {
+            for (long s = lo[s_axis]; s <= hi[s_axis]; s++) {
+                if (s < hi[s_axis]) { /* Y of slab s */
+                    double *y = slab[(s - lo[s_axis]) % 2];
+                    for (long k = 0; k < rows; k++) {
+                        long zz = ng == 3 ? s : lo[0], yy = ng == 3 ? lo[1] + k : s;
+                        const double *m = x + IDX(zz, yy, lo[2]);
+                        double *out = y + k * w;
+                        if (ng == 2) {
+                            for (long i = 0; i < w; i++)
+                                out[i] = (m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]) - 4.0 * m[i];
+                        } else {
+                            for (long i = 0; i < w; i++)
+                                out[i] = ((m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]))
+                                    + (m[i - plane] + m[i + plane]) - 6.0 * m[i];
+                        }
+                    }
+                }
+                if (s > lo[s_axis]) { /* X += coef * Y of slab s - 1 */
+                    long t = s - 1;
+                    const double *y = slab[(t - lo[s_axis]) % 2];
+                    for (long k = 0; k < rows; k++) {
+                        long zz = ng == 3 ? t : lo[0], yy = ng == 3 ? lo[1] + k : t;
+                        double *xs = x + IDX(zz, yy, lo[2]);
+                        const double *ys = y + k * w;
+                        for (long i = 0; i < w; i++) xs[i] += coef * ys[i];
+                    }
+                }
+            }
+        }
+        double t1 = MPI_Wtime();
+        MPI_Barrier(cart);
+        double t2 = MPI_Wtime();
+        for (int a = 0; a < 3; a++) {
+            if (!h[a]) continue;
+            /* my +face to the +neighbour, the -neighbour's +face into my -ghost; then back. */
+            MPI_Sendrecv(x, 1, face[a * 2 + 1], nbr[a * 2 + 1], a * 2,
+                         x, 1, ghost[a * 2], nbr[a * 2], a * 2, cart, MPI_STATUS_IGNORE);
+            MPI_Sendrecv(x, 1, face[a * 2], nbr[a * 2], a * 2 + 1,
+                         x, 1, ghost[a * 2 + 1], nbr[a * 2 + 1], a * 2 + 1, cart, MPI_STATUS_IGNORE);
+        }
+        double t3 = MPI_Wtime();
+        if (it >= 0) {
+            times[3 * it] = (t1 - t0) * 1e3;
+            times[3 * it + 1] = (t2 - t1) * 1e3;
+            times[3 * it + 2] = (t3 - t2) * 1e3;
+        }
+    }
+
+    uint64_t digest = 0, total_digest = 0;
+    for (long z = h[0]; z < h[0] + len[0]; z++)
+        for (long y = h[1]; y < h[1] + len[1]; y++)
+            for (long xx = h[2]; xx < h[2] + len[2]; xx++) {
+                long gz = start[0] + z - h[0], gy = start[1] + y - h[1], gx = start[2] + xx - h[2];
+                uint64_t linear = (uint64_t)((gz * shape[1] + gy) * shape[2] + gx);
+                uint64_t bits;
+                memcpy(&bits, &x[IDX(z, y, xx)], 8);
+                digest += mix(linear ^ mix(bits));
+            }
+    MPI_Reduce(&digest, &total_digest, 1, MPI_UINT64_T, MPI_SUM, 0, cart);
+
+    double *all = rank == 0 ? malloc(sizeof(double) * 3 * (size_t)iters * (size_t)size) : NULL;
+    MPI_Gather(times, 3 * iters, MPI_DOUBLE, all, 3 * iters, MPI_DOUBLE, 0, cart);
+    if (rank == 0) {
+        size_t n = (size_t)iters * (size_t)size;
+        double *v = malloc(sizeof(double) * n);
+        const char *names[4] = {"compute", "synchronize", "communicate", "total"};
+        for (int p = 0; p < 4; p++) {
+            for (size_t i = 0; i < n; i++)
+                v[i] = p < 3 ? all[3 * i + p] : all[3 * i] + all[3 * i + 1] + all[3 * i + 2];
+            qsort(v, n, sizeof *v, cmp_double);
+            printf("phase %s %.6f %.6f\n", names[p], v[n / 2], v[n - 1]);
+        }
+        printf("halo_bytes %ld\n", halo_bytes);
+        printf("digest 0x%016llx\n", (unsigned long long)total_digest);
+        free(v);
+        free(all);
+    }
+    MPI_Finalize();
+    return 0;
+}

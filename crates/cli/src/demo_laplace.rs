@@ -1,0 +1,575 @@
+//! `accio demo laplace`: seed 001's distributed Jacobi/Laplacian over a rank world, with
+//! its compute / synchronize / communicate breakdown per rank, the halo rate beside the pair
+//! bandwidth of the same path, and the kernel's rate beside an in-place sweep of as many
+//! bytes.
+//!
+//! Run inside a world (`accio run -n N`, or mpirun where the world supports it), every rank
+//! computes its part and sends a summary to rank 0, which prints the tables and records the
+//! figures. Run outside one, it starts itself under `accio run -n RANKS`.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use accio_grid::laplace::{self, LaplaceOptions, RankRun};
+use accio_grid::{parse_shape, BoxError, Decomposition, ExchangeOptions, HaloExchange, Path};
+use accio_results::metric::laplace as m;
+use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
+use accio_world::World;
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+/// Arguments of `accio demo laplace`.
+#[derive(clap::Args, Debug)]
+pub struct LaplaceArgs {
+    /// The global grid, `NYxNX` or `NZxNYxNX`, last axis contiguous in memory.
+    #[arg(long, default_value = "4096x4096", value_parser = parse_grid)]
+    grid: Shape,
+    /// Iterations.
+    #[arg(long, default_value_t = 100)]
+    iters: usize,
+    /// Ranks: started with `accio run` when not already in a world (default 2); inside a
+    /// world it must equal the world's size.
+    #[arg(long)]
+    ranks: Option<usize>,
+    /// Ranks per axis, e.g. `2x1` (default: the split that moves the fewest halo cells,
+    /// preferring contiguous faces). `1x2` on a 2D grid makes every face strided.
+    #[arg(long, value_parser = parse_dims)]
+    dims: Option<Shape>,
+    /// Wrap every axis around (no fixed borders).
+    #[arg(long)]
+    periodic: bool,
+    /// Ghost layer thickness.
+    #[arg(long, default_value_t = 1)]
+    halo: usize,
+    /// Use this backend for every pair instead of the world's choice (shm, tcp, ...).
+    #[arg(long)]
+    backend: Option<String>,
+    /// How halos travel: `rma` (written into the neighbour's ghosts, then signalled) or
+    /// `messages` (packed, sent, unpacked).
+    #[arg(long, default_value = "rma")]
+    path: Path,
+    /// Carry each cell's owner and global coordinates and verify every ghost (seed 001,
+    /// section 6.2); slower.
+    #[arg(long)]
+    checked: bool,
+    /// After the run, compute the same grid on one rank and check that the result is the
+    /// same bit for bit.
+    #[arg(long)]
+    verify: bool,
+    /// Ping-pongs per pair measuring the pair bandwidth.
+    #[arg(long, default_value_t = 50)]
+    probe_reps: usize,
+    /// Pin each rank to a core of its own (`core`, as `mpirun --bind-to core` does for up to
+    /// one rank per core) or let them float (`none`). Ranks that would share cores are never
+    /// pinned; they also yield their core while they wait instead of spinning.
+    #[arg(long, default_value = "core", value_parser = ["core", "none"])]
+    bind: String,
+    /// Seconds a rank waits for a neighbour before failing.
+    #[arg(long, default_value_t = 60.0)]
+    timeout: f64,
+    /// Write the figures as JSON to FILE (rank 0).
+    #[arg(long, value_name = "FILE")]
+    json: Option<PathBuf>,
+}
+
+/// Extents per axis (a newtype so clap takes `4096x4096` as one value).
+#[derive(Clone, Debug)]
+struct Shape(Vec<usize>);
+
+fn parse_grid(s: &str) -> Result<Shape, String> {
+    parse_shape(s).map(Shape)
+}
+
+fn parse_dims(s: &str) -> Result<Shape, String> {
+    let v: Result<Vec<usize>, _> = s.split(['x', 'X']).map(|p| p.trim().parse()).collect();
+    v.map(Shape)
+        .map_err(|_| format!("{s:?} is not a list of ranks per axis such as 2x1"))
+}
+
+/// What each rank reports to rank 0.
+#[derive(Serialize, Deserialize, Debug, Clone)]
+struct RankSummary {
+    rank: usize,
+    node: String,
+    backends: Vec<String>,
+    cells: usize,
+    updated: usize,
+    halo_bytes: u64,
+    /// Faces as (side, peer, elements, runs).
+    faces: Vec<(String, usize, usize, usize)>,
+    /// Per iteration, ms.
+    compute: Vec<f64>,
+    sync: Vec<f64>,
+    communicate: Vec<f64>,
+    /// Pairs this rank timed: (side, peer, face bytes, one-way us).
+    probes: Vec<(String, usize, u64, f64)>,
+    /// An in-place sweep of as many bytes as this rank's grid, GB/s, every rank at once.
+    sweep_gbps: f64,
+    digest: u64,
+}
+
+/// Runs the demo: in a world, this rank's part; outside one, starts the world.
+pub fn run(a: LaplaceArgs) -> anyhow::Result<()> {
+    if !launched() {
+        return launch(&a);
+    }
+    let w = World::from_env().context("joining the world")?;
+    rank_main(&a, &w)
+}
+
+/// Whether a launcher started this process as a rank: `accio run` (ACCIO_RANK), or an MPI
+/// launcher (Open MPI's, or any PMI/PMIx one).
+fn launched() -> bool {
+    ["ACCIO_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
+        .iter()
+        .any(|v| std::env::var_os(v).is_some())
+}
+
+/// Starts `accio run -n RANKS` with this same command line.
+fn launch(a: &LaplaceArgs) -> anyhow::Result<()> {
+    let n = a.ranks.unwrap_or(2);
+    if n == 0 {
+        bail!("--ranks 0: the grid needs at least one rank");
+    }
+    let exe = std::env::current_exe().context("finding the accio binary")?;
+    let status = std::process::Command::new(&exe)
+        .arg("run")
+        .arg("-n")
+        .arg(n.to_string())
+        .arg("--")
+        .arg(&exe)
+        .args(std::env::args_os().skip(1))
+        .status()
+        .with_context(|| format!("starting {} run", exe.display()))?;
+    if !status.success() {
+        bail!("the ranks failed ({status})");
+    }
+    Ok(())
+}
+
+fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
+    let (rank, size) = (w.rank(), w.size());
+    if let Some(n) = a.ranks.filter(|&n| n != size) {
+        bail!("--ranks {n}, but the world has {size} ranks");
+    }
+    if !(a.timeout.is_finite() && a.timeout > 0.0) {
+        bail!(
+            "--timeout {}: must be a positive number of seconds",
+            a.timeout
+        );
+    }
+    let periodic = vec![a.periodic; a.grid.0.len()];
+    let decomp = Decomposition::new(
+        &a.grid.0,
+        size,
+        a.dims.as_ref().map(|d| d.0.as_slice()),
+        &periodic,
+        a.halo,
+    )?;
+    let own_core = place(w, a.bind == "core")?;
+    let opts = ExchangeOptions {
+        path: a.path,
+        checked: a.checked,
+        timeout: Duration::from_secs_f64(a.timeout),
+        // With a core each, spin like an MPI library; on a shared core, yield soon.
+        spin: if own_core {
+            Duration::MAX
+        } else {
+            Duration::from_micros(100)
+        },
+    };
+    let mut connect = |p: usize| -> Result<Box<dyn accio::Endpoint>, BoxError> {
+        let ep = match &a.backend {
+            Some(b) => w.endpoint_via(p, b),
+            None => w.endpoint(p),
+        };
+        ep.map_err(BoxError::from)
+    };
+    let mut ex = HaloExchange::<f64>::new(&decomp, rank, opts, &mut connect)
+        .with_context(|| format!("rank {rank}: setting up the grid"))?;
+    let probes = ex
+        .probe(a.probe_reps)
+        .with_context(|| format!("rank {rank}: measuring the pair bandwidth"))?;
+    let lopts = LaplaceOptions {
+        iters: a.iters,
+        ..Default::default()
+    };
+    let run = laplace::run(&mut ex, &lopts).with_context(|| format!("rank {rank}: the run"))?;
+    let grid_bytes = run.cells * 8;
+    let sweep = laplace::sweep_gbps(grid_bytes, 5);
+    let mut backends: Vec<String> = Vec::new();
+    for s in ex.sides() {
+        if s.peer != rank {
+            let b = match &a.backend {
+                Some(b) => b.clone(),
+                None => w.choice(s.peer)?.scheme.clone(),
+            };
+            if !backends.contains(&b) {
+                backends.push(b);
+            }
+        }
+    }
+    let summary = summarize(&ex, &run, w, probes, sweep, backends)?;
+    drop(ex);
+
+    let text = serde_json::to_vec(&summary)?;
+    if rank != 0 {
+        let ep = w
+            .endpoint(0)
+            .context("connecting to rank 0 for the summary")?;
+        ep.send(&text)
+            .with_context(|| format!("rank {rank}: sending the summary"))?;
+        let mut ack = Vec::new();
+        ep.recv_timeout(&mut ack, Some(opts_timeout(a)))
+            .with_context(|| format!("rank {rank}: waiting for rank 0"))?;
+        return Ok(());
+    }
+    let mut all = vec![summary];
+    let mut eps = Vec::new();
+    for p in 1..size {
+        let ep = w
+            .endpoint(p)
+            .with_context(|| format!("connecting to rank {p}"))?;
+        let mut buf = Vec::new();
+        ep.recv_timeout(&mut buf, Some(opts_timeout(a)))
+            .with_context(|| format!("receiving rank {p}'s summary"))?;
+        all.push(serde_json::from_slice(&buf).with_context(|| format!("rank {p}'s summary"))?);
+        eps.push(ep);
+    }
+    for ep in &eps {
+        ep.send(b"done")?;
+    }
+    let verified = if a.verify {
+        Some(one_rank_digest(&a.grid.0, &periodic, a.halo, &lopts)?)
+    } else {
+        None
+    };
+    report(a, &decomp, &all, verified)
+}
+
+/// Whether every rank of this node has a core of its own; if so and `bind`, pins this rank
+/// to the core of its place among the node's ranks.
+fn place(w: &World, bind: bool) -> anyhow::Result<bool> {
+    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it for this thread.
+    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
+    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+    anyhow::ensure!(
+        rc == 0,
+        "reading this rank's CPUs: {}",
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: CPU_ISSET reads the set filled above.
+    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
+        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
+        .collect();
+    let node = w.node_ranks();
+    let own_core = node.len() <= cpus.len();
+    if own_core && bind {
+        let k = node.iter().position(|&r| r == w.rank()).unwrap_or(0);
+        // SAFETY: as above, a zeroed set with one CPU added.
+        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: CPU_SET writes bit `cpus[k]` (< CPU_SETSIZE) of `one`.
+        unsafe { libc::CPU_SET(cpus[k], &mut one) };
+        // SAFETY: a valid cpu_set_t for the calling process.
+        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
+        anyhow::ensure!(
+            rc == 0,
+            "pinning rank {} to CPU {}: {}",
+            w.rank(),
+            cpus[k],
+            std::io::Error::last_os_error()
+        );
+    }
+    Ok(own_core)
+}
+
+fn opts_timeout(a: &LaplaceArgs) -> Duration {
+    Duration::from_secs_f64(a.timeout)
+}
+
+fn summarize(
+    ex: &HaloExchange<f64>,
+    run: &RankRun,
+    w: &World,
+    probes: Vec<(accio_grid::SideInfo, Duration)>,
+    sweep_gbps: f64,
+    backends: Vec<String>,
+) -> anyhow::Result<RankSummary> {
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    Ok(RankSummary {
+        rank: run.rank,
+        node: w.node(run.rank)?.to_string(),
+        backends,
+        cells: run.cells,
+        updated: run.updated,
+        halo_bytes: run.halo_bytes,
+        faces: ex
+            .sides()
+            .into_iter()
+            .map(|s| (s.dir.to_string(), s.peer, s.elems, s.runs))
+            .collect(),
+        compute: run.steps.iter().map(|s| ms(s.compute)).collect(),
+        sync: run.steps.iter().map(|s| ms(s.sync)).collect(),
+        communicate: run.steps.iter().map(|s| ms(s.communicate)).collect(),
+        probes: probes
+            .into_iter()
+            .map(|(s, t)| {
+                (
+                    s.dir.to_string(),
+                    s.peer,
+                    (s.elems * 8) as u64,
+                    t.as_secs_f64() * 1e6,
+                )
+            })
+            .collect(),
+        sweep_gbps,
+        digest: run.digest,
+    })
+}
+
+/// The digest of the same run on one rank, in this process (no endpoints).
+fn one_rank_digest(
+    grid: &[usize],
+    periodic: &[bool],
+    halo: usize,
+    lopts: &LaplaceOptions,
+) -> anyhow::Result<u64> {
+    let d = Decomposition::new(grid, 1, None, periodic, halo)?;
+    let mut ex = HaloExchange::<f64>::new(&d, 0, ExchangeOptions::default(), &mut |p| {
+        Err(format!("a 1-rank grid has no neighbour {p}").into())
+    })?;
+    Ok(laplace::run(&mut ex, lopts)?.digest)
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v.get(v.len() / 2).copied().unwrap_or(0.0)
+}
+
+fn stats(v: impl Iterator<Item = f64>) -> (f64, f64) {
+    let mut all: Vec<f64> = v.collect();
+    all.sort_by(f64::total_cmp);
+    let max = all.last().copied().unwrap_or(0.0);
+    (median(all), max)
+}
+
+/// The one-way time of one face across each of `s`'s sides with another rank, from the
+/// probes of whichever rank timed that pair; the slowest side bounds an exchange whose sides
+/// move at once.
+fn slowest_side_us(s: &RankSummary, all: &[RankSummary]) -> Option<f64> {
+    let mut worst: Option<f64> = None;
+    for (dir, peer, _, _) in s.faces.iter().filter(|f| f.1 != s.rank) {
+        let opposite = if let Some(rest) = dir.strip_prefix('+') {
+            format!("-{rest}")
+        } else {
+            format!("+{}", &dir[1..])
+        };
+        let mine = s.probes.iter().find(|p| &p.0 == dir && p.1 == *peer);
+        let theirs = all
+            .iter()
+            .find(|o| o.rank == *peer)
+            .and_then(|o| o.probes.iter().find(|p| p.0 == opposite && p.1 == s.rank));
+        if let Some(t) = mine.or(theirs).map(|p| p.3) {
+            worst = Some(worst.map_or(t, |w: f64| w.max(t)));
+        }
+    }
+    worst
+}
+
+fn report(
+    a: &LaplaceArgs,
+    decomp: &Decomposition,
+    all: &[RankSummary],
+    verified: Option<u64>,
+) -> anyhow::Result<()> {
+    let n = all.len();
+    let dims = accio_grid::shape_name(&decomp.dims()[3 - decomp.ndim()..]);
+    let mut backends: Vec<String> = all.iter().flat_map(|s| s.backends.clone()).collect();
+    backends.sort();
+    backends.dedup();
+    let backend = if backends.is_empty() {
+        "none".to_string()
+    } else {
+        backends.join("+")
+    };
+    println!(
+        "accio demo laplace: grid {} f64, {n} rank(s) as {dims}, halo {}, path {}, backend {backend}, {} iterations{}",
+        decomp.grid_name(),
+        a.halo,
+        a.path.name(),
+        a.iters,
+        if a.checked { ", checked" } else { "" }
+    );
+    let (cm, cx) = stats(all.iter().flat_map(|s| s.compute.clone()));
+    let (sm, sx) = stats(all.iter().flat_map(|s| s.sync.clone()));
+    let (mm, mx) = stats(all.iter().flat_map(|s| s.communicate.clone()));
+    let total = |s: &RankSummary| -> Vec<f64> {
+        (0..s.compute.len())
+            .map(|i| s.compute[i] + s.sync[i] + s.communicate[i])
+            .collect()
+    };
+    let (tm, tx) = stats(all.iter().flat_map(total));
+    println!();
+    println!(
+        "time per iteration (ms)   median        max   over {n} rank(s) x {} iterations",
+        a.iters
+    );
+    for (name, med, max) in [
+        ("compute", cm, cx),
+        ("synchronize", sm, sx),
+        ("communicate", mm, mx),
+        ("total", tm, tx),
+    ] {
+        println!("  {name:<22} {med:>9.4} {max:>10.4}");
+    }
+    println!();
+    println!(
+        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>13} {:>22}  faces (side peer elems runs)",
+        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "sweep/ceiling GB/s"
+    );
+    let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
+        format!(
+            "creating {}",
+            a.json
+                .as_deref()
+                .map(|p| p.display().to_string())
+                .unwrap_or_default()
+        )
+    })?;
+    for s in all {
+        let comm_med = median(s.communicate.clone());
+        let one_way = slowest_side_us(s, all);
+        let pair = one_way.map(|us| s.halo_bytes as f64 / (us * 1e-6) / 1e9);
+        let vs_one_way = match one_way {
+            Some(us) if s.halo_bytes > 0 => format!("{:.2}x{:>5.0}us", comm_med * 1e3 / us, us),
+            _ => "no halo".into(),
+        };
+        let sweep_med = (s.updated * 8) as f64 / (median(s.compute.clone()) * 1e-3) / 1e9;
+        let faces: Vec<String> = s
+            .faces
+            .iter()
+            .map(|f| format!("{} {} {} {}", f.0, f.1, f.2, f.3))
+            .collect();
+        println!(
+            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>13} {:>22}  {}",
+            s.rank,
+            truncate(&s.node, 36),
+            s.cells,
+            median(s.compute.clone()),
+            median(s.sync.clone()),
+            comm_med,
+            vs_one_way,
+            format!(
+                "{:.2}/{:.2} = {:.0}%",
+                sweep_med,
+                s.sweep_gbps,
+                100.0 * sweep_med / s.sweep_gbps
+            ),
+            faces.join(", ")
+        );
+        record_rank(&mut rec, a, decomp, &backend, s, pair)?;
+    }
+    let digest = all.iter().fold(0u64, |acc, s| acc.wrapping_add(s.digest));
+    println!();
+    match verified {
+        Some(one) if one == digest => {
+            println!("verified: the final grid equals a 1-rank run bit for bit (digest {digest:#018x})")
+        }
+        Some(one) => bail!(
+            "verification failed: the {n}-rank grid (digest {digest:#018x}) differs from the 1-rank grid ({one:#018x})"
+        ),
+        None => println!("digest of the final grid: {digest:#018x} (--verify compares it with a 1-rank run)"),
+    }
+    if let Some(p) = &a.json {
+        println!("figures written to {}", p.display());
+    }
+    Ok(())
+}
+
+fn truncate(s: &str, n: usize) -> String {
+    if s.chars().count() <= n {
+        s.to_string()
+    } else {
+        let t: String = s.chars().take(n - 1).collect();
+        format!("{t}~")
+    }
+}
+
+fn record_rank(
+    rec: &mut Recorder,
+    a: &LaplaceArgs,
+    decomp: &Decomposition,
+    backend: &str,
+    s: &RankSummary,
+    pair_gbps: Option<f64>,
+) -> anyhow::Result<()> {
+    let base = |metric: &str, unit: Unit, samples: Vec<f64>| {
+        Figure::new(m::BENCH, metric, unit, samples).map(|f| {
+            f.param("grid", decomp.grid_name())
+                .param("ranks", all_ranks(decomp))
+                .param("rank", s.rank as u64)
+                .param("node", s.node.clone())
+                .param("path", a.path.name())
+                .param("backend", backend)
+                .param("checked", a.checked)
+                .param("halo_bytes", s.halo_bytes)
+        })
+    };
+    for (metric, v) in [
+        (m::COMPUTE, &s.compute),
+        (m::SYNC, &s.sync),
+        (m::COMMUNICATE, &s.communicate),
+    ] {
+        if let Some(f) = base(metric, Unit::Millis, v.clone()) {
+            rec.push(f.method("wall time of the phase in each iteration"))?;
+        }
+    }
+    if s.halo_bytes > 0 {
+        let bw: Vec<f64> = s
+            .communicate
+            .iter()
+            .map(|ms| s.halo_bytes as f64 / (ms * 1e-3) / 1e9)
+            .collect();
+        if let Some(mut f) = base(m::HALO_BW, Unit::GBps, bw) {
+            f = f.method("halo bytes sent per iteration / communicate time");
+            if let Some(p) = pair_gbps {
+                f = f.param("pair_gbps", p);
+            }
+            rec.push(f)?;
+        }
+    }
+    let sweep: Vec<f64> = s
+        .compute
+        .iter()
+        .map(|ms| (s.updated * 8) as f64 / (ms * 1e-3) / 1e9)
+        .collect();
+    if let Some(f) = base(m::COMPUTE_BW, Unit::GBps, sweep) {
+        rec.push(
+            f.method("updated cells x 8 B / compute time (each read once, written once)")
+                .ceiling(
+                    "in-place sweep of as many bytes, every rank at once",
+                    s.sweep_gbps,
+                    CeilingSource::Measured,
+                ),
+        )?;
+    }
+    for (side, peer, bytes, us) in &s.probes {
+        if let Some(f) = base(
+            m::PAIR_BW,
+            Unit::GBps,
+            vec![*bytes as f64 / (us * 1e-6) / 1e9],
+        ) {
+            rec.push(
+                f.param("side", side.clone())
+                    .param("peer", *peer as u64)
+                    .method("median one-way time of one face, ping-pong by the run's path"),
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn all_ranks(decomp: &Decomposition) -> u64 {
+    decomp.size() as u64
+}

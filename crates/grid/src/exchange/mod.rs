@@ -1,0 +1,898 @@
+//! Halo exchange over any endpoint: two-sided messages or one-sided RMA.
+//!
+//! One [`HaloExchange`] per rank owns the rank's local array (owned cells and ghost layers,
+//! [`Layout`]) in one page-aligned, shareable memory region, and one endpoint per distinct
+//! neighbour rank. An exchange fills every ghost layer with the neighbour's face across it,
+//! in two phases that the returned [`ExchangeTimes`] report apart:
+//!
+//! 1. **synchronize**: each rank tells its neighbours that it has finished reading its
+//!    ghosts (it finished the step that used them) and waits for them to say the same. This
+//!    is the seed's barrier, restricted to the ranks that actually exchange data.
+//! 2. **communicate**: faces move and land in the ghosts.
+//!    - [`Path::Messages`]: pack each face into a buffer, send it, receive the neighbour's,
+//!      unpack it (the `MPI_Sendrecv` way). Sends and receives progress together with
+//!      `try_send`/`try_recv` in chunks the backend accepts, so no face size can deadlock.
+//!    - [`Path::Rma`]: write each face straight into the neighbour's ghost cells with
+//!      `vwrite_to`, then `fence_signal` a per-side counter there (the SCIF way); the
+//!      receiver waits for the counter and has nothing else to do. A face that is not one
+//!      contiguous run (the faces normal to the contiguous axis: one element per row) is
+//!      packed first, written into a staging area of the neighbour's region, and unpacked
+//!      there: the copy section 6.3 of the seed measured, reported apart by
+//!      [`HaloExchange::sides`].
+//!
+//! In the synchronize phase the RMA path writes a "ghosts free" counter into each
+//! neighbour's region; the messages path sends an empty message. Counters only grow, one
+//! step per exchange, so no reset is ever needed.
+//!
+//! **Checked mode** (seed 001, section 6.2): every cell carries a [`Tag`] — the rank that
+//! owns it and its global coordinates — in a second array that travels with the data by the
+//! same plan. Ghost tags are cleared before each exchange and verified after it: a cell that
+//! landed in the wrong place, or a ghost nobody wrote, is a [`GridError::Misplaced`] naming
+//! both ranks, the side and both cells.
+//!
+//! **Failure.** A neighbour that dies makes the exchange fail with the endpoint's
+//! `PeerGone` within about a second (waits for counters probe the endpoint); a neighbour
+//! that hangs makes it fail at the timeout. Both errors name the two ranks and the side.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, Window, PAGE};
+use bytemuck::{Pod, Zeroable};
+
+use crate::decomp::{Decomposition, Dir};
+use crate::error::{GridError, Result};
+use crate::layout::{Layout, Runs};
+
+mod messages;
+mod rma;
+
+/// How faces travel.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub enum Path {
+    /// Pack, send, receive, unpack.
+    Messages,
+    /// Write straight into the neighbour's ghosts, then signal.
+    Rma,
+}
+
+impl Path {
+    /// `messages` or `rma`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Path::Messages => "messages",
+            Path::Rma => "rma",
+        }
+    }
+}
+
+impl std::str::FromStr for Path {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Path, String> {
+        match s {
+            "messages" => Ok(Path::Messages),
+            "rma" => Ok(Path::Rma),
+            _ => Err(format!("{s:?} is not a path: messages or rma")),
+        }
+    }
+}
+
+/// How an exchange is set up.
+#[derive(Clone, Debug)]
+pub struct ExchangeOptions {
+    /// The data path. Default [`Path::Rma`].
+    pub path: Path,
+    /// Carry a [`Tag`] with every cell and verify where ghosts came from. Default off.
+    pub checked: bool,
+    /// Longest wait for a neighbour before the exchange fails. Default 60 s.
+    pub timeout: Duration,
+    /// How long a wait for a neighbour spins before it starts yielding its core. Spinning
+    /// answers fastest when every rank has a core of its own (MPI libraries spin forever
+    /// then); yielding lets an oversubscribed node's other ranks run. Default 100 us;
+    /// `Duration::MAX`: never yield.
+    pub spin: Duration,
+}
+
+impl Default for ExchangeOptions {
+    fn default() -> Self {
+        ExchangeOptions {
+            path: Path::Rma,
+            checked: false,
+            timeout: Duration::from_secs(60),
+            spin: Duration::from_micros(100),
+        }
+    }
+}
+
+/// The metadata a cell carries in checked mode: who owns it and where it belongs.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
+pub struct Tag {
+    /// The owning rank (`u32::MAX`: no one wrote this ghost).
+    pub rank: u32,
+    /// Global coordinates `(z, y, x)` (z = 0 in 2D).
+    pub coord: [u32; 3],
+}
+
+impl Tag {
+    /// A ghost no exchange has filled.
+    pub const EMPTY: Tag = Tag {
+        rank: u32::MAX,
+        coord: [u32::MAX; 3],
+    };
+}
+
+const TAG: usize = std::mem::size_of::<Tag>();
+
+/// Time spent in one exchange, by phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct ExchangeTimes {
+    /// Waiting for the neighbours to be done with their ghosts.
+    pub sync: Duration,
+    /// Moving the faces until every ghost is filled.
+    pub communicate: Duration,
+}
+
+/// How a rank gets an endpoint to another: `connect(peer_rank)`, e.g. a rank world's
+/// `endpoint`. Errors of any type are kept as the cause of [`GridError::Connect`].
+pub type ConnectFn<'a> = dyn FnMut(usize) -> std::result::Result<Box<dyn Endpoint>, BoxError> + 'a;
+
+/// Any error, as the cause of a failed connection.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// One side of a rank's subgrid that has a neighbour, as [`HaloExchange::sides`] reports it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SideInfo {
+    /// The side.
+    pub dir: Dir,
+    /// The rank across it (this rank itself on a periodic axis it holds whole).
+    pub peer: usize,
+    /// Elements in the face.
+    pub elems: usize,
+    /// Contiguous runs the face is made of (1: contiguous).
+    pub runs: usize,
+}
+
+/// Byte offsets of the parts of a rank's region. Every rank computes its neighbours' from
+/// their layouts, so no offsets but the window's base travel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Sections {
+    data: usize,
+    tags: usize,
+    staging: [usize; 6],
+    flags: usize,
+    len: usize,
+}
+
+impl Sections {
+    fn of(layout: &Layout, ndim: usize, elem: usize, checked: bool) -> Sections {
+        let round = |x: usize| x.div_ceil(PAGE) * PAGE;
+        let per_cell = elem + if checked { TAG } else { 0 };
+        let data = 0;
+        let mut at = round(layout.elems() * elem);
+        let tags = at;
+        if checked {
+            at += round(layout.elems() * TAG);
+        }
+        let mut staging = [0; 6];
+        for d in Dir::all(ndim) {
+            staging[d.index()] = at;
+            let g = layout.ghosts(d);
+            if layout.halo[d.axis] > 0 && !g.is_contiguous() {
+                at += round(g.elems() * per_cell);
+            }
+        }
+        let flags = at;
+        Sections {
+            data,
+            tags,
+            staging,
+            flags,
+            len: at + PAGE,
+        }
+    }
+
+    /// The "ghosts on side `d` are free" counter.
+    fn ready(&self, d: Dir) -> usize {
+        self.flags + 64 * d.index()
+    }
+
+    /// The "ghosts on side `d` are filled" counter.
+    fn filled(&self, d: Dir) -> usize {
+        self.flags + 64 * (6 + d.index())
+    }
+
+    /// The counter of [`HaloExchange::probe`]'s ping-pongs across side `d`: one per side,
+    /// so that a neighbour already probing a later pair cannot satisfy a wait of an earlier
+    /// one.
+    fn probe(&self, d: Dir) -> usize {
+        self.flags + 64 * (12 + d.index())
+    }
+}
+
+struct Peer {
+    rank: usize,
+    ep: Box<dyn Endpoint>,
+    /// Keeps the region registered on this endpoint.
+    _window: Option<Window>,
+    /// The peer's region in its window space.
+    remote_base: u64,
+    chunk: usize,
+    /// Sides of this rank whose faces go to this peer, in send order.
+    sends: Vec<usize>,
+    /// Sides of this rank whose ghosts this peer fills, in the peer's send order.
+    recvs: Vec<usize>,
+}
+
+struct Side {
+    dir: Dir,
+    rank: usize,
+    /// Index into `peers`; `None` when the neighbour is this rank (a periodic axis held
+    /// whole).
+    peer: Option<usize>,
+    face: Runs,
+    ghosts: Runs,
+    /// RMA straight into the neighbour's ghosts (both are one run).
+    direct: bool,
+    /// Where the face lands in the neighbour's region: its ghost cells (direct) or its
+    /// staging area, and their tags.
+    remote_data: u64,
+    remote_tags: u64,
+    remote_ready: u64,
+    remote_filled: u64,
+    remote_probe: u64,
+    /// Packed face (messages, or RMA of a strided face).
+    send_buf: Vec<u8>,
+    recv_buf: Vec<u8>,
+}
+
+/// A rank's part of a grid and the machinery to exchange its halos. See the module docs.
+pub struct HaloExchange<T: Pod> {
+    decomp: Decomposition,
+    rank: usize,
+    layout: Layout,
+    opts: ExchangeOptions,
+    secs: Sections,
+    _region: Arc<Region>,
+    view: MemView,
+    peers: Vec<Peer>,
+    sides: Vec<Side>,
+    generation: u64,
+    scratch: Vec<u8>,
+    fault: Option<(Dir, isize)>,
+    _elem: std::marker::PhantomData<T>,
+}
+
+impl<T: Pod> std::fmt::Debug for HaloExchange<T> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("HaloExchange")
+            .field("rank", &self.rank)
+            .field("grid", &self.decomp.grid_name())
+            .field("path", &self.opts.path)
+            .field("checked", &self.opts.checked)
+            .finish()
+    }
+}
+
+const HELLO_MAGIC: u64 = 0x6163_6369_6f67_7264; // "accio grd"
+
+impl<T: Pod> HaloExchange<T> {
+    /// Sets up `rank`'s part of `decomp`: allocates its array (zeroed), connects to every
+    /// neighbour with `connect(peer_rank)`, checks that both agree on the grid, and with the
+    /// RMA path registers the array on each endpoint.
+    ///
+    /// `connect` is called once per distinct neighbour rank, in increasing rank order, and
+    /// must return an endpoint whose peer is that rank's `HaloExchange` (a rank world's
+    /// `endpoint(rank)`, or a mesh of connected pairs).
+    pub fn new(
+        decomp: &Decomposition,
+        rank: usize,
+        opts: ExchangeOptions,
+        connect: &mut ConnectFn<'_>,
+    ) -> Result<HaloExchange<T>> {
+        let size = decomp.size();
+        if rank >= size {
+            return Err(GridError::Decomposition {
+                grid: decomp.grid_name(),
+                reason: format!("rank {rank} is outside a world of {size} ranks"),
+            });
+        }
+        let elem = std::mem::size_of::<T>();
+        let ndim = decomp.ndim();
+        let layout = Layout::of(decomp, rank);
+        let secs = Sections::of(&layout, ndim, elem, opts.checked);
+        let region = Region::shareable(secs.len, &format!("accio-grid-rank-{rank}"), true)
+            .map_err(|source| GridError::Endpoint {
+                what: format!("rank {rank}: {} bytes for its subgrid", secs.len),
+                source,
+            })?;
+        let region = Arc::new(region);
+        let view = MemView::whole(region.clone());
+
+        let mut sides = Vec::new();
+        let mut peer_ranks: Vec<usize> = Vec::new();
+        for dir in Dir::all(ndim) {
+            let Some(peer) = decomp.neighbour(rank, dir) else {
+                continue;
+            };
+            if peer != rank && !peer_ranks.contains(&peer) {
+                peer_ranks.push(peer);
+            }
+            let peer_layout = Layout::of(decomp, peer);
+            let peer_secs = Sections::of(&peer_layout, ndim, elem, opts.checked);
+            let face = layout.face(dir);
+            let remote_ghosts = peer_layout.ghosts(dir.opposite());
+            let direct = face.is_contiguous() && remote_ghosts.is_contiguous();
+            let (remote_data, remote_tags) = if direct {
+                let first = remote_ghosts.as_slice()[0].0;
+                (
+                    (peer_secs.data + first * elem) as u64,
+                    (peer_secs.tags + first * TAG) as u64,
+                )
+            } else {
+                let s = peer_secs.staging[dir.opposite().index()];
+                (s as u64, (s + face.elems() * elem) as u64)
+            };
+            sides.push(Side {
+                dir,
+                rank: peer,
+                peer: None,
+                ghosts: layout.ghosts(dir),
+                face,
+                direct,
+                remote_data,
+                remote_tags,
+                remote_ready: peer_secs.ready(dir.opposite()) as u64,
+                remote_filled: peer_secs.filled(dir.opposite()) as u64,
+                remote_probe: peer_secs.probe(dir.opposite()) as u64,
+                send_buf: Vec::new(),
+                recv_buf: Vec::new(),
+            });
+        }
+        peer_ranks.sort_unstable();
+
+        let mut peers = Vec::new();
+        for &p in &peer_ranks {
+            let ep = connect(p).map_err(|source| GridError::Connect {
+                rank,
+                peer: p,
+                source,
+            })?;
+            let window = match opts.path {
+                Path::Rma => Some(ep.register_view(&view, Access::READ_WRITE).map_err(
+                    |source| GridError::Peer {
+                        rank,
+                        peer: p,
+                        dir: "registering the subgrid".into(),
+                        source,
+                    },
+                )?),
+                Path::Messages => None,
+            };
+            let chunk = ep.capabilities().max_try_send.max(1);
+            // Sides whose faces go to p, in this rank's (= the sending) order; sides whose
+            // ghosts p fills, in p's sending order: p sends across its side e the face that
+            // lands in this rank's ghosts on side -e.
+            let sends = (0..sides.len()).filter(|&i| sides[i].rank == p).collect();
+            let recvs = Dir::all(ndim)
+                .filter(|&e| decomp.neighbour(p, e) == Some(rank))
+                .filter_map(|e| {
+                    sides
+                        .iter()
+                        .position(|s| s.dir == e.opposite() && s.rank == p)
+                })
+                .collect();
+            peers.push(Peer {
+                rank: p,
+                ep,
+                remote_base: 0,
+                _window: window,
+                chunk,
+                sends,
+                recvs,
+            });
+        }
+        for s in &mut sides {
+            s.peer = peers.iter().position(|p| p.rank == s.rank);
+        }
+
+        let mut ex = HaloExchange {
+            decomp: decomp.clone(),
+            rank,
+            layout,
+            opts,
+            secs,
+            _region: region,
+            view,
+            peers,
+            sides,
+            generation: 0,
+            scratch: Vec::new(),
+            fault: None,
+            _elem: std::marker::PhantomData,
+        };
+        ex.hello()?;
+        if ex.opts.checked {
+            ex.stamp_tags();
+        }
+        Ok(ex)
+    }
+
+    /// The decomposition.
+    pub fn decomposition(&self) -> &Decomposition {
+        &self.decomp
+    }
+
+    /// This rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Where this rank's cells sit in [`field`](Self::field).
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The options this exchange was made with.
+    pub fn options(&self) -> &ExchangeOptions {
+        &self.opts
+    }
+
+    /// The local array: owned cells and ghosts, row-major ([`Layout::index`]).
+    pub fn field(&self) -> &[T] {
+        // SAFETY: the data section holds `layout.elems()` elements of `T` (sized in
+        // `Sections::of`), page-aligned so aligned for any `T`; `T: Pod` makes every bit
+        // pattern a valid value. Neighbours write into this memory only between this rank's
+        // `start` and the end of `wait`, which borrow `self` mutably, so no write by a
+        // well-behaved peer overlaps this shared borrow.
+        unsafe { std::slice::from_raw_parts(self.ptr(self.secs.data).cast(), self.layout.elems()) }
+    }
+
+    /// The local array, writable. See [`field`](Self::field).
+    pub fn field_mut(&mut self) -> &mut [T] {
+        // SAFETY: as in `field`; `&mut self` makes this the only borrow on this side.
+        unsafe {
+            std::slice::from_raw_parts_mut(self.ptr(self.secs.data).cast(), self.layout.elems())
+        }
+    }
+
+    /// The tags of checked mode, one per cell of [`field`](Self::field).
+    pub fn tags(&self) -> Option<&[Tag]> {
+        self.opts.checked.then(|| {
+            // SAFETY: as in `field`, for the tag section (present in checked mode).
+            unsafe {
+                std::slice::from_raw_parts(self.ptr(self.secs.tags).cast(), self.layout.elems())
+            }
+        })
+    }
+
+    /// Every side with a neighbour: the rank there and the shape of the face.
+    pub fn sides(&self) -> Vec<SideInfo> {
+        self.sides
+            .iter()
+            .map(|s| SideInfo {
+                dir: s.dir,
+                peer: s.rank,
+                elems: s.face.elems(),
+                runs: s.face.as_slice().len(),
+            })
+            .collect()
+    }
+
+    /// Bytes of data (tags not counted) this rank sends to other ranks per exchange.
+    pub fn halo_bytes(&self) -> u64 {
+        self.sides
+            .iter()
+            .filter(|s| s.peer.is_some())
+            .map(|s| (s.face.elems() * std::mem::size_of::<T>()) as u64)
+            .sum()
+    }
+
+    /// Fault injection for tests of checked mode: from now on the face sent across `dir`
+    /// is taken from `delta` elements off (messages, packed RMA) or lands `delta` elements
+    /// off in the neighbour (direct RMA), as an indexing bug would.
+    pub fn inject_misplacement(&mut self, dir: Dir, delta: isize) {
+        self.fault = Some((dir, delta));
+    }
+
+    /// Exchanges every halo, blocking until this rank's ghosts are filled.
+    pub fn exchange(&mut self) -> Result<ExchangeTimes> {
+        self.start()?.wait()
+    }
+
+    /// Synchronizes with the neighbours and starts moving this rank's faces; the returned
+    /// [`Pending`] finishes the exchange. The array cannot be touched in between (the
+    /// neighbours may be writing into it).
+    pub fn start(&mut self) -> Result<Pending<'_, T>> {
+        let t0 = Instant::now();
+        self.generation += 1;
+        if self.opts.checked {
+            self.clear_ghost_tags();
+        }
+        match self.opts.path {
+            Path::Rma => self.sync_rma()?,
+            Path::Messages => self.sync_messages()?,
+        }
+        let sync = t0.elapsed();
+        let t1 = Instant::now();
+        self.copy_to_self();
+        if self.opts.path == Path::Rma {
+            self.put_faces()?;
+        } else {
+            self.pack_faces(false);
+        }
+        Ok(Pending {
+            ex: self,
+            sync,
+            started: t1,
+        })
+    }
+
+    fn ptr(&self, at: usize) -> *mut u8 {
+        debug_assert!(at <= self.view.len());
+        // SAFETY: `at` is an offset inside the region (all sections are).
+        unsafe { self.view.as_ptr().add(at) }
+    }
+
+    fn elem(&self) -> usize {
+        std::mem::size_of::<T>()
+    }
+
+    fn face_runs(&self, side: &Side) -> Runs {
+        match self.fault {
+            Some((d, delta)) if d == side.dir && !(side.direct && self.opts.path == Path::Rma) => {
+                side.face.shifted(delta)
+            }
+            _ => side.face.clone(),
+        }
+    }
+
+    fn hello(&mut self) -> Result<()> {
+        let d = &self.decomp;
+        let mut words = vec![
+            HELLO_MAGIC,
+            self.rank as u64,
+            d.size() as u64,
+            d.ndim() as u64,
+        ];
+        words.extend(d.shape().map(|v| v as u64));
+        words.extend(d.dims().map(|v| v as u64));
+        words.extend(d.periodic().map(u64::from));
+        words.extend([
+            d.halo() as u64,
+            self.elem() as u64,
+            u64::from(self.opts.checked),
+            u64::from(self.opts.path == Path::Rma),
+        ]);
+        let names = [
+            "magic",
+            "rank",
+            "size",
+            "axes",
+            "nz",
+            "ny",
+            "nx",
+            "dz",
+            "dy",
+            "dx",
+            "periodic z",
+            "periodic y",
+            "periodic x",
+            "halo",
+            "element size",
+            "checked",
+            "path",
+        ];
+        for i in 0..self.peers.len() {
+            let mut msg: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            let base = self.peers[i]._window.as_ref().map_or(0, |w| w.offset());
+            msg.extend(base.to_le_bytes());
+            let p = &self.peers[i];
+            p.ep.send(&msg)
+                .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
+        }
+        for i in 0..self.peers.len() {
+            let p = &self.peers[i];
+            let mut buf = Vec::new();
+            p.ep.recv_timeout(&mut buf, Some(self.opts.timeout))
+                .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
+            let mismatch = |reason: String| GridError::Mismatch {
+                rank: self.rank,
+                peer: p.rank,
+                reason,
+            };
+            if buf.len() != (words.len() + 1) * 8 {
+                return Err(mismatch(format!(
+                    "its greeting is {} bytes, not {}",
+                    buf.len(),
+                    (words.len() + 1) * 8
+                )));
+            }
+            let theirs: Vec<u64> = buf
+                .chunks_exact(8)
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8-byte chunks")))
+                .collect();
+            for (k, name) in names.iter().enumerate() {
+                let expected = if k == 1 { p.rank as u64 } else { words[k] };
+                if theirs[k] != expected {
+                    return Err(mismatch(format!(
+                        "{name}: {} here, {} there",
+                        expected, theirs[k]
+                    )));
+                }
+            }
+            let base = theirs[words.len()];
+            self.peers[i].remote_base = base;
+        }
+        Ok(())
+    }
+
+    fn peer_err(&self, peer: usize, what: &str, source: Error) -> GridError {
+        GridError::Peer {
+            rank: self.rank,
+            peer,
+            dir: what.to_string(),
+            source,
+        }
+    }
+
+    fn stamp_tags(&mut self) {
+        let (rank, layout, decomp) = (self.rank as u32, self.layout.clone(), self.decomp.clone());
+        // SAFETY: the tag section exists in checked mode; see `field`.
+        let tags: &mut [Tag] = unsafe {
+            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), layout.elems())
+        };
+        tags.fill(Tag::EMPTY);
+        let lo = layout.halo;
+        let hi = [0, 1, 2].map(|a| layout.halo[a] + layout.block.len[a]);
+        Layout::for_each_cell(lo, hi, |c| {
+            let g = layout
+                .global_of(&decomp, c)
+                .expect("owned cells are inside the grid");
+            tags[layout.index(c)] = Tag {
+                rank,
+                coord: g.map(|v| v as u32),
+            };
+        });
+    }
+
+    fn clear_ghost_tags(&mut self) {
+        // SAFETY: the tag section exists in checked mode; no neighbour writes before this
+        // rank's ready signal, which follows.
+        let tags: &mut [Tag] = unsafe {
+            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), self.layout.elems())
+        };
+        for s in &self.sides {
+            for &(start, n) in s.ghosts.as_slice() {
+                tags[start..start + n].fill(Tag::EMPTY);
+            }
+        }
+    }
+
+    /// Spins, then yields; every 1024 rounds checks the timeout and, for a wait on side
+    /// `side`, whether its peer is still there.
+    fn backoff(&mut self, w: &mut Wait, side: Option<(usize, &'static str)>) -> Result<()> {
+        w.spins = w.spins.wrapping_add(1);
+        if !w.yielding && w.spins.is_multiple_of(64) {
+            w.yielding = w.start.elapsed() >= self.opts.spin;
+        }
+        if w.yielding {
+            std::thread::yield_now();
+        } else {
+            std::hint::spin_loop();
+        }
+        if !w.spins.is_multiple_of(1024) {
+            return Ok(());
+        }
+        let start = w.start;
+        if let Some((i, _)) = side {
+            let s = &self.sides[i];
+            if let Some(pi) = s.peer {
+                let p = &self.peers[pi];
+                match p.ep.try_recv(&mut self.scratch) {
+                    Ok(Progress::WouldBlock) => {}
+                    Ok(Progress::Ready(n)) => {
+                        return Err(self.peer_err(
+                            p.rank,
+                            &s.dir.to_string(),
+                            Error::Protocol {
+                                peer: p.ep.peer_addr().to_string(),
+                                reason: format!("a {n}-byte message during a one-sided exchange"),
+                            },
+                        ))
+                    }
+                    Err(e) => return Err(self.peer_err(p.rank, &s.dir.to_string(), e)),
+                }
+            }
+        }
+        if start.elapsed() > self.opts.timeout {
+            let (i, what) = side.unwrap_or((0, "synchronize"));
+            let s = &self.sides[i.min(self.sides.len().saturating_sub(1))];
+            return Err(GridError::Timeout {
+                rank: self.rank,
+                peer: s.rank,
+                dir: s.dir,
+                what,
+                after: self.opts.timeout,
+            });
+        }
+        Ok(())
+    }
+
+    /// Faces across a periodic axis this rank holds whole land in its own opposite ghosts.
+    fn copy_to_self(&mut self) {
+        let elem = self.elem();
+        for i in 0..self.sides.len() {
+            let s = &self.sides[i];
+            if s.peer.is_some() {
+                continue;
+            }
+            let face = self.face_runs(s);
+            let ghosts = self.layout.ghosts(s.dir.opposite());
+            let mut sections = vec![(self.secs.data, elem)];
+            if self.opts.checked {
+                sections.push((self.secs.tags, TAG));
+            }
+            for (base, size) in sections {
+                let mut buf = Vec::with_capacity(face.elems() * size);
+                // SAFETY: runs lie inside the section of `size`-byte elements at `base`.
+                unsafe { pack(self.ptr(base), &face, size, &mut buf) };
+                // SAFETY: as above, for the ghost runs of the same element count.
+                unsafe { unpack(self.ptr(base), &ghosts, size, &buf) };
+            }
+        }
+    }
+
+    /// Packs the faces that go to other ranks (with `strided_only`, those a direct RMA
+    /// cannot move).
+    fn pack_faces(&mut self, strided_only: bool) {
+        let elem = self.elem();
+        for i in 0..self.sides.len() {
+            let s = &self.sides[i];
+            if s.peer.is_none() || (strided_only && s.direct) {
+                continue;
+            }
+            let face = self.face_runs(&self.sides[i]);
+            let (data, tags, checked) = (self.secs.data, self.secs.tags, self.opts.checked);
+            let (pd, pt) = (self.ptr(data), self.ptr(tags));
+            let buf = &mut self.sides[i].send_buf;
+            buf.clear();
+            // SAFETY: face runs lie inside the data (and tag) sections.
+            unsafe {
+                pack(pd, &face, elem, buf);
+                if checked {
+                    pack(pt, &face, TAG, buf);
+                }
+            }
+        }
+    }
+
+    fn finish(&mut self) -> Result<()> {
+        match self.opts.path {
+            Path::Rma => {
+                for i in 0..self.sides.len() {
+                    if self.sides[i].peer.is_none() {
+                        continue;
+                    }
+                    let at = self.secs.filled(self.sides[i].dir);
+                    self.wait_counter(i, at, "fill its ghosts")?;
+                    if !self.sides[i].direct {
+                        self.unpack_staging(i);
+                    }
+                }
+            }
+            Path::Messages => self.progress_messages()?,
+        }
+        if self.opts.checked {
+            self.verify()?;
+        }
+        Ok(())
+    }
+
+    fn verify(&self) -> Result<()> {
+        let tags = self.tags().expect("checked mode has tags");
+        for s in &self.sides {
+            let (lo, hi) = self.layout.slab(s.dir, true);
+            let mut bad = None;
+            Layout::for_each_cell(lo, hi, |c| {
+                if bad.is_some() {
+                    return;
+                }
+                let g = self
+                    .layout
+                    .global_of(&self.decomp, c)
+                    .expect("a side with a neighbour has ghosts inside the grid");
+                let want = Tag {
+                    rank: s.rank as u32,
+                    coord: g.map(|v| v as u32),
+                };
+                let got = tags[self.layout.index(c)];
+                if got != want {
+                    bad = Some((g, got));
+                }
+            });
+            if let Some((g, got)) = bad {
+                let found_at = if got == Tag::EMPTY {
+                    "nothing (no one wrote it)".to_string()
+                } else {
+                    self.decomp.cell_name(got.coord.map(|v| v as usize))
+                };
+                return Err(GridError::Misplaced {
+                    rank: self.rank,
+                    dir: s.dir,
+                    expected_rank: s.rank,
+                    expected_at: self.decomp.cell_name(g),
+                    found_rank: got.rank,
+                    found_at,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One wait for a neighbour: spinning until [`ExchangeOptions::spin`] has passed, then
+/// yielding the core.
+pub(crate) struct Wait {
+    start: Instant,
+    spins: u32,
+    yielding: bool,
+}
+
+impl Wait {
+    pub(crate) fn new() -> Wait {
+        Wait {
+            start: Instant::now(),
+            spins: 0,
+            yielding: false,
+        }
+    }
+}
+
+/// An exchange in flight: [`wait`](Pending::wait) finishes it.
+#[must_use = "an exchange finishes only in wait()"]
+pub struct Pending<'a, T: Pod> {
+    ex: &'a mut HaloExchange<T>,
+    sync: Duration,
+    started: Instant,
+}
+
+impl<T: Pod> Pending<'_, T> {
+    /// Waits until every ghost of this rank is filled (and, in checked mode, verified).
+    pub fn wait(self) -> Result<ExchangeTimes> {
+        self.ex.finish()?;
+        Ok(ExchangeTimes {
+            sync: self.sync,
+            communicate: self.started.elapsed(),
+        })
+    }
+}
+
+/// Appends the elements of `runs` (of `size` bytes each) at `base` to `out`.
+///
+/// # Safety
+/// Every run must lie inside memory valid for reads at `base`.
+unsafe fn pack(base: *const u8, runs: &Runs, size: usize, out: &mut Vec<u8>) {
+    out.reserve(runs.elems() * size);
+    for &(start, n) in runs.as_slice() {
+        // SAFETY: the caller guarantees the run is readable.
+        let src = unsafe { std::slice::from_raw_parts(base.add(start * size), n * size) };
+        out.extend_from_slice(src);
+    }
+}
+
+/// Scatters `src` over the elements of `runs` (of `size` bytes each) at `base`.
+///
+/// # Safety
+/// Every run must lie inside memory valid for writes at `base`, not overlapping `src`.
+unsafe fn unpack(base: *mut u8, runs: &Runs, size: usize, src: &[u8]) {
+    let mut at = 0;
+    for &(start, n) in runs.as_slice() {
+        let len = n * size;
+        // SAFETY: the caller guarantees the run is writable and disjoint from `src`.
+        unsafe {
+            std::ptr::copy_nonoverlapping(src[at..at + len].as_ptr(), base.add(start * size), len)
+        };
+        at += len;
+    }
+}

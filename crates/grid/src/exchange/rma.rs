@@ -1,0 +1,216 @@
+//! The one-sided path: "ghosts free" and "ghosts filled" counters written with
+//! `fence_signal`, faces written straight into the neighbour's region, and the pair probe.
+
+use std::time::{Duration, Instant};
+
+use accio_core::RmaFlags;
+use bytemuck::Pod;
+
+use super::{unpack, HaloExchange, Path, SideInfo, Wait, TAG};
+use crate::decomp::Dir;
+use crate::error::{GridError, Result};
+
+impl<T: Pod> HaloExchange<T> {
+    /// Tells every neighbour this rank's ghosts are free, then waits until each neighbour
+    /// says the same of its own.
+    pub(super) fn sync_rma(&mut self) -> Result<()> {
+        let g = self.generation;
+        for s in &self.sides {
+            if let Some(pi) = s.peer {
+                let p = &self.peers[pi];
+                p.ep.fence_signal(None, Some((p.remote_base + s.remote_ready, g)))
+                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))?;
+            }
+        }
+        for i in 0..self.sides.len() {
+            if self.sides[i].peer.is_some() {
+                let at = self.secs.ready(self.sides[i].dir);
+                self.wait_counter(i, at, "free its ghosts")?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Waits for the counter at `at` to reach this exchange's generation; every few hundred
+    /// microseconds probes side `i`'s endpoint so that a dead neighbour is noticed.
+    pub(super) fn wait_counter(&mut self, i: usize, at: usize, what: &'static str) -> Result<()> {
+        let g = self.generation;
+        let mut wait = Wait::new();
+
+        loop {
+            let v = self
+                .view
+                .load_u64(at)
+                .map_err(|source| GridError::Endpoint {
+                    what: format!("rank {}: reading a counter", self.rank),
+                    source,
+                })?;
+            if v >= g {
+                return Ok(());
+            }
+            self.backoff(&mut wait, Some((i, what)))?;
+        }
+    }
+
+    /// RMA: writes every face into the neighbour's ghosts (or staging), then signals.
+    pub(super) fn put_faces(&mut self) -> Result<()> {
+        self.pack_faces(true);
+        for i in 0..self.sides.len() {
+            if self.sides[i].peer.is_some() {
+                let s = &self.sides[i];
+                self.put_side(i, s.remote_filled, self.generation)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Writes side `i`'s face (packed already if it is strided) into its neighbour, then
+    /// stores `value` at `counter` of the neighbour's region once the data is there.
+    pub(super) fn put_side(&self, i: usize, counter: u64, value: u64) -> Result<()> {
+        let elem = self.elem();
+        let s = &self.sides[i];
+        let p = &self.peers[s.peer.expect("a side with another rank")];
+        let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
+        if s.direct {
+            let (start, n) = s.face.as_slice()[0];
+            let shift = match self.fault {
+                Some((d, delta)) if d == s.dir => delta,
+                _ => 0,
+            };
+            let dst = |base: u64, size: usize| {
+                (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
+            };
+            // SAFETY: the run lies inside the data section; see `field` for sharing.
+            let src = unsafe {
+                std::slice::from_raw_parts(self.ptr(self.secs.data + start * elem), n * elem)
+            };
+            p.ep.vwrite_to(src, dst(s.remote_data, elem), RmaFlags::ASYNC)
+                .map_err(fail)?;
+            if self.opts.checked {
+                // SAFETY: as above, in the tag section.
+                let src = unsafe {
+                    std::slice::from_raw_parts(self.ptr(self.secs.tags + start * TAG), n * TAG)
+                };
+                p.ep.vwrite_to(src, dst(s.remote_tags, TAG), RmaFlags::ASYNC)
+                    .map_err(fail)?;
+            }
+        } else {
+            p.ep.vwrite_to(&s.send_buf, p.remote_base + s.remote_data, RmaFlags::ASYNC)
+                .map_err(fail)?;
+        }
+        p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
+            .map_err(fail)
+    }
+
+    /// The one-way time of one face across every side, the "pair bandwidth" an exchange is
+    /// judged against: each pair of neighbours ping-pongs its faces `reps` times by this
+    /// exchange's path (after one round not timed), the lower side's rank timing the round
+    /// trips and halving them. Collective: every rank calls it, and pairs take turns in one
+    /// global order, so no rank waits on a pair that waits on it. Overwrites the ghosts:
+    /// call it before filling the grid. Returns, for the sides this rank timed, the side and
+    /// the median one-way time.
+    pub fn probe(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
+        let reps = reps.max(1);
+        if self.opts.path == Path::Messages {
+            self.pack_faces(false);
+        } else {
+            self.pack_faces(true);
+        }
+        let decomp = self.decomp.clone();
+        let infos = self.sides();
+        let mut out = Vec::new();
+        let mut pair = 0u64;
+        for r in 0..decomp.size() {
+            for d in Dir::all(decomp.ndim()).filter(|d| d.up) {
+                let Some(q) = decomp.neighbour(r, d).filter(|&q| q != r) else {
+                    continue;
+                };
+                pair += 1;
+                let (mine, initiator) = if self.rank == r {
+                    (d, true)
+                } else if self.rank == q {
+                    (d.opposite(), false)
+                } else {
+                    continue;
+                };
+                let i = self
+                    .sides
+                    .iter()
+                    .position(|s| s.dir == mine && s.rank == if initiator { q } else { r })
+                    .expect("the pair's side exists");
+                let mut times = Vec::with_capacity(reps);
+                for rep in 0..=reps {
+                    let v = (pair << 32) | (rep as u64 + 1);
+                    let t = Instant::now();
+                    if initiator {
+                        self.probe_send(i, v)?;
+                        self.probe_recv(i, v)?;
+                    } else {
+                        self.probe_recv(i, v)?;
+                        self.probe_send(i, v)?;
+                    }
+                    if rep > 0 {
+                        times.push(t.elapsed() / 2);
+                    }
+                }
+                if initiator {
+                    times.sort_unstable();
+                    out.push((infos[i].clone(), times[times.len() / 2]));
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub(super) fn probe_send(&self, i: usize, v: u64) -> Result<()> {
+        let s = &self.sides[i];
+        match self.opts.path {
+            Path::Rma => self.put_side(i, s.remote_probe, v),
+            Path::Messages => {
+                let p = &self.peers[s.peer.expect("a side with another rank")];
+                p.ep.send(&s.send_buf)
+                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
+            }
+        }
+    }
+
+    pub(super) fn probe_recv(&mut self, i: usize, v: u64) -> Result<()> {
+        match self.opts.path {
+            Path::Rma => {
+                let at = self.secs.probe(self.sides[i].dir);
+                let mut wait = Wait::new();
+
+                while self.view.load_u64(at).unwrap_or(0) < v {
+                    self.backoff(&mut wait, Some((i, "answer the probe")))?;
+                }
+                Ok(())
+            }
+            Path::Messages => {
+                let s = &self.sides[i];
+                let p = &self.peers[s.peer.expect("a side with another rank")];
+                let mut buf = std::mem::take(&mut self.scratch);
+                let r = p.ep.recv_timeout(&mut buf, Some(self.opts.timeout));
+                self.scratch = buf;
+                r.map(|_| ())
+                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
+            }
+        }
+    }
+
+    pub(super) fn unpack_staging(&mut self, i: usize) {
+        let elem = self.elem();
+        let s = &self.sides[i];
+        let n = s.ghosts.elems();
+        let staging = self.secs.staging[s.dir.index()];
+        // SAFETY: the staging area of side `dir` holds `n` elements then `n` tags, filled
+        // by the neighbour before it signalled; the ghost runs lie inside the sections.
+        unsafe {
+            let src = std::slice::from_raw_parts(self.ptr(staging), n * elem);
+            unpack(self.ptr(self.secs.data), &s.ghosts, elem, src);
+            if self.opts.checked {
+                let src = std::slice::from_raw_parts(self.ptr(staging + n * elem), n * TAG);
+                unpack(self.ptr(self.secs.tags), &s.ghosts, TAG, src);
+            }
+        }
+    }
+}

@@ -1,0 +1,333 @@
+//! The streaming Jacobi/Laplacian workload of seed 001, timed by phase.
+//!
+//! A grid `X` starts with fixed borders (1.0 on every non-periodic global border) and
+//! pseudo-random values inside. Each iteration takes the Laplacian of `X` into `Y` (5-point
+//! in 2D, 7-point in 3D), adds `coef · Y` to `X` on every cell that is not a fixed border,
+//! then the ranks exchange halos. The seed times three phases per iteration: compute,
+//! communicate and synchronize; [`run`] records all three for every iteration
+//! ([`StepTimes`]), synchronize being the neighbours' "ghosts free" handshake of
+//! [`HaloExchange`](crate::HaloExchange).
+//!
+//! **The kernel streams.** `Y` is never a whole grid: `Y` of one slab (a row in 2D, a plane
+//! in 3D) goes into one of two slab buffers, and `X` of the slab before it is updated as soon
+//! as no later stencil reads it. Each iteration so reads `X` once and writes it once (16
+//! bytes per f64 cell) — the same work as a copy of the grid, the ceiling [`run`]'s caller
+//! reports beside it. The inner loops are plain zips over equal-length slices, which the
+//! compiler vectorizes.
+//!
+//! **Results do not depend on the decomposition.** Every cell is computed by the same
+//! expression with its operands in the same order, whichever rank owns it, so an N-rank run
+//! equals a 1-rank run bit for bit ([`digest`] summarizes a rank's cells independently of
+//! the split).
+
+use std::time::{Duration, Instant};
+
+use crate::decomp::Decomposition;
+use crate::error::Result;
+use crate::exchange::HaloExchange;
+use crate::layout::Layout;
+
+/// Parameters of a run.
+#[derive(Clone, Debug)]
+pub struct LaplaceOptions {
+    /// Iterations. Default 100.
+    pub iters: usize,
+    /// The factor of `Y` added to `X`; `None`: 0.2 in 2D, 0.1 in 3D (both stable: below
+    /// 1/4 and 1/6).
+    pub coef: Option<f64>,
+    /// Seed of the initial values. Default 1.
+    pub seed: u64,
+}
+
+impl Default for LaplaceOptions {
+    fn default() -> Self {
+        LaplaceOptions {
+            iters: 100,
+            coef: None,
+            seed: 1,
+        }
+    }
+}
+
+/// Time of one iteration on one rank, by phase.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct StepTimes {
+    /// The stencil and the update.
+    pub compute: Duration,
+    /// Waiting for the neighbours to be done with their ghosts.
+    pub sync: Duration,
+    /// Moving the halos.
+    pub communicate: Duration,
+}
+
+/// One rank's run.
+#[derive(Clone, Debug)]
+pub struct RankRun {
+    /// The rank.
+    pub rank: usize,
+    /// Cells this rank owns.
+    pub cells: usize,
+    /// Cells this rank updates per iteration (owned minus fixed borders).
+    pub updated: usize,
+    /// Data bytes this rank sends per exchange.
+    pub halo_bytes: u64,
+    /// Every iteration's phases.
+    pub steps: Vec<StepTimes>,
+    /// [`digest`] of the final owned cells.
+    pub digest: u64,
+}
+
+/// The initial value of global cell `g`: 1.0 on the fixed borders, pseudo-random in
+/// [0, 1) elsewhere.
+pub fn initial_value(decomp: &Decomposition, g: [usize; 3], seed: u64) -> f64 {
+    if is_border(decomp, g) {
+        return 1.0;
+    }
+    let shape = decomp.shape();
+    let linear = (g[0] * shape[1] + g[1]) * shape[2] + g[2];
+    (mix(linear as u64 ^ mix(seed)) >> 11) as f64 / (1u64 << 53) as f64
+}
+
+fn is_border(decomp: &Decomposition, g: [usize; 3]) -> bool {
+    let (shape, periodic) = (decomp.shape(), decomp.periodic());
+    (3 - decomp.ndim()..3).any(|a| !periodic[a] && (g[a] == 0 || g[a] + 1 == shape[a]))
+}
+
+/// splitmix64's finalizer.
+fn mix(mut z: u64) -> u64 {
+    z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^ (z >> 31)
+}
+
+/// Fills `ex`'s owned cells with their [`initial_value`]s.
+pub fn init(ex: &mut HaloExchange<f64>, seed: u64) {
+    let (decomp, layout) = (ex.decomposition().clone(), ex.layout().clone());
+    let field = ex.field_mut();
+    let (lo, hi) = owned(&layout);
+    Layout::for_each_cell(lo, hi, |c| {
+        let g = layout
+            .global_of(&decomp, c)
+            .expect("owned cells are inside the grid");
+        field[layout.index(c)] = initial_value(&decomp, g, seed);
+    });
+}
+
+fn owned(layout: &Layout) -> ([usize; 3], [usize; 3]) {
+    let lo = layout.halo;
+    let hi = [0, 1, 2].map(|a| layout.halo[a] + layout.block.len[a]);
+    (lo, hi)
+}
+
+/// An order-independent summary of a rank's owned cells: the wrapping sum over cells of a
+/// hash of (global index, value bits). The digests of a decomposition's ranks sum to the
+/// digest of the whole grid, whatever the split.
+pub fn digest(ex: &HaloExchange<f64>) -> u64 {
+    let (decomp, layout) = (ex.decomposition(), ex.layout());
+    let shape = decomp.shape();
+    let field = ex.field();
+    let (lo, hi) = owned(layout);
+    let mut sum = 0u64;
+    Layout::for_each_cell(lo, hi, |c| {
+        let g = layout
+            .global_of(decomp, c)
+            .expect("owned cells are inside the grid");
+        let linear = ((g[0] * shape[1] + g[1]) * shape[2] + g[2]) as u64;
+        sum = sum.wrapping_add(mix(linear ^ mix(field[layout.index(c)].to_bits())));
+    });
+    sum
+}
+
+/// The coefficient a run uses.
+pub fn coef(decomp: &Decomposition, opts: &LaplaceOptions) -> f64 {
+    opts.coef
+        .unwrap_or(if decomp.ndim() == 2 { 0.2 } else { 0.1 })
+}
+
+/// Runs the workload on one rank: initial values, a first exchange to fill the ghosts,
+/// then `iters` times compute and exchange, each phase timed.
+pub fn run(ex: &mut HaloExchange<f64>, opts: &LaplaceOptions) -> Result<RankRun> {
+    init(ex, opts.seed);
+    ex.exchange()?;
+    let c = coef(ex.decomposition(), opts);
+    let mut kernel = Kernel::new(ex.decomposition(), ex.layout());
+    let mut steps = Vec::with_capacity(opts.iters);
+    for _ in 0..opts.iters {
+        let t = Instant::now();
+        kernel.step(ex.field_mut(), c);
+        let compute = t.elapsed();
+        let x = ex.exchange()?;
+        steps.push(StepTimes {
+            compute,
+            sync: x.sync,
+            communicate: x.communicate,
+        });
+    }
+    Ok(RankRun {
+        rank: ex.rank(),
+        cells: ex.layout().block.cells(),
+        updated: kernel.updated(),
+        halo_bytes: ex.halo_bytes(),
+        steps,
+        digest: digest(ex),
+    })
+}
+
+/// The streaming stencil over one rank's subgrid (see the module docs).
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    ndim: usize,
+    layout: Layout,
+    /// The cells updated, in allocated coordinates: `lo..hi` per axis.
+    lo: [usize; 3],
+    hi: [usize; 3],
+    slabs: [Vec<f64>; 2],
+    /// The CPU has AVX2: the loops run in a copy compiled for 256-bit vectors.
+    avx2: bool,
+}
+
+impl Kernel {
+    /// The kernel for `layout`'s subgrid of `decomp`.
+    pub fn new(decomp: &Decomposition, layout: &Layout) -> Kernel {
+        let (shape, periodic) = (decomp.shape(), decomp.periodic());
+        let (mut lo, mut hi) = owned(layout);
+        for a in 3 - decomp.ndim()..3 {
+            if !periodic[a] {
+                if layout.block.start[a] == 0 {
+                    lo[a] += 1;
+                }
+                if layout.block.start[a] + layout.block.len[a] == shape[a] {
+                    hi[a] -= 1;
+                }
+            }
+            hi[a] = hi[a].max(lo[a]);
+        }
+        let ndim = decomp.ndim();
+        let rows = if ndim == 3 { hi[1] - lo[1] } else { 1 };
+        let slab = rows * (hi[2] - lo[2]);
+        Kernel {
+            ndim,
+            layout: layout.clone(),
+            lo,
+            hi,
+            slabs: [vec![0.0; slab], vec![0.0; slab]],
+            #[cfg(target_arch = "x86_64")]
+            avx2: std::arch::is_x86_feature_detected!("avx2"),
+            #[cfg(not(target_arch = "x86_64"))]
+            avx2: false,
+        }
+    }
+
+    /// Cells updated per step.
+    pub fn updated(&self) -> usize {
+        (0..3).map(|a| self.hi[a] - self.lo[a]).product()
+    }
+
+    /// One Jacobi step on `x` (the rank's array, ghosts filled): `x += coef · ∇²x` on every
+    /// updated cell.
+    pub fn step(&mut self, x: &mut [f64], coef: f64) {
+        if self.updated() == 0 {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        if self.avx2 {
+            // SAFETY: `avx2` is set only where the CPU reports AVX2.
+            unsafe { self.step_avx2(x, coef) };
+            return;
+        }
+        self.step_body(x, coef);
+    }
+
+    /// [`step`](Self::step) compiled for AVX2 (the same expressions: Rust never fuses a
+    /// multiply and an add, so results stay bit-identical to the generic copy).
+    ///
+    /// # Safety
+    /// The CPU must support AVX2.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx2")]
+    unsafe fn step_avx2(&mut self, x: &mut [f64], coef: f64) {
+        self.step_body(x, coef);
+    }
+
+    #[inline(always)]
+    fn step_body(&mut self, x: &mut [f64], coef: f64) {
+        let s_axis = 3 - self.ndim;
+        let (first, last) = (self.lo[s_axis], self.hi[s_axis]);
+        for s in first..last {
+            let mut y = std::mem::take(&mut self.slabs[(s - first) % 2]);
+            self.laplacian(x, s, &mut y);
+            self.slabs[(s - first) % 2] = y;
+            if s > first {
+                self.update(x, s - 1, (s - 1 - first) % 2, coef);
+            }
+        }
+        self.update(x, last - 1, (last - 1 - first) % 2, coef);
+    }
+
+    /// The rows of slab `s`, as (z, y) pairs.
+    #[inline(always)]
+    fn rows(&self, s: usize) -> impl Iterator<Item = (usize, usize)> {
+        let (lo, hi, ndim) = (self.lo, self.hi, self.ndim);
+        let ys = if ndim == 3 { lo[1]..hi[1] } else { s..s + 1 };
+        let z = if ndim == 3 { s } else { lo[0] };
+        ys.map(move |y| (z, y))
+    }
+
+    #[inline(always)]
+    fn laplacian(&self, x: &[f64], s: usize, y: &mut [f64]) {
+        let l = &self.layout;
+        let w = self.hi[2] - self.lo[2];
+        let plane = l.alloc[1] * l.alloc[2];
+        let row = l.alloc[2];
+        for (k, (zz, yy)) in self.rows(s).enumerate() {
+            let m = l.index([zz, yy, self.lo[2]]);
+            let out = &mut y[k * w..(k + 1) * w];
+            let (left, mid, right) = (&x[m - 1..m - 1 + w], &x[m..m + w], &x[m + 1..m + 1 + w]);
+            let (up, down) = (&x[m - row..m - row + w], &x[m + row..m + row + w]);
+            if self.ndim == 2 {
+                for i in 0..w {
+                    out[i] = (left[i] + right[i]) + (up[i] + down[i]) - 4.0 * mid[i];
+                }
+            } else {
+                let (front, back) = (&x[m - plane..m - plane + w], &x[m + plane..m + plane + w]);
+                for i in 0..w {
+                    out[i] = ((left[i] + right[i]) + (up[i] + down[i])) + (front[i] + back[i])
+                        - 6.0 * mid[i];
+                }
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn update(&self, x: &mut [f64], s: usize, buf: usize, coef: f64) {
+        let w = self.hi[2] - self.lo[2];
+        let y = &self.slabs[buf];
+        for (k, (zz, yy)) in self.rows(s).enumerate() {
+            let m = self.layout.index([zz, yy, self.lo[2]]);
+            let (xs, ys) = (&mut x[m..m + w], &y[k * w..(k + 1) * w]);
+            for (xv, yv) in xs.iter_mut().zip(ys) {
+                *xv += coef * yv;
+            }
+        }
+    }
+}
+
+/// The STREAM-like ceiling of the kernel: the best rate, over `reps` passes, of sweeping a
+/// fresh array of `bytes` in place (`x[i] = x[i] · s`: each element read once and written
+/// once, as the kernel does, and as vectorizable), in GB/s of array bytes per second. Run
+/// on every rank at once, it is the node's memory bandwidth shared as the run shares it.
+pub fn sweep_gbps(bytes: usize, reps: usize) -> f64 {
+    let n = (bytes / 8).max(512);
+    let mut x = vec![1.0f64; n];
+    let mut best = f64::INFINITY;
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        for v in x.iter_mut() {
+            *v *= 1.000_000_1;
+        }
+        best = best.min(t.elapsed().as_secs_f64());
+        std::hint::black_box(&mut x);
+    }
+    (n * 8) as f64 / best / 1e9
+}

@@ -1,0 +1,447 @@
+//! # accio-world
+//!
+//! A rank world: every process learns its rank, the world size and which ranks share its
+//! node, and gets an endpoint to any other rank on demand with [`World::endpoint`], through
+//! the backend chosen for the pair by the rule of [`choice`] (same node → `shm`, else `mpi`
+//! when MPI launched the world, else `tcp`; overridable with `ACCIO_TRANSPORT` and a
+//! per-pair config file, and explained by [`World::choice`]).
+//!
+//! Bootstrap without MPI: `accio run -n N PROGRAM [ARGS]` starts N ranks, giving each
+//! `ACCIO_RANK`, `ACCIO_SIZE` and `ACCIO_RENDEZVOUS` (a Unix socket it serves, see
+//! [`rendezvous`]); [`World::from_env`] reads them. A world can also be built from a table
+//! exchanged by other means (MPI's allgather) with [`World::from_table`].
+//!
+//! Every pair connects on demand: both ranks call `endpoint(peer)`; the lower rank connects
+//! to the higher rank's listener for the chosen backend and introduces itself with one
+//! message, the higher rank's acceptor files the endpoint under that rank.
+
+pub mod choice;
+mod error;
+mod node;
+pub mod rendezvous;
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use accio::{Endpoint, ErrorKind, Listener, Options};
+
+pub use choice::{Choice, PairRules, Rules};
+pub use error::{Result, WorldError};
+pub use node::NodeId;
+pub use rendezvous::Record;
+
+/// The first message on every world connection: magic and the connecting rank.
+const HELLO: &[u8; 4] = b"AWLD";
+
+/// How a rank joins a world (what [`World::from_env`] reads from the environment).
+#[derive(Clone, Debug)]
+pub struct Bootstrap {
+    /// This rank.
+    pub rank: usize,
+    /// The world size.
+    pub size: usize,
+    /// The launcher's rendezvous (`unix:PATH`).
+    pub rendezvous: String,
+    /// How long bootstrap and each [`World::endpoint`] may wait.
+    pub timeout: Duration,
+    /// The host tcp listeners bind (`ACCIO_WORLD_TCP_HOST`, default `127.0.0.1`).
+    pub tcp_host: String,
+    /// This rank's node; `None` is [`NodeId::current`]. Tests set it to act as another node.
+    pub node: Option<NodeId>,
+    /// The choice rules this rank offers (rank 0's are used).
+    pub rules: Rules,
+}
+
+fn env_var(name: &str) -> Result<Option<String>> {
+    match std::env::var(name) {
+        Ok(v) => Ok(Some(v)),
+        Err(std::env::VarError::NotPresent) => Ok(None),
+        Err(e) => Err(WorldError::Config {
+            what: name.to_string(),
+            cause: e.to_string(),
+        }),
+    }
+}
+
+fn env_num(name: &str) -> Result<Option<u64>> {
+    env_var(name)?
+        .map(|v| {
+            v.trim().parse().map_err(|_| WorldError::Config {
+                what: format!("{name}={v}"),
+                cause: "not a non-negative integer".into(),
+            })
+        })
+        .transpose()
+}
+
+impl Bootstrap {
+    /// Reads `ACCIO_RANK`, `ACCIO_SIZE`, `ACCIO_RENDEZVOUS` (set by `accio run`), and
+    /// optionally `ACCIO_WORLD_TIMEOUT_MS` (default 10000), `ACCIO_WORLD_TCP_HOST`,
+    /// `ACCIO_TRANSPORT`, `ACCIO_WORLD_CONFIG`.
+    pub fn from_env() -> Result<Bootstrap> {
+        let need = |name: &str| -> Result<u64> {
+            env_num(name)?.ok_or_else(|| WorldError::Config {
+                what: name.to_string(),
+                cause: "not set: start the program with `accio run -n N` (or mpirun with the mpi feature)".into(),
+            })
+        };
+        let rank = need("ACCIO_RANK")? as usize;
+        let size = need("ACCIO_SIZE")? as usize;
+        let rendezvous = env_var("ACCIO_RENDEZVOUS")?.ok_or_else(|| WorldError::Config {
+            what: "ACCIO_RENDEZVOUS".into(),
+            cause: "not set: start the program with `accio run -n N`".into(),
+        })?;
+        let timeout = Duration::from_millis(env_num("ACCIO_WORLD_TIMEOUT_MS")?.unwrap_or(10_000));
+        let tcp_host = env_var("ACCIO_WORLD_TCP_HOST")?.unwrap_or_else(|| "127.0.0.1".into());
+        Ok(Bootstrap {
+            rank,
+            size,
+            rendezvous,
+            timeout,
+            tcp_host,
+            node: None,
+            rules: Rules::from_env(false)?,
+        })
+    }
+}
+
+/// Endpoints accepted but not yet asked for, by (peer rank, scheme).
+#[derive(Default)]
+struct Pending {
+    map: Mutex<HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>>,
+    ready: Condvar,
+}
+
+/// One process's view of the world. See the [crate docs](crate).
+pub struct World {
+    rank: usize,
+    table: Vec<Record>,
+    choices: Vec<Option<Choice>>,
+    timeout: Duration,
+    opts: Options,
+    pending: Arc<Pending>,
+    stop: Arc<AtomicBool>,
+    acceptors: Vec<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for World {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("World")
+            .field("rank", &self.rank)
+            .field("size", &self.table.len())
+            .field("choices", &self.choices)
+            .finish_non_exhaustive()
+    }
+}
+
+/// This rank's listeners (one per backend the world may use) and the record naming them.
+pub fn listen_all(
+    rank: usize,
+    size: usize,
+    tcp_host: &str,
+    node: NodeId,
+    rules: Rules,
+) -> Result<(Vec<(String, Box<dyn Listener>)>, Record)> {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or(0);
+    let wanted = [
+        format!("shm://accio-w{}-{nanos}-{rank}", std::process::id()),
+        format!("tcp://{tcp_host}:0"),
+    ];
+    let mut listeners = Vec::new();
+    let mut addrs = Vec::new();
+    for a in wanted {
+        let l = accio::listen(&a).map_err(|e| WorldError::Bootstrap {
+            rank,
+            cause: format!("listening on {a}: {e}"),
+        })?;
+        let scheme = l.local_addr().scheme().to_string();
+        addrs.push((scheme.clone(), l.local_addr().to_string()));
+        listeners.push((scheme, l));
+    }
+    let cpus = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines().find_map(|l| {
+                l.strip_prefix("Cpus_allowed_list:")
+                    .map(|v| v.trim().to_string())
+            })
+        })
+        .unwrap_or_default();
+    let rec = Record {
+        rank,
+        size,
+        node,
+        cpus,
+        addrs,
+        rules,
+    };
+    Ok((listeners, rec))
+}
+
+impl World {
+    /// Joins the world `accio run` started (see [`Bootstrap::from_env`]).
+    pub fn from_env() -> Result<World> {
+        World::bootstrap(Bootstrap::from_env()?)
+    }
+
+    /// Joins a world through a launcher's rendezvous.
+    pub fn bootstrap(b: Bootstrap) -> Result<World> {
+        if b.rank >= b.size {
+            return Err(WorldError::Rank {
+                rank: b.rank,
+                cause: format!("outside the world of {} ranks", b.size),
+            });
+        }
+        let node = b.node.clone().unwrap_or_else(NodeId::current);
+        let (listeners, rec) = listen_all(b.rank, b.size, &b.tcp_host, node, b.rules.clone())?;
+        let table = rendezvous::exchange(&b.rendezvous, &rec, b.timeout)?;
+        World::from_table(b.rank, table, listeners, b.timeout)
+    }
+
+    /// Builds the world from a complete table (one record per rank, in rank order, as an
+    /// allgather gives it) and this rank's listeners from [`listen_all`].
+    pub fn from_table(
+        rank: usize,
+        table: Vec<Record>,
+        listeners: Vec<(String, Box<dyn Listener>)>,
+        timeout: Duration,
+    ) -> Result<World> {
+        let size = table.len();
+        for (i, r) in table.iter().enumerate() {
+            if r.rank != i {
+                return Err(WorldError::Rank {
+                    rank: r.rank,
+                    cause: format!("found at position {i} of the table"),
+                });
+            }
+            if r.size != size {
+                return Err(WorldError::Rank {
+                    rank: i,
+                    cause: format!(
+                        "believes the world has {} ranks, the table has {size}",
+                        r.size
+                    ),
+                });
+            }
+        }
+        let rules = table[0].rules.clone();
+        rules.pairs.check(size)?;
+        let me = &table[rank].node;
+        let mut choices = Vec::with_capacity(size);
+        for (p, rec) in table.iter().enumerate() {
+            choices.push(if p == rank {
+                None
+            } else {
+                let (a, b) = (rank.min(p), rank.max(p));
+                let (na, nb) = if rank < p {
+                    (me, &rec.node)
+                } else {
+                    (&rec.node, me)
+                };
+                let c = rules.choose(a, b, na, nb)?;
+                if std::env::var_os("ACCIO_LOG").is_some_and(|v| v == "debug") {
+                    eprintln!(
+                        "accio-world: rank {rank} -> rank {p}: {} ({})",
+                        c.scheme, c.reason
+                    );
+                }
+                Some(c)
+            });
+        }
+        let pending = Arc::new(Pending::default());
+        let stop = Arc::new(AtomicBool::new(false));
+        let acceptors = listeners
+            .into_iter()
+            .map(|(scheme, l)| {
+                let pending = Arc::clone(&pending);
+                let stop = Arc::clone(&stop);
+                std::thread::Builder::new()
+                    .name(format!("accio-world-{scheme}"))
+                    .spawn(move || accept_loop(l, scheme, size, pending, stop))
+                    .map_err(|e| WorldError::Bootstrap {
+                        rank,
+                        cause: format!("starting the acceptor thread: {e}"),
+                    })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(World {
+            rank,
+            table,
+            choices,
+            timeout,
+            opts: Options::default(),
+            pending,
+            stop,
+            acceptors,
+        })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// The number of ranks.
+    pub fn size(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Every rank's record (node, CPUs, listener addresses), in rank order.
+    pub fn table(&self) -> &[Record] {
+        &self.table
+    }
+
+    /// The node of `rank`.
+    pub fn node(&self, rank: usize) -> Result<&NodeId> {
+        self.check(rank).map(|_| &self.table[rank].node)
+    }
+
+    /// The ranks on this rank's node (itself included), ascending.
+    pub fn node_ranks(&self) -> Vec<usize> {
+        let me = &self.table[self.rank].node;
+        (0..self.size())
+            .filter(|&r| self.table[r].node.differs_from(me).is_none())
+            .collect()
+    }
+
+    /// The backend chosen for the pair (this rank, `peer`) and why.
+    pub fn choice(&self, peer: usize) -> Result<&Choice> {
+        self.check(peer)?;
+        self.choices[peer].as_ref().ok_or_else(|| WorldError::Rank {
+            rank: peer,
+            cause: "is this rank: no endpoint to itself".into(),
+        })
+    }
+
+    /// The schemes that can serve the pair: shm only on one node.
+    pub fn usable(&self, peer: usize) -> Result<Vec<String>> {
+        self.check(peer)?;
+        let same = self.table[peer]
+            .node
+            .differs_from(&self.table[self.rank].node)
+            .is_none();
+        Ok(self.table[peer]
+            .addrs
+            .iter()
+            .map(|(s, _)| s.clone())
+            .filter(|s| same || s != "shm")
+            .collect())
+    }
+
+    fn check(&self, rank: usize) -> Result<()> {
+        if rank >= self.size() {
+            return Err(WorldError::Rank {
+                rank,
+                cause: format!("outside the world of {} ranks", self.size()),
+            });
+        }
+        Ok(())
+    }
+
+    /// An endpoint to `peer` over the chosen backend. Collective for the pair: `peer`
+    /// must call `endpoint(self.rank())` too. Each call makes a new connection.
+    pub fn endpoint(&self, peer: usize) -> Result<Box<dyn Endpoint>> {
+        let scheme = self.choice(peer)?.scheme.clone();
+        self.endpoint_via(peer, &scheme)
+    }
+
+    /// An endpoint to `peer` over `scheme`, whatever the rule chose (for measuring every
+    /// backend of a pair). Collective for the pair, like [`World::endpoint`].
+    pub fn endpoint_via(&self, peer: usize, scheme: &str) -> Result<Box<dyn Endpoint>> {
+        self.choice(peer)?;
+        let addr = self.table[peer]
+            .addrs
+            .iter()
+            .find(|(s, _)| s == scheme)
+            .map(|(_, a)| a.clone())
+            .ok_or_else(|| WorldError::Rank {
+                rank: peer,
+                cause: format!("has no {scheme} listener"),
+            })?;
+        let terr = |source: accio::Error| WorldError::Transport {
+            rank: self.rank,
+            peer,
+            scheme: scheme.to_string(),
+            source,
+        };
+        if self.rank < peer {
+            let ep = accio::connect_with(&addr, self.timeout, &self.opts).map_err(terr)?;
+            let mut hello = HELLO.to_vec();
+            hello.extend_from_slice(&(self.rank as u64).to_le_bytes());
+            ep.send(&hello).map_err(terr)?;
+            return Ok(ep);
+        }
+        let deadline = Instant::now() + self.timeout;
+        let key = (peer, scheme.to_string());
+        let mut map = self.pending.map.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            if let Some(ep) = map.get_mut(&key).and_then(|q| q.pop_front()) {
+                return Ok(ep);
+            }
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(WorldError::Timeout {
+                    rank: self.rank,
+                    peer,
+                    scheme: scheme.to_string(),
+                    after: self.timeout,
+                });
+            }
+            map = self
+                .pending
+                .ready
+                .wait_timeout(map, left)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+}
+
+fn accept_loop(
+    l: Box<dyn Listener>,
+    scheme: String,
+    size: usize,
+    pending: Arc<Pending>,
+    stop: Arc<AtomicBool>,
+) {
+    let mut buf = Vec::new();
+    while !stop.load(Ordering::Acquire) {
+        let ep = match l.accept(Some(Duration::from_millis(200))) {
+            Ok(ep) => ep,
+            Err(e) if e.kind() == ErrorKind::Timeout => continue,
+            Err(_) => {
+                std::thread::sleep(Duration::from_millis(50));
+                continue;
+            }
+        };
+        // A connection that does not introduce itself as a rank of this world is dropped.
+        let Ok(12) = ep.recv_timeout(&mut buf, Some(Duration::from_secs(2))) else {
+            continue;
+        };
+        if &buf[..4] != HELLO {
+            continue;
+        }
+        let from = u64::from_le_bytes(buf[4..12].try_into().expect("8 bytes")) as usize;
+        if from >= size {
+            continue;
+        }
+        let mut map = pending.map.lock().unwrap_or_else(|p| p.into_inner());
+        map.entry((from, scheme.clone())).or_default().push_back(ep);
+        pending.ready.notify_all();
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        for t in self.acceptors.drain(..) {
+            let _ = t.join();
+        }
+    }
+}

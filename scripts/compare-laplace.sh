@@ -1,0 +1,152 @@
+#!/usr/bin/env bash
+# compare-laplace.sh: `accio demo laplace` beside the hand-written MPI reference
+# (benches/peers/laplace_mpi.c: MPI_Cart_create, MPI_Sendrecv of subarray faces, the same
+# kernel), same grid, same ranks, same dims, interleaved repetition by repetition, and the
+# digests of both final grids compared (they must be equal bit for bit).
+#
+# For each face layout (contiguous: dims split the slow axis; packed: dims split the
+# contiguous axis, one element per row) it prints per phase the median over repetitions of
+# each run's median time per iteration (min-max over repetitions), the ratio accio / MPI,
+# and the figures the halo issue asks for:
+#   communicate (accio, rma path)  <= 0.5 x the MPI reference's
+#   total                          <= the MPI reference's
+#   communicate                    <= 1.25 x one face's one-way time at the pair bandwidth
+#                                     (accio's own probe, same run: its comm/1-way column)
+#
+# Usage: scripts/compare-laplace.sh [--reps N] [--grid 4096x4096] [--iters 100] [--ranks 2]
+#                                   [--path rma|messages] [--backend shm] [--accio PATH]
+#                                   [--out DIR] [--layouts contiguous,packed]
+# Needs: mpicc and mpirun (Debian: libopenmpi-dev openmpi-bin), python3, a built accio
+# (cargo build --release -p accio-cli). Installs nothing.
+
+set -euo pipefail
+
+REPS=5
+GRID=4096x4096
+ITERS=100
+RANKS=2
+PATH_=rma
+BACKEND=shm
+ACCIO=""
+OUT=""
+LAYOUTS=contiguous,packed
+while [ $# -gt 0 ]; do
+    case "$1" in
+        --reps) REPS="$2"; shift 2 ;;
+        --grid) GRID="$2"; shift 2 ;;
+        --iters) ITERS="$2"; shift 2 ;;
+        --ranks) RANKS="$2"; shift 2 ;;
+        --path) PATH_="$2"; shift 2 ;;
+        --backend) BACKEND="$2"; shift 2 ;;
+        --accio) ACCIO="$2"; shift 2 ;;
+        --out) OUT="$2"; shift 2 ;;
+        --layouts) LAYOUTS="$2"; shift 2 ;;
+        -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+        *) echo "compare-laplace: unknown argument $1 (try --help)" >&2; exit 2 ;;
+    esac
+done
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+ACCIO="${ACCIO:-$ROOT/target/release/accio}"
+[ -x "$ACCIO" ] || { echo "compare-laplace: no accio binary at $ACCIO (cargo build --release -p accio-cli)" >&2; exit 2; }
+for tool in mpicc mpirun python3; do
+    command -v "$tool" >/dev/null || { echo "compare-laplace: $tool not found (Debian: libopenmpi-dev openmpi-bin python3)" >&2; exit 2; }
+done
+OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/compare-laplace.XXXXXX")}"
+mkdir -p "$OUT"
+mpicc -O3 -march=native -ffp-contract=off -o "$OUT/laplace_mpi" "$ROOT/benches/peers/laplace_mpi.c"
+
+# Open MPI as root, one rank per core; its UCX layer needs "any" devices on this machine.
+MPIRUN=(mpirun -np "$RANKS" --allow-run-as-root --bind-to core --map-by core
+        --mca pml_ucx_tls any --mca pml_ucx_devices any)
+ndim=$(awk -F'[xX]' '{print NF}' <<<"$GRID")
+dims_for() { # layout -> dims: split the slow axis (contiguous faces) or the fast one (packed)
+    local ones; ones=$(printf '1x%.0s' $(seq 2 "$ndim"))
+    case "$1" in
+        contiguous) echo "${RANKS}x${ones%x}" ;;
+        packed) echo "${ones}${RANKS}" ;;
+    esac
+}
+
+echo "compare-laplace: grid $GRID, $RANKS ranks, $ITERS iterations, accio path $PATH_ over $BACKEND, $REPS reps; raw output in $OUT"
+for layout in ${LAYOUTS//,/ }; do
+    dims=$(dims_for "$layout")
+    for rep in $(seq 1 "$REPS"); do
+        "$ACCIO" demo laplace --grid "$GRID" --iters "$ITERS" --ranks "$RANKS" --dims "$dims" \
+            --path "$PATH_" --backend "$BACKEND" > "$OUT/accio.$layout.$rep.out" 2> "$OUT/accio.$layout.$rep.err" \
+            || echo "compare-laplace: accio failed ($layout rep $rep), see $OUT/accio.$layout.$rep.err" >&2
+        timeout 600 "${MPIRUN[@]}" "$OUT/laplace_mpi" -g "$GRID" -i "$ITERS" -d "$dims" \
+            > "$OUT/mpi.$layout.$rep.out" 2> "$OUT/mpi.$layout.$rep.err" \
+            || echo "compare-laplace: MPI reference failed ($layout rep $rep), see $OUT/mpi.$layout.$rep.err" >&2
+    done
+done
+
+python3 - "$OUT" "$REPS" "$LAYOUTS" "$GRID" <<'PY'
+import re, statistics, sys
+out, reps, layouts, grid = sys.argv[1], int(sys.argv[2]), sys.argv[3].split(","), sys.argv[4]
+
+def accio(path):
+    phases, digest, oneway = {}, None, []
+    for line in open(path):
+        m = re.match(r"\s+(compute|synchronize|communicate|total)\s+([\d.]+)\s+([\d.]+)", line)
+        if m:
+            phases[m[1]] = float(m[2])
+        m = re.search(r"digest of the final grid: (0x[0-9a-f]+)", line)
+        if m:
+            digest = m[1]
+        m = re.search(r"\s([\d.]+)x\s*([\d.]+)us\s", line)
+        if m:
+            oneway.append(float(m[1]))
+    return phases, digest, oneway
+
+def mpi(path):
+    phases, digest = {}, None
+    for line in open(path):
+        p = line.split()
+        if p[:1] == ["phase"]:
+            phases[p[1]] = float(p[2])
+        if p[:1] == ["digest"]:
+            digest = p[1]
+    return phases, digest
+
+def fmt(v):
+    if not v:
+        return "n/a"
+    return f"{statistics.median(v):.4f} ({min(v):.4f}-{max(v):.4f})"
+
+ok_all = True
+for layout in layouts:
+    A = {k: [] for k in ["compute", "synchronize", "communicate", "total"]}
+    M = {k: [] for k in A}
+    ratios, same = [], []
+    for rep in range(1, reps + 1):
+        try:
+            pa, da, ow = accio(f"{out}/accio.{layout}.{rep}.out")
+            pm, dm = mpi(f"{out}/mpi.{layout}.{rep}.out")
+        except FileNotFoundError:
+            continue
+        if len(pa) == 4 and len(pm) == 4:
+            for k in A:
+                A[k].append(pa[k]); M[k].append(pm[k])
+            ratios.extend(ow)
+            same.append(da is not None and da == dm)
+    print(f"\n{layout} faces ({grid}): time per iteration, ms, median over ranks x iterations;"
+          f" median (min-max) over {len(A['total'])} reps")
+    print(f"  {'phase':<12} {'accio':>28} {'MPI reference':>28} {'accio/MPI':>10}")
+    for k in A:
+        r = statistics.median(A[k]) / statistics.median(M[k]) if A[k] and M[k] and statistics.median(M[k]) > 0 else float("nan")
+        print(f"  {k:<12} {fmt(A[k]):>28} {fmt(M[k]):>28} {r:>10.3f}")
+    def check(name, cond):
+        global ok_all
+        ok_all &= cond
+        print(f"  {'holds' if cond else 'FAILS'}: {name}")
+    if A["communicate"] and M["communicate"]:
+        c = statistics.median(A["communicate"]) / statistics.median(M["communicate"])
+        check(f"communicate <= 0.5x the MPI reference's ({c:.3f}x)", c <= 0.5)
+        t = statistics.median(A["total"]) / statistics.median(M["total"])
+        check(f"total <= the MPI reference's ({t:.3f}x)", t <= 1.0)
+    if ratios:
+        q = statistics.median(ratios)
+        check(f"communicate <= 1.25x one face one way at the pair bandwidth (median over ranks and reps {q:.2f}x, range {min(ratios):.2f}-{max(ratios):.2f})", q <= 1.25)
+    check(f"same final grid bit for bit in every rep ({sum(same)}/{len(same)})", bool(same) and all(same))
+sys.exit(0 if ok_all else 1)
+PY
