@@ -80,9 +80,11 @@ pub mod wire;
 #[cfg(feature = "arrow")]
 pub use crate::arrow::{ArrowIpcSink, ParquetOptions, ParquetSink};
 pub use error::{MergeError, Result};
-pub use merger::{Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy};
+pub use merger::{
+    Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode,
+};
 pub use producer::{Buffer, Producer, ProducerOptions, ProducerSummary};
-pub use sink::{Block, ContainerSink, Sink, SinkSummary};
+pub use sink::{Block, ContainerSink, DirectBlock, DirectSink, Sink, SinkSummary};
 
 /// The Arrow crates this crate was built with, for producers building batches.
 #[cfg(feature = "arrow")]

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use accio::Progress;
 use accio_merge::container::{split_records, BlockKind, ContainerOptions, ContainerReader};
-use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy};
+use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy, WriteMode};
 
 mod common;
 use common::{connect_as, payload, tmp};
@@ -42,13 +42,23 @@ fn check_file(path: &std::path::Path, producers: u32, blocks: u64, len_of: impl 
     assert!(next.iter().all(|&n| n == blocks), "{next:?}");
 }
 
-fn many_threads_into_one_file(backend: &str) {
-    let path = tmp(&format!("threads-{backend}"));
+fn many_threads_into_one_file(backend: &str, mode: WriteMode) {
+    let path = tmp(&format!("threads-{backend}-{}", mode.name()));
     let merger = Merger::builder()
         .budget(8 << 20)
         .slot_bytes(256 << 10)
-        .listen(&addr(backend, "threads"), sink(&path))
+        .write_mode(mode)
+        .listen(
+            &addr(backend, &format!("threads-{}", mode.name())),
+            sink(&path),
+        )
         .unwrap();
+    // Auto writes in place over shm (the test folder is on a local file system).
+    let direct = backend == "shm" && mode != WriteMode::Copy;
+    assert_eq!(
+        merger.write_mode(),
+        if direct { WriteMode::Direct } else { WriteMode::Copy }
+    );
     let a = merger.addr().to_string();
     let (producers, blocks) = (6u32, 20u64);
     // Sizes vary, up to a full slot, to cover short commits.
@@ -60,6 +70,7 @@ fn many_threads_into_one_file(backend: &str) {
                 let mut p = connect_as(&a, id);
                 assert_eq!(p.id(), id);
                 assert_eq!(p.is_zero_copy(), a.starts_with("shm"));
+                assert_eq!(p.writes_in_place(), direct);
                 for seq in 0..blocks {
                     let data = payload(id, seq, len_of(seq));
                     if seq % 2 == 0 {
@@ -88,23 +99,58 @@ fn many_threads_into_one_file(backend: &str) {
 
 #[test]
 fn many_threads_into_one_file_over_shm() {
-    many_threads_into_one_file("shm");
+    many_threads_into_one_file("shm", WriteMode::Auto);
+}
+
+#[test]
+fn many_threads_into_one_file_over_shm_copying() {
+    many_threads_into_one_file("shm", WriteMode::Copy);
 }
 
 #[test]
 fn many_threads_into_one_file_over_tcp() {
-    many_threads_into_one_file("tcp");
+    many_threads_into_one_file("tcp", WriteMode::Auto);
+}
+
+#[test]
+fn direct_mode_is_refused_where_it_cannot_work() {
+    let path = tmp("refused");
+    let e = Merger::builder()
+        .write_mode(WriteMode::Direct)
+        .listen("tcp://127.0.0.1:0", sink(&path))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an shm:// address"), "{e}");
+    let small = ContainerSink::create(&path, ContainerOptions { align: 64 }).unwrap();
+    let e = Merger::builder()
+        .write_mode(WriteMode::Direct)
+        .listen(&addr("shm", "refused"), Box::new(small))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("below the page size"), "{e}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 #[test]
 fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
-    let path = tmp("budget");
+    peak_slots_within_budget(WriteMode::Copy);
+}
+
+#[test]
+fn rooms_in_flight_stay_within_the_budget_when_producers_write_in_place() {
+    peak_slots_within_budget(WriteMode::Direct);
+}
+
+fn peak_slots_within_budget(mode: WriteMode) {
+    let path = tmp(&format!("budget-{}", mode.name()));
     let merger = Merger::builder()
         .budget(4 * (64 << 10))
         .slot_bytes(64 << 10)
         .sync(SyncPolicy::EveryCommit)
-        .listen(&addr("shm", "budget"), sink(&path))
+        .write_mode(mode)
+        .listen(&addr("shm", &format!("budget-{}", mode.name())), sink(&path))
         .unwrap();
+    assert_eq!(merger.write_mode(), mode);
     let a = merger.addr().to_string();
     let (producers, blocks) = (24u32, 6u64);
     let handles: Vec<_> = (0..producers)
@@ -124,10 +170,12 @@ fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
     }
     let s = merger.close().unwrap();
     assert!(s.stats.peak_slots <= 4, "{:?}", s.stats);
-    assert!(
-        s.stats.moves > 0,
-        "24 producers share 4 slots: windows must move"
-    );
+    if mode == WriteMode::Copy {
+        assert!(
+            s.stats.moves > 0,
+            "24 producers share 4 slots: windows must move"
+        );
+    }
     check_file(&path, producers, blocks, |_| 60_000);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
@@ -435,6 +483,7 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
     let merger = Merger::builder()
         .budget(slot)
         .slot_bytes(slot)
+        .write_mode(WriteMode::Copy)
         .on_event(|_| {})
         .listen(&addr("shm", "rogue"), sink(&path))
         .unwrap();

@@ -62,6 +62,10 @@ pub enum BlockKind {
     Records,
     /// One Arrow IPC stream (schema and record batches) written by a producer.
     ArrowIpc,
+    /// Space the merger reserved for a producer that did not fill it (it died mid-block,
+    /// gave its buffer back, or committed less than the region held). Written only by the
+    /// merger; its payload bytes mean nothing and are not checksummed.
+    Hole,
     /// A kind this version does not know (kept, shown as a number).
     Other(u8),
 }
@@ -73,6 +77,7 @@ impl BlockKind {
             BlockKind::Raw => 0,
             BlockKind::Records => 1,
             BlockKind::ArrowIpc => 2,
+            BlockKind::Hole => 3,
             BlockKind::Other(c) => c,
         }
     }
@@ -83,6 +88,7 @@ impl BlockKind {
             0 => BlockKind::Raw,
             1 => BlockKind::Records,
             2 => BlockKind::ArrowIpc,
+            3 => BlockKind::Hole,
             c => BlockKind::Other(c),
         }
     }
@@ -93,6 +99,7 @@ impl BlockKind {
             BlockKind::Raw => "raw".into(),
             BlockKind::Records => "records".into(),
             BlockKind::ArrowIpc => "arrow-ipc".into(),
+            BlockKind::Hole => "hole".into(),
             BlockKind::Other(c) => format!("kind-{c}"),
         }
     }

@@ -28,7 +28,7 @@ pub use format::{
     HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
 pub use reader::{
-    recover, split_records, ContainerReader, Damage, Layout, ProducerStats, Recovery, Verification,
+    recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery, Verification,
 };
 pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter};
 

@@ -114,6 +114,11 @@ impl ContainerWriter {
         &self.path
     }
 
+    /// The file's descriptor (for `fstatfs` and mapping probes).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
+    }
+
     /// The block alignment.
     pub fn align(&self) -> u32 {
         self.header.align
@@ -166,8 +171,12 @@ impl ContainerWriter {
         let hb = header.encode();
         let pad1 = (payload_at - start) as usize - HEADER_BYTES;
         let pad2 = (end - payload_at - len) as usize;
-        let bufs: [&[u8]; 4] = [&hb, &self.zeros[..pad1], payload, &self.zeros[..pad2]];
-        match pwritev_all(&self.file, &bufs, start) {
+        // Payload first, header (the commit record) second: a reader that finds a header
+        // with a good checksum knows the payload under it is complete.
+        let bufs: [&[u8]; 3] = [&self.zeros[..pad1], payload, &self.zeros[..pad2]];
+        let written = pwritev_all(&self.file, &bufs, start + HEADER_BYTES as u64)
+            .and_then(|()| pwritev_all(&self.file, &[&hb], start));
+        match written {
             Ok(()) => {
                 let entry = IndexEntry {
                     header,
@@ -195,6 +204,105 @@ impl ContainerWriter {
                 Err(err)
             }
         }
+    }
+
+    /// Reserves room for a block of up to `bytes` payload bytes (a multiple of the
+    /// alignment) that someone else writes in place; returns the block's offset `B` (its
+    /// payload goes at `B + round_up(64)`). The room stays zeros until
+    /// [`ContainerWriter::commit_reserved`] or [`ContainerWriter::abandon_reserved`]
+    /// writes its header; a scan treats it as damage until then.
+    pub fn reserve(&self, bytes: u64) -> Result<u64> {
+        let a = u64::from(self.header.align);
+        if !bytes.is_multiple_of(a) {
+            return Err(MergeError::Config(format!(
+                "a reservation of {bytes} bytes is not a multiple of the alignment {a}"
+            )));
+        }
+        let mut st = self.state.lock().expect("container writer lock");
+        if let Some(why) = &st.failed {
+            return Err(MergeError::Sink {
+                path: self.path.clone(),
+                reason: format!("not reserving after an earlier failure: {why}"),
+            });
+        }
+        let start = st.next;
+        st.next = block_extent(start, bytes, self.header.align).1;
+        Ok(start)
+    }
+
+    /// Commits a block whose payload was written in place into room reserved with
+    /// [`ContainerWriter::reserve`] at `start` for `bytes`: writes its header (the commit
+    /// record) and, when the block is shorter than the room, a hole header for the rest.
+    /// `payload_crc` must be the checksum of what is in the file; a wrong one makes the
+    /// block read as damaged, never as whole.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_reserved(
+        &self,
+        start: u64,
+        bytes: u64,
+        producer: u32,
+        seq: u64,
+        kind: BlockKind,
+        len: u64,
+        payload_crc: u32,
+    ) -> Result<IndexEntry> {
+        let (_, room_end) = block_extent(start, bytes, self.header.align);
+        let (_, end) = block_extent(start, len, self.header.align);
+        if end > room_end {
+            return Err(MergeError::Config(format!(
+                "block {seq} of producer {producer}: {len} bytes do not fit the {bytes}-byte room at {start:#x}"
+            )));
+        }
+        let header = BlockHeader {
+            producer,
+            kind,
+            seq,
+            len,
+            payload_crc,
+        };
+        let io = |e| {
+            let err = MergeError::file(
+                format!("writing the header of block {seq} of producer {producer} to"),
+                &self.path,
+                e,
+            );
+            self.state.lock().expect("container writer lock").failed = Some(err.to_string());
+            err
+        };
+        if end < room_end {
+            // The rest of the room first: once the block header is there, a scan steps
+            // onto it.
+            self.write_hole(end, room_end).map_err(io)?;
+        }
+        pwritev_all(&self.file, &[&header.encode()], start).map_err(io)?;
+        let entry = IndexEntry {
+            header,
+            offset: start,
+        };
+        let mut st = self.state.lock().expect("container writer lock");
+        st.entries.push(entry);
+        st.payload_bytes += len;
+        Ok(entry)
+    }
+
+    /// Marks room reserved at `start` for `bytes` as a hole (its producer died, or gave it
+    /// back): readers skip it.
+    pub fn abandon_reserved(&self, start: u64, bytes: u64) -> Result<()> {
+        let (_, room_end) = block_extent(start, bytes, self.header.align);
+        self.write_hole(start, room_end)
+            .map_err(|e| MergeError::file("marking a hole in", &self.path, e))
+    }
+
+    fn write_hole(&self, start: u64, end: u64) -> std::io::Result<()> {
+        let (payload, _) = block_extent(start, 0, self.header.align);
+        let h = BlockHeader {
+            producer: u32::MAX,
+            kind: BlockKind::Hole,
+            seq: 0,
+            len: end - payload,
+            payload_crc: 0,
+        };
+        pwritev_all(&self.file, &[&h.encode()], start)
     }
 
     /// Flushes written blocks to stable storage (`fdatasync`).
