@@ -76,6 +76,9 @@ pub struct Producer {
     /// opened here, and the mappings of the rooms in use, by slot id.
     direct: Option<(std::fs::File, std::path::PathBuf)>,
     rooms: HashMap<u32, FileMap>,
+    /// `write_block` in place through a mapping instead of `pwrite` (measurements only:
+    /// `ACCIO_MERGE_MAP_BLOCKS=1`).
+    map_blocks: bool,
     /// Granted, unused slots.
     free: VecDeque<Slot>,
     /// Slots asked for, not granted yet.
@@ -142,6 +145,7 @@ impl Producer {
             mapped,
             direct: None,
             rooms: HashMap::new(),
+            map_blocks: std::env::var_os("ACCIO_MERGE_MAP_BLOCKS").is_some_and(|v| v == "1"),
             free: VecDeque::new(),
             requested: 0,
             in_use: 0,
@@ -347,12 +351,23 @@ impl Producer {
     }
 
     fn take_slot(&mut self, block: bool) -> Result<Option<Slot>> {
+        self.take_slot_as(block, true)
+    }
+
+    /// [`Producer::take_slot`]; `map: false` leaves room in the file unmapped (the caller
+    /// `pwrite`s into it).
+    fn take_slot_as(&mut self, block: bool, map: bool) -> Result<Option<Slot>> {
         self.poll()?;
         self.check_failed()?;
         loop {
             if let Some(s) = self.free.pop_front() {
                 self.in_use += 1;
-                if let Err(e) = self.prepare(s) {
+                let prepared = if map || self.direct.is_none() {
+                    self.prepare(s)
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = prepared {
                     self.release(s);
                     return Err(e);
                 }
@@ -513,13 +528,39 @@ impl Producer {
                 limit: self.slot_bytes,
             });
         }
+        if self.direct.is_some() && !self.map_blocks {
+            return self.write_block_in_place(data, kind);
+        }
         let slot = self.take_slot(true)?.expect("blocking take");
-        let r = if self.mapped {
+        let r = if self.direct.is_some() || self.mapped {
             accio::copy_slice(&mut self.slot_mut(slot)[..data.len()], data);
             self.commit_slot(slot, data.len(), kind, Some(data))
         } else {
             self.commit_slot(slot, data.len(), kind, Some(data))
         };
+        if r.is_err() {
+            self.release(slot);
+        }
+        r
+    }
+
+    /// A whole block from `data`, written in place with one `pwrite` into room in the file:
+    /// one copy, no mapping, no page faults here, no zero-filled pages on tmpfs (a full
+    /// page written by `pwrite` is not cleared first; a mapped page is).
+    fn write_block_in_place(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let slot = self.take_slot_as(true, false)?.expect("blocking take");
+        let (f, path) = self.direct.as_ref().expect("direct");
+        if let Err(e) = f.write_all_at(data, slot.offset) {
+            let e = MergeError::file(
+                format!("writing {} bytes at {:#x} in place in", data.len(), slot.offset),
+                path,
+                e,
+            );
+            self.release(slot);
+            return Err(e);
+        }
+        let r = self.commit_slot(slot, data.len(), kind, Some(data));
         if r.is_err() {
             self.release(slot);
         }
