@@ -49,6 +49,8 @@ struct State {
     payload_bytes: u64,
     /// Set by the first failed write: the file is not appended to any more.
     failed: Option<String>,
+    /// Holes written (start, end): those at the end of the data are cut off at close.
+    holes: Vec<(u64, u64)>,
 }
 
 /// Writes one container file. `append` may be called from several threads at once: each
@@ -105,6 +107,7 @@ impl ContainerWriter {
                 entries: Vec::new(),
                 payload_bytes: 0,
                 failed: None,
+                holes: Vec::new(),
             }),
         })
     }
@@ -294,6 +297,11 @@ impl ContainerWriter {
     }
 
     fn write_hole(&self, start: u64, end: u64) -> std::io::Result<()> {
+        self.state
+            .lock()
+            .expect("container writer lock")
+            .holes
+            .push((start, end));
         let (payload, _) = block_extent(start, 0, self.header.align);
         let h = BlockHeader {
             producer: u32::MAX,
@@ -334,7 +342,17 @@ impl ContainerWriter {
     /// cannot be written (e.g. the disk is full) it is cut off again, so the file stays a
     /// valid unclosed container that `recover` can finish later.
     pub fn finish(self, sync: bool) -> Result<ContainerSummary> {
-        let st = self.state.into_inner().expect("container writer lock");
+        let mut st = self.state.into_inner().expect("container writer lock");
+        // Room reserved last and never filled (producers' prefetched rooms, mostly) ends
+        // the file for nothing: cut it off.
+        st.holes.sort_unstable();
+        while let Some(&(start, end)) = st.holes.last() {
+            if end != st.next {
+                break;
+            }
+            st.next = start;
+            st.holes.pop();
+        }
         let mut entries = st.entries;
         entries.sort_by_key(|e| e.offset);
         let index = encode_index(&entries);
@@ -346,7 +364,12 @@ impl ContainerWriter {
             flags: TRAILER_CLEAN,
         };
         let tb = trailer.encode();
-        if let Err(e) = pwritev_all(&self.file, &[&index, &tb], st.next) {
+        let file_bytes = st.next + index.len() as u64 + tb.len() as u64;
+        // Producers writing in place may have claimed room past the index's end (room cut
+        // off above): the trailer must end the file.
+        let written = pwritev_all(&self.file, &[&index, &tb], st.next)
+            .and_then(|()| self.file.set_len(file_bytes));
+        if let Err(e) = written {
             let _ = self.file.set_len(st.next);
             return Err(MergeError::file(
                 "writing the index and trailer of",
@@ -362,7 +385,7 @@ impl ContainerWriter {
         Ok(ContainerSummary {
             blocks: entries.len() as u64,
             payload_bytes: st.payload_bytes,
-            file_bytes: st.next + index.len() as u64 + tb.len() as u64,
+            file_bytes,
         })
     }
 }
