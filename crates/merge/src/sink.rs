@@ -78,8 +78,11 @@ pub trait DirectSink {
     /// length, kind and the checksum of its bytes, which are in the file already.
     fn commit(&mut self, payload_at: u64, bytes: u64, block: &DirectBlock) -> Result<()>;
 
-    /// Marks reserved room that will not be committed as a hole.
-    fn abandon(&mut self, payload_at: u64, bytes: u64) -> Result<()>;
+    /// Marks reserved room that will not be committed as a hole. `released`: its producer
+    /// gave it back (unmapped) rather than vanished, so the room may be cut off the end
+    /// of the file at close; room of a producer that may still have it mapped is kept
+    /// (cutting it would turn that producer's next store into a `SIGBUS`).
+    fn abandon(&mut self, payload_at: u64, bytes: u64, released: bool) -> Result<()>;
 }
 
 /// A block written in place (see [`DirectSink::commit`]).
@@ -198,9 +201,9 @@ impl DirectSink for ContainerSink {
             .map(|_| ())
     }
 
-    fn abandon(&mut self, payload_at: u64, bytes: u64) -> Result<()> {
+    fn abandon(&mut self, payload_at: u64, bytes: u64, released: bool) -> Result<()> {
         let start = self.start_of(payload_at);
-        self.writer.abandon_reserved(start, bytes)
+        self.writer.abandon_reserved(start, bytes, released)
     }
 }
 

@@ -559,3 +559,74 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
     }
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn a_follower_sees_every_acknowledged_block_during_the_run_in_place() {
+    follower_sees_acknowledged_blocks(WriteMode::Direct);
+}
+
+#[test]
+fn a_follower_sees_every_acknowledged_block_during_the_run_copying() {
+    follower_sees_acknowledged_blocks(WriteMode::Copy);
+}
+
+fn follower_sees_acknowledged_blocks(mode: WriteMode) {
+    use accio_merge::container::Follower;
+    let path = tmp(&format!("follow-{}", mode.name()));
+    let merger = Merger::builder()
+        .budget(8 << 20)
+        .slot_bytes(256 << 10)
+        .write_mode(mode)
+        .listen(
+            &addr("shm", &format!("follow-{}", mode.name())),
+            sink(&path),
+        )
+        .unwrap();
+    let a = merger.addr().to_string();
+    let mut follower = Follower::open(&path, Duration::from_secs(5)).unwrap();
+    let (producers, rounds, per_round) = (3u32, 4u64, 5u64);
+    let len_of = |seq: u64| [256 << 10, 1, 100_000, 7, 4096][(seq % 5) as usize];
+    let mut ps: Vec<Producer> = (0..producers).map(|id| connect_as(&a, id)).collect();
+    let mut seen = Vec::new();
+    for round in 0..rounds {
+        for (id, p) in ps.iter_mut().enumerate() {
+            for seq in round * per_round..(round + 1) * per_round {
+                p.write_block(&payload(id as u32, seq, len_of(seq))).unwrap();
+            }
+            p.wait_acked().unwrap();
+        }
+        // Everything acknowledged so far is visible now, mid-run, with its bytes.
+        while let Some((b, data)) = follower.try_next().unwrap() {
+            assert_eq!(data, payload(b.header.producer, b.header.seq, len_of(b.header.seq)));
+            seen.push((b.header.producer, b.header.seq));
+        }
+        let acked = u64::from(producers) * (round + 1) * per_round;
+        assert!(
+            seen.len() as u64 >= acked,
+            "round {round}: {} blocks seen, {acked} acknowledged",
+            seen.len()
+        );
+        assert!(!follower.is_closed());
+    }
+    for p in ps {
+        p.finish().unwrap();
+    }
+    merger.close().unwrap();
+    while let Some((b, _)) = follower.next_within(Duration::from_secs(5)).unwrap() {
+        seen.push((b.header.producer, b.header.seq));
+    }
+    assert!(follower.is_closed(), "the follower saw the close");
+    assert_eq!(follower.pending(), 0);
+    assert!(follower.damage().is_empty());
+    let r = ContainerReader::open(&path).unwrap();
+    let mut all: Vec<_> = r
+        .blocks()
+        .iter()
+        .map(|b| (b.header.producer, b.header.seq))
+        .collect();
+    all.sort_unstable();
+    seen.sort_unstable();
+    assert_eq!(seen, all);
+    assert_eq!(all.len() as u64, u64::from(producers) * rounds * per_round);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}

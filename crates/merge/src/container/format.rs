@@ -66,6 +66,10 @@ pub enum BlockKind {
     /// gave its buffer back, or committed less than the region held). Written only by the
     /// merger; its payload bytes mean nothing and are not checksummed.
     Hole,
+    /// Room the merger reserved for a producer writing in place, not committed yet: the
+    /// block's header replaces this one at commit, a hole's at abandonment. A file left
+    /// by a killed merger may keep some; readers skip them as holes.
+    Reserved,
     /// A kind this version does not know (kept, shown as a number).
     Other(u8),
 }
@@ -78,6 +82,7 @@ impl BlockKind {
             BlockKind::Records => 1,
             BlockKind::ArrowIpc => 2,
             BlockKind::Hole => 3,
+            BlockKind::Reserved => 4,
             BlockKind::Other(c) => c,
         }
     }
@@ -89,8 +94,15 @@ impl BlockKind {
             1 => BlockKind::Records,
             2 => BlockKind::ArrowIpc,
             3 => BlockKind::Hole,
+            4 => BlockKind::Reserved,
             c => BlockKind::Other(c),
         }
+    }
+
+    /// True for the kinds only the merger writes, which hold no data: holes and
+    /// reserved room.
+    pub fn is_space(self) -> bool {
+        matches!(self, BlockKind::Hole | BlockKind::Reserved)
     }
 
     /// Name in tool output.
@@ -100,6 +112,7 @@ impl BlockKind {
             BlockKind::Records => "records".into(),
             BlockKind::ArrowIpc => "arrow-ipc".into(),
             BlockKind::Hole => "hole".into(),
+            BlockKind::Reserved => "reserved".into(),
             BlockKind::Other(c) => format!("kind-{c}"),
         }
     }

@@ -326,7 +326,7 @@ impl ContainerReader {
                             bh.len,
                             limit.saturating_sub(payload)
                         )
-                    } else if bh.kind == BlockKind::Hole {
+                    } else if bh.kind.is_space() {
                         // Reserved space a producer did not fill: skipped, its bytes unread.
                         close_bad(&mut out.damage, &mut bad, off);
                         out.holes.push(Hole {

@@ -49,7 +49,8 @@ struct State {
     payload_bytes: u64,
     /// Set by the first failed write: the file is not appended to any more.
     failed: Option<String>,
-    /// Holes written (start, end): those at the end of the data are cut off at close.
+    /// Holes written that nobody maps (start, end): those at the end of the data are cut
+    /// off at close.
     holes: Vec<(u64, u64)>,
 }
 
@@ -211,9 +212,10 @@ impl ContainerWriter {
 
     /// Reserves room for a block of up to `bytes` payload bytes (a multiple of the
     /// alignment) that someone else writes in place; returns the block's offset `B` (its
-    /// payload goes at `B + round_up(64)`). The room stays zeros until
+    /// payload goes at `B + round_up(64)`). The room gets a header of kind
+    /// [`BlockKind::Reserved`] (readers skip it) until
     /// [`ContainerWriter::commit_reserved`] or [`ContainerWriter::abandon_reserved`]
-    /// writes its header; a scan treats it as damage until then.
+    /// replaces it.
     pub fn reserve(&self, bytes: u64) -> Result<u64> {
         let a = u64::from(self.header.align);
         if !bytes.is_multiple_of(a) {
@@ -230,6 +232,21 @@ impl ContainerWriter {
         }
         let start = st.next;
         st.next = block_extent(start, bytes, self.header.align).1;
+        drop(st);
+        // Marked at once, so that a follower can step over the room while it is filled
+        // and come back to it (`Follower`), and a scan after a crash skips it cleanly.
+        let h = BlockHeader {
+            producer: u32::MAX,
+            kind: BlockKind::Reserved,
+            seq: 0,
+            len: bytes,
+            payload_crc: 0,
+        };
+        pwritev_all(&self.file, &[&h.encode()], start).map_err(|e| {
+            let err = MergeError::file("reserving room in", &self.path, e);
+            self.state.lock().expect("container writer lock").failed = Some(err.to_string());
+            err
+        })?;
         Ok(start)
     }
 
@@ -275,7 +292,7 @@ impl ContainerWriter {
         if end < room_end {
             // The rest of the room first: once the block header is there, a scan steps
             // onto it.
-            self.write_hole(end, room_end).map_err(io)?;
+            self.write_hole(end, room_end, true).map_err(io)?;
         }
         pwritev_all(&self.file, &[&header.encode()], start).map_err(io)?;
         let entry = IndexEntry {
@@ -289,19 +306,22 @@ impl ContainerWriter {
     }
 
     /// Marks room reserved at `start` for `bytes` as a hole (its producer died, or gave it
-    /// back): readers skip it.
-    pub fn abandon_reserved(&self, start: u64, bytes: u64) -> Result<()> {
+    /// back): readers skip it. With `may_cut`, a hole at the end of the data is cut off at
+    /// close; without, it stays (someone may still have the room mapped).
+    pub fn abandon_reserved(&self, start: u64, bytes: u64, may_cut: bool) -> Result<()> {
         let (_, room_end) = block_extent(start, bytes, self.header.align);
-        self.write_hole(start, room_end)
+        self.write_hole(start, room_end, may_cut)
             .map_err(|e| MergeError::file("marking a hole in", &self.path, e))
     }
 
-    fn write_hole(&self, start: u64, end: u64) -> std::io::Result<()> {
-        self.state
-            .lock()
-            .expect("container writer lock")
-            .holes
-            .push((start, end));
+    fn write_hole(&self, start: u64, end: u64, may_cut: bool) -> std::io::Result<()> {
+        if may_cut {
+            self.state
+                .lock()
+                .expect("container writer lock")
+                .holes
+                .push((start, end));
+        }
         let (payload, _) = block_extent(start, 0, self.header.align);
         let h = BlockHeader {
             producer: u32::MAX,

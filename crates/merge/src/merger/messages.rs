@@ -92,7 +92,7 @@ impl Core {
                     Why::Protocol(format!("released room {slot}, which it does not hold"))
                 })?;
                 let room = c.rooms.swap_remove(i);
-                self.abandon_rooms(&[room]);
+                self.abandon_rooms(&[room], true);
                 self.grant_waiters();
                 Ok(())
             }
@@ -129,7 +129,7 @@ impl Core {
                 self.stats.active -= 1;
                 self.stats.finished += 1;
                 if !rooms.is_empty() {
-                    self.abandon_rooms(&rooms);
+                    self.abandon_rooms(&rooms, true);
                 }
                 self.later(key, Msg::ByeAck);
                 (self.shared.events)(&Event::Finished {
@@ -173,10 +173,11 @@ impl Core {
                 "commit of {len} bytes into a {slot_bytes}-byte slot"
             )));
         }
-        if BlockKind::from_code(kind) == BlockKind::Hole {
-            return Err(Why::Protocol(
-                "commit of a hole: only the merger writes those".into(),
-            ));
+        if BlockKind::from_code(kind).is_space() {
+            return Err(Why::Protocol(format!(
+                "commit of a block of kind {}: only the merger writes those",
+                BlockKind::from_code(kind).name()
+            )));
         }
         if self.direct.is_some() {
             return self.commit_direct(key, slot, seq, len, crc, kind);

@@ -141,7 +141,7 @@ impl Core {
 
     /// Direct mode: marks rooms that will not be committed as holes and frees their share
     /// of the budget.
-    pub(super) fn abandon_rooms(&mut self, rooms: &[Room]) {
+    pub(super) fn abandon_rooms(&mut self, rooms: &[Room], released: bool) {
         let bytes = self.slot_bytes as u64;
         if let Some(d) = self.direct.as_mut() {
             d.inflight -= rooms.len();
@@ -152,7 +152,7 @@ impl Core {
         let sink = self.sink.as_mut().expect("sink present until close");
         let d = sink.direct().expect("direct sink");
         for r in rooms {
-            if let Err(e) = d.abandon(r.at, bytes) {
+            if let Err(e) = d.abandon(r.at, bytes, released) {
                 return self.sink_failed(e.to_string());
             }
         }
@@ -162,7 +162,8 @@ impl Core {
     /// broke the protocol (and may still be running, with them mapped) get fresh memory.
     pub(super) fn return_slots(&mut self, c: &Conn) {
         if !c.rooms.is_empty() {
-            self.abandon_rooms(&c.rooms);
+            // Gone or cut off: it may still have the rooms mapped.
+            self.abandon_rooms(&c.rooms, false);
         }
         let broke = matches!(c.drop_reason, Some(Why::Protocol(_)));
         let mut withheld = (0, String::new());
