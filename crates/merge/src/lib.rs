@@ -50,8 +50,9 @@
 //!   the `arrow` feature `write_batch()`.
 //! - [`container`]: the file format (`docs/FORMAT.md`), its writer, reader, verifier and
 //!   recovery.
-//! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`] and
-//!   [`ParquetSink`].
+//! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`],
+//!   [`ArrowStreamSink`] (readable during the run) and [`ParquetSink`].
+//! - [`container::Follower`]: reads a container file while it is written.
 //!
 //! ## Failure behaviour
 //!
@@ -78,7 +79,7 @@ mod sink;
 pub mod wire;
 
 #[cfg(feature = "arrow")]
-pub use crate::arrow::{ArrowIpcSink, ParquetOptions, ParquetSink};
+pub use crate::arrow::{ArrowIpcSink, ArrowStreamSink, ParquetOptions, ParquetSink};
 pub use error::{MergeError, Result};
 pub use merger::{
     Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode,
