@@ -84,7 +84,7 @@ trap 'exit 130' INT TERM
 # file that ext4 places in blocks used before (the host already allocated them) writes
 # several times faster than one in blocks never touched, and which one a tool gets depends
 # on ext4's allocator (new directories go to new block groups), not on the tool.
-dd if=/dev/zero of="$IMG" bs=4M count=$(($((2 * BYTES + (3 << 29))) >> 22)) conv=fsync status=none
+dd if=/dev/zero of="$IMG" bs=4M count=$(($((2 * BYTES + (5 << 29))) >> 22)) conv=fsync status=none
 LOOP=$(losetup -f --show --direct-io=on "$IMG")
 mkfs.ext4 -q -F "$LOOP"
 mkdir -p "$EXT4" "$SHM"

@@ -1,4 +1,5 @@
-//! The merger: accepts producers, lends them slots, writes committed slots to its sink.
+//! The merger: accepts producers, lends them slots (or room in the output file), writes
+//! committed blocks (or only their headers) to its sink.
 //!
 //! # Threads
 //!
@@ -39,6 +40,38 @@
 //! 256 --buffers 2 --placement processes`, old and new binaries interleaved, 3 runs each:
 //! 0.53–0.58 GB/s before, 0.87–0.95 GB/s with the pool (60 producers, where nothing
 //! moves: medians 1.15 and 1.21 GB/s over 5 runs each).
+//!
+//! # Write modes: in place (one copy) or through slots (two)
+//!
+//! With [`WriteMode::Direct`] the budget is not slot memory but *room in the output file*:
+//! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
+//! opens the file by the path the merger sent it and writes its payload there itself (one
+//! `pwrite` for `write_block`; a shared writable mapping, claimed with `fallocate` and
+//! faulted in with `MADV_POPULATE_WRITE`, for `buffer()`), then commits; the merger writes
+//! the block's header over the reserved one and acknowledges. The bytes are copied once,
+//! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
+//! slot memory, so its memory is its rings whatever the budget. The budget bounds the
+//! rooms in flight (granted, not committed). Room never committed becomes a hole
+//! (`docs/FORMAT.md`): a producer's unused prefetched room at its goodbye, a buffer given
+//! back, the room of a producer that died, and the tail of a room whose block is shorter
+//! than a slot (so blocks much smaller than the slot size waste file space: size slots
+//! to the blocks, or copy). A producer killed mid-block leaves its room reserved, never a
+//! torn block: the header that makes a block visible is written only after the commit,
+//! over a payload whose CRC the producer computed from the bytes it wrote, and readers
+//! check it.
+//!
+//! [`WriteMode::Auto`] picks direct where producers share the machine (`shm://`) and the
+//! sink writes in place on a file system known to take shared writable mappings and
+//! `fallocate` (tmpfs, ext2/3/4, xfs, btrfs; the block alignment at least a page), and
+//! copies elsewhere: tcp producers may be on other machines; the Arrow and Parquet sinks
+//! re-encode every batch; NFS, FUSE, 9p or overlayfs may refuse shared mappings, share
+//! them badly between machines or write them back slowly. Forcing direct where it cannot
+//! work is an error naming the reason. A producer that broke the protocol keeps the file
+//! open, so in direct mode it could still write into the file: the trust boundary is the
+//! user, as for `shm://` itself (owner-only).
+//!
+//! `accio bench merge /dev/shm --backend shm --placement processes --write-mode
+//! direct,copy` measures both side by side (each figure's `write_mode` says which).
 //!
 //! # Liveness
 //!
