@@ -53,6 +53,8 @@
 //! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`],
 //!   [`ArrowStreamSink`] (readable during the run) and [`ParquetSink`].
 //! - [`container::Follower`]: reads a container file while it is written.
+//! - With the `hdf5` feature, `Hdf5Sink`: one extendable dataset of payloads and a table of
+//!   blocks with a producer column, readable by h5py after close and after a crash.
 //!
 //! ## Failure behaviour
 //!
@@ -71,6 +73,8 @@
 
 #[cfg(feature = "arrow")]
 mod arrow;
+#[cfg(feature = "hdf5")]
+mod hdf5;
 pub mod container;
 mod error;
 pub mod merger;
@@ -81,6 +85,8 @@ pub mod wire;
 #[cfg(feature = "arrow")]
 pub use crate::arrow::{ArrowIpcSink, ArrowStreamSink, ParquetOptions, ParquetSink};
 pub use error::{MergeError, Result};
+#[cfg(feature = "hdf5")]
+pub use hdf5::Hdf5Sink;
 pub use merger::{
     Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode,
 };

@@ -99,28 +99,39 @@ impl Follower {
         self.pending.len()
     }
 
+    /// Reads `buf.len()` bytes at `at`; false when the file ends first (the writer cut it
+    /// since its size was read: closing cuts unfilled room off the end).
+    fn read_at(&self, buf: &mut [u8], at: u64) -> Result<bool> {
+        match self.file.read_exact_at(buf, at) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => Ok(false),
+            Err(e) => Err(MergeError::file("reading", &self.path, e)),
+        }
+    }
+
     /// Reads the header at `at`, if the file is long enough and it decodes.
     fn header_at(&self, at: u64, size: u64) -> Result<Option<BlockHeader>> {
         if at + HEADER_BYTES as u64 > size {
             return Ok(None);
         }
         let mut hb = [0u8; HEADER_BYTES];
-        self.file
-            .read_exact_at(&mut hb, at)
-            .map_err(|e| MergeError::file("reading", &self.path, e))?;
+        if !self.read_at(&mut hb, at)? {
+            return Ok(None);
+        }
         Ok(BlockHeader::decode(&hb).ok())
     }
 
-    /// Reads and checks the payload of the block `bh` at `at`: `Some` when whole,
-    /// `None` (recorded as damage) when its checksum fails.
-    fn payload(&mut self, at: u64, bh: &BlockHeader) -> Result<Option<Vec<u8>>> {
+    /// Reads and checks the payload of the block `bh` at `at`: `Some(Some(data))` when
+    /// whole, `Some(None)` (recorded as damage) when its checksum fails, `None` when the
+    /// file ended before it (look again later).
+    fn payload(&mut self, at: u64, bh: &BlockHeader) -> Result<Option<Option<Vec<u8>>>> {
         let (payload_at, end) = block_extent(at, bh.len, self.header.align);
         let len = usize::try_from(bh.len)
             .map_err(|_| MergeError::format(&self.path, "block too large for this machine"))?;
         let mut data = vec![0u8; len];
-        self.file
-            .read_exact_at(&mut data, payload_at)
-            .map_err(|e| MergeError::file("reading", &self.path, e))?;
+        if !self.read_at(&mut data, payload_at)? {
+            return Ok(None);
+        }
         if crc32c::crc32c(&data) != bh.payload_crc {
             self.damage.push(Damage {
                 offset: at,
@@ -130,9 +141,9 @@ impl Follower {
                     bh.seq, bh.producer
                 ),
             });
-            return Ok(None);
+            return Ok(Some(None));
         }
-        Ok(Some(data))
+        Ok(Some(Some(data)))
     }
 
     /// A block committed into room stepped over before, if one has come.
@@ -157,9 +168,14 @@ impl Follower {
                         i += 1;
                         continue;
                     }
-                    self.pending.remove(i);
-                    if let Some(data) = self.payload(at, &bh)? {
-                        return Ok(Some((IndexEntry { header: bh, offset: at }, data)));
+                    match self.payload(at, &bh)? {
+                        None => i += 1,
+                        Some(got) => {
+                            self.pending.remove(i);
+                            if let Some(data) = got {
+                                return Ok(Some((IndexEntry { header: bh, offset: at }, data)));
+                            }
+                        }
                     }
                 }
             }
@@ -192,9 +208,9 @@ impl Follower {
                 return Ok(None);
             }
             let mut hb = [0u8; HEADER_BYTES];
-            self.file
-                .read_exact_at(&mut hb, self.pos)
-                .map_err(|e| io("reading", &self.path, e))?;
+            if !self.read_at(&mut hb, self.pos)? {
+                continue; // cut since: look at the new end
+            }
             if hb[..8] == INDEX_MAGIC {
                 self.closed = self.trailer_ends_at(size)?;
                 if !self.closed {
@@ -211,23 +227,32 @@ impl Follower {
                 return Ok(None);
             }
             let at = self.pos;
-            self.pos = end;
             match bh.kind {
-                BlockKind::Hole => continue,
+                BlockKind::Hole => {
+                    self.pos = end;
+                    continue;
+                }
                 BlockKind::Reserved => {
                     self.pending.push(at);
+                    self.pos = end;
                     continue;
                 }
                 _ => {}
             }
-            if let Some(data) = self.payload(at, &bh)? {
-                return Ok(Some((
-                    IndexEntry {
-                        header: bh,
-                        offset: at,
-                    },
-                    data,
-                )));
+            match self.payload(at, &bh)? {
+                None => continue, // cut since: look at the new end
+                Some(got) => {
+                    self.pos = end;
+                    if let Some(data) = got {
+                        return Ok(Some((
+                            IndexEntry {
+                                header: bh,
+                                offset: at,
+                            },
+                            data,
+                        )));
+                    }
+                }
             }
         }
     }
