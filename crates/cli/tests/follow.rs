@@ -37,13 +37,16 @@ fn inspect_follow_prints_blocks_during_the_run_and_ends_at_close() {
     });
     let mut p = Producer::connect(&merger.addr().to_string()).unwrap();
     let mut lines = Vec::new();
-    let mut next_line = |lines: &mut Vec<String>| {
-        let l = rx.recv_timeout(Duration::from_secs(30)).expect("a line from the follower");
+    let next_line = |lines: &mut Vec<String>| {
+        let l = rx
+            .recv_timeout(Duration::from_secs(30))
+            .expect("a line from the follower");
         lines.push(l);
     };
     next_line(&mut lines); // the column names
     for seq in 0..5u64 {
-        p.write_block(&vec![seq as u8; 100_000 + seq as usize]).unwrap();
+        p.write_block(&vec![seq as u8; 100_000 + seq as usize])
+            .unwrap();
         p.wait_acked().unwrap();
         // Seen by the other process before the next block is written.
         next_line(&mut lines);
@@ -57,7 +60,10 @@ fn inspect_follow_prints_blocks_during_the_run_and_ends_at_close() {
     reader.join().unwrap();
     lines.extend(rx.try_iter());
     assert!(
-        lines.last().unwrap().ends_with("closed; 5 block(s), 500010 bytes followed"),
+        lines
+            .last()
+            .unwrap()
+            .ends_with("closed; 5 block(s), 500010 bytes followed"),
         "{lines:?}"
     );
     std::fs::remove_dir_all(&dir).unwrap();

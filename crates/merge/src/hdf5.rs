@@ -121,9 +121,7 @@ impl Sink for Hdf5Sink {
         };
         let (at, len) = (self.data_len, b.payload.len());
         if len > 0 {
-            self.data
-                .resize(at + len)
-                .map_err(err("growing /data"))?;
+            self.data.resize(at + len).map_err(err("growing /data"))?;
             self.data
                 .write_slice(b.payload, at..at + len)
                 .map_err(err("writing a block to /data"))?;

@@ -73,10 +73,10 @@
 
 #[cfg(feature = "arrow")]
 mod arrow;
-#[cfg(feature = "hdf5")]
-mod hdf5;
 pub mod container;
 mod error;
+#[cfg(feature = "hdf5")]
+mod hdf5;
 pub mod merger;
 mod producer;
 mod sink;
@@ -87,9 +87,7 @@ pub use crate::arrow::{ArrowIpcSink, ArrowStreamSink, ParquetOptions, ParquetSin
 pub use error::{MergeError, Result};
 #[cfg(feature = "hdf5")]
 pub use hdf5::Hdf5Sink;
-pub use merger::{
-    Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode,
-};
+pub use merger::{Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode};
 pub use producer::{Buffer, Producer, ProducerOptions, ProducerSummary};
 pub use sink::{Block, ContainerSink, DirectBlock, DirectSink, Sink, SinkSummary};
 

@@ -278,7 +278,11 @@ impl Producer {
             Msg::Direct { path } => {
                 use std::os::unix::ffi::OsStrExt;
                 let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
-                match std::fs::OpenOptions::new().read(true).write(true).open(path) {
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                {
                     Ok(f) => self.direct = Some((f, path.to_path_buf())),
                     Err(e) => {
                         self.failed.get_or_insert(format!(
@@ -553,7 +557,11 @@ impl Producer {
         let (f, path) = self.direct.as_ref().expect("direct");
         if let Err(e) = f.write_all_at(data, slot.offset) {
             let e = MergeError::file(
-                format!("writing {} bytes at {:#x} in place in", data.len(), slot.offset),
+                format!(
+                    "writing {} bytes at {:#x} in place in",
+                    data.len(),
+                    slot.offset
+                ),
                 path,
                 e,
             );
@@ -730,10 +738,7 @@ impl FileMap {
         const MADV_POPULATE_WRITE: libc::c_int = 23;
         // SAFETY: advice on the mapping just made; failure changes nothing.
         unsafe { libc::madvise(p, len, MADV_POPULATE_WRITE) };
-        Ok(FileMap {
-            ptr: p.cast(),
-            len,
-        })
+        Ok(FileMap { ptr: p.cast(), len })
     }
 }
 

@@ -155,7 +155,11 @@ fn killed_producer_loses_only_its_uncommitted_buffer_and_its_slots_come_back() {
     // Producers wrote in place (the default over shm on a local disk): the victim's
     // half-written room, and the one it had prefetched, are holes, not blocks (so are
     // the others' unused prefetched rooms, and the tails of short blocks' rooms).
-    let rooms = v.holes.iter().filter(|h| h.len == 4096 + (64 << 10)).count();
+    let rooms = v
+        .holes
+        .iter()
+        .filter(|h| h.len == 4096 + (64 << 10))
+        .count();
     assert!(rooms >= 2, "{:?}", v.holes);
     let p = r.producers();
     assert_eq!(
@@ -360,10 +364,7 @@ fn full_file_system(addr: &str) {
     if let Layout::Scanned { damage, .. } = r.layout() {
         // In place, rooms reserved for blocks that never came stay unmarked (the merger
         // could not write there any more): damage a scan skips, not torn blocks.
-        assert!(
-            direct || damage.is_empty(),
-            "{damage:?}"
-        );
+        assert!(direct || damage.is_empty(), "{damage:?}");
     }
     for b in r.blocks() {
         assert_eq!(

@@ -168,7 +168,7 @@ struct Outcome {
 }
 
 fn one_run(run: usize, rng: &mut Rng) -> Outcome {
-    let mode = if run % 2 == 0 {
+    let mode = if run.is_multiple_of(2) {
         WriteMode::Direct
     } else {
         WriteMode::Copy
@@ -199,7 +199,11 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
                 while let Some((b, data)) = f.try_next().unwrap() {
                     assert_eq!(
                         data,
-                        payload(b.header.producer, b.header.seq, len_of(b.header.producer, b.header.seq)),
+                        payload(
+                            b.header.producer,
+                            b.header.seq,
+                            len_of(b.header.producer, b.header.seq)
+                        ),
                         "the follower returned a block with wrong bytes"
                     );
                     followed.lock().unwrap().push(b);
@@ -228,7 +232,9 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     let victims: BTreeSet<u32> = if kill_merger {
         BTreeSet::new()
     } else {
-        (0..=rng.below(2)).map(|_| rng.below(u64::from(producers)) as u32).collect()
+        (0..=rng.below(2))
+            .map(|_| rng.below(u64::from(producers)) as u32)
+            .collect()
     };
     let mut acked = vec![0u64; producers as usize];
     let mut done = vec![false; producers as usize];
@@ -294,7 +300,12 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     }
     let r = ContainerReader::open(&path).unwrap();
     let v = r.verify().unwrap();
-    assert!(v.is_whole(), "run {run} ({}): {:?}", mode.name(), v.problems);
+    assert!(
+        v.is_whole(),
+        "run {run} ({}): {:?}",
+        mode.name(),
+        v.problems
+    );
     let mut have: BTreeMap<u32, u64> = BTreeMap::new();
     for b in r.blocks() {
         let (p, seq) = (b.header.producer, b.header.seq);
@@ -338,7 +349,11 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
         "run {run} ({}): {} killed, {kills} mid-run; acknowledged {acked:?}, kept {have:?}, \
          followed {}",
         mode.name(),
-        if kill_merger { "merger".to_string() } else { format!("producers {victims:?}") },
+        if kill_merger {
+            "merger".to_string()
+        } else {
+            format!("producers {victims:?}")
+        },
         followed.lock().unwrap().len()
     );
     Outcome { kills }

@@ -57,7 +57,11 @@ fn many_threads_into_one_file(backend: &str, mode: WriteMode) {
     let direct = backend == "shm" && mode != WriteMode::Copy;
     assert_eq!(
         merger.write_mode(),
-        if direct { WriteMode::Direct } else { WriteMode::Copy }
+        if direct {
+            WriteMode::Direct
+        } else {
+            WriteMode::Copy
+        }
     );
     let a = merger.addr().to_string();
     let (producers, blocks) = (6u32, 20u64);
@@ -148,7 +152,10 @@ fn peak_slots_within_budget(mode: WriteMode) {
         .slot_bytes(64 << 10)
         .sync(SyncPolicy::EveryCommit)
         .write_mode(mode)
-        .listen(&addr("shm", &format!("budget-{}", mode.name())), sink(&path))
+        .listen(
+            &addr("shm", &format!("budget-{}", mode.name())),
+            sink(&path),
+        )
         .unwrap();
     assert_eq!(merger.write_mode(), mode);
     let a = merger.addr().to_string();
@@ -591,13 +598,17 @@ fn follower_sees_acknowledged_blocks(mode: WriteMode) {
     for round in 0..rounds {
         for (id, p) in ps.iter_mut().enumerate() {
             for seq in round * per_round..(round + 1) * per_round {
-                p.write_block(&payload(id as u32, seq, len_of(seq))).unwrap();
+                p.write_block(&payload(id as u32, seq, len_of(seq)))
+                    .unwrap();
             }
             p.wait_acked().unwrap();
         }
         // Everything acknowledged so far is visible now, mid-run, with its bytes.
         while let Some((b, data)) = follower.try_next().unwrap() {
-            assert_eq!(data, payload(b.header.producer, b.header.seq, len_of(b.header.seq)));
+            assert_eq!(
+                data,
+                payload(b.header.producer, b.header.seq, len_of(b.header.seq))
+            );
             seen.push((b.header.producer, b.header.seq));
         }
         let acked = u64::from(producers) * (round + 1) * per_round;

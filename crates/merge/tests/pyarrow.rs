@@ -246,7 +246,8 @@ fn arrow_stream_output_reads_in_pyarrow_during_the_run_and_after() {
         assert_eq!(out, format!("{total} [0, 1, 2] 12"));
     }
     // After close the end marker is there: the plain reader reads it all too.
-    let plain = "import pyarrow.ipc as ipc, sys\nprint(ipc.open_stream(sys.argv[1]).read_all().num_rows)";
+    let plain =
+        "import pyarrow.ipc as ipc, sys\nprint(ipc.open_stream(sys.argv[1]).read_all().num_rows)";
     if let Some(out) = python(plain, &path) {
         assert_eq!(out, total.to_string());
     }

@@ -375,10 +375,10 @@ pub fn checks(report: &Report) -> Vec<String> {
             "direct" => "direct",
             _ => "copy",
         };
-        by_key
-            .entry(key)
-            .or_default()
-            .insert(format!("{}/{mode}", f.param_str("backend")), f.summary.median);
+        by_key.entry(key).or_default().insert(
+            format!("{}/{mode}", f.param_str("backend")),
+            f.summary.median,
+        );
         let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
         let budget = f.param_u64("budget_bytes").unwrap_or(0);
         if f.param_str("placement") == "processes" {

@@ -286,7 +286,10 @@ impl MergeBench {
                     source: accio_merge::MergeError::Config(why),
                     ..
                 }) if mode == WriteMode::Direct && why.contains("cannot write in place") => {
-                    let w = format!("merge {}: {backend} direct: {why}; not measured", info.path.display());
+                    let w = format!(
+                        "merge {}: {backend} direct: {why}; not measured",
+                        info.path.display()
+                    );
                     return warn(rec, events, HazardKind::NotMeasured, w);
                 }
                 r => r?,
@@ -410,6 +413,7 @@ impl MergeBench {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn merge_once(
         &self,
         dir: &Path,

@@ -173,7 +173,13 @@ impl Follower {
                         Some(got) => {
                             self.pending.remove(i);
                             if let Some(data) = got {
-                                return Ok(Some((IndexEntry { header: bh, offset: at }, data)));
+                                return Ok(Some((
+                                    IndexEntry {
+                                        header: bh,
+                                        offset: at,
+                                    },
+                                    data,
+                                )));
                             }
                         }
                     }
@@ -286,7 +292,9 @@ impl Follower {
             .map_err(|e| MergeError::file("reading the trailer of", &self.path, e))?;
         Ok(Trailer::decode(&tb).is_ok_and(|t| {
             t.index_offset <= self.pos
-                && t.index_offset.checked_add(t.index_len + HEADER_BYTES as u64) == Some(size)
+                && t.index_offset
+                    .checked_add(t.index_len + HEADER_BYTES as u64)
+                    == Some(size)
         }))
     }
 }

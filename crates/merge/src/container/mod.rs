@@ -24,13 +24,14 @@ mod format;
 mod reader;
 mod writer;
 
+pub use follow::Follower;
 pub use format::{
     block_extent, round_up, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, DEFAULT_ALIGN,
     HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
-pub use follow::Follower;
 pub use reader::{
-    recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery, Verification,
+    recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery,
+    Verification,
 };
 pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter};
 

@@ -12,8 +12,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::format::{
-    block_extent, decode_index, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
-    BLOCK_MAGIC, HEADER_BYTES, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES, TRAILER_CLEAN,
+    block_extent, decode_index, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry,
+    Trailer, BLOCK_MAGIC, HEADER_BYTES, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES, TRAILER_CLEAN,
 };
 use super::writer::pwritev_all;
 use crate::error::{MergeError, Result};

@@ -135,7 +135,13 @@ impl Core {
             c.rooms.push(Room { id, at });
             c.waiting -= 1;
             self.waiters.pop_front();
-            self.send(key, &Msg::Grant { slot: id, offset: at });
+            self.send(
+                key,
+                &Msg::Grant {
+                    slot: id,
+                    offset: at,
+                },
+            );
         }
     }
 
