@@ -178,8 +178,18 @@ pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
 }
 
 fn summary(v: &Verification) -> String {
+    let holes = if v.holes.is_empty() {
+        String::new()
+    } else {
+        // Room reserved for producers that did not fill it: not data, not damage.
+        format!(
+            ", {} hole(s) of {} (room left unfilled by producers that died, gave it back or wrote short blocks)",
+            v.holes.len(),
+            human_bytes(v.holes.iter().map(|h| h.len).sum())
+        )
+    };
     format!(
-        "{} producer(s), {} block(s), {} ({} bytes)",
+        "{} producer(s), {} block(s), {} ({} bytes){holes}",
         v.producers.len(),
         v.blocks,
         human_bytes(v.bytes),

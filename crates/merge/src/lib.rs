@@ -46,8 +46,9 @@
 //! - [`Merger`] ([`merger`] module docs: threads, slots, the budget, acknowledgements)
 //!   listens on `shm://NAME` or `tcp://HOST:PORT` and owns one [`Sink`].
 //! - [`Producer`]: `buffer()` + `commit()` (zero-copy on shm: the buffer is the merger's
-//!   slot mapped into the producer), `write_block()`, `write_record()` (packed), and with
-//!   the `arrow` feature `write_batch()`.
+//!   slot mapped into the producer, or with [`WriteMode::Direct`] room of the output file
+//!   itself), `write_block()`, `write_record()` (packed), and with the `arrow` feature
+//!   `write_batch()`.
 //! - [`container`]: the file format (`docs/FORMAT.md`), its writer, reader, verifier and
 //!   recovery.
 //! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`],
@@ -58,8 +59,9 @@
 //!
 //! ## Failure behaviour
 //!
-//! - A producer that dies loses only its uncommitted buffer; its slots return to the pool,
-//!   and everyone else goes on.
+//! - A producer that dies loses only its uncommitted buffer; its slots return to the pool
+//!   (or, writing in place, its room becomes a hole that `verify` counts and readers skip:
+//!   never a torn block), and everyone else goes on.
 //! - A merger that dies leaves every acknowledged block in the file; `accio recover`
 //!   gives the file its index back.
 //! - A full file system fails the write: the file is cut back to its last whole block and

@@ -14,6 +14,11 @@
 //!   committed with a small message; over tcp: the bytes cross the socket once) and
 //!   finishes; the clock stops when `Merger::close` has written the index and, on a
 //!   persistent file system, synced the file. Throughput = P·F·S / that time.
+//! - **write mode** (`write_mode` parameter, identifying): `direct`, producers write their
+//!   blocks into room of the output file themselves (one `pwrite` each; one copy in all,
+//!   in parallel; the merger writes headers), or `copy`, into the merger's slots, which
+//!   the merger thread copies into the file. Measured side by side over shm (default
+//!   `--write-mode direct,copy`); tcp copies. The old figures without the parameter copied.
 //! - **naive** (`metric = "naive"`): what one does without a merger: P threads each write
 //!   their F·S bytes to their own file, then the files are concatenated into one
 //!   (`copy_file_range`, each part removed once appended) and, on a persistent file
