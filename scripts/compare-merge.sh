@@ -1,43 +1,52 @@
 #!/usr/bin/env bash
-# compare-merge.sh: the merging file service's must-show figures in one run, interleaved
-# repetition by repetition so that machine noise hits every tool alike:
+# compare-merge.sh: the merging file service's must-show figures (issue 17) in one run,
+# interleaved repetition by repetition so that machine noise hits every tool alike:
 #
-#   - `accio bench merge`, P producer processes x F buffers x 2 MiB into one file, over shm
-#     and over tcp, into /dev/shm (tmpfs) and into an ext4 file system on a loop device the
-#     script creates (synced at close there);
+#   - `accio bench merge`, P producer processes x F buffers x 2 MiB into one file over shm,
+#     for P = 1, 16 and 60, each with producers writing in place (write_mode=direct, one
+#     copy) and through the merger's slots (write_mode=copy, two copies), into /dev/shm
+#     (tmpfs) and into an ext4 file system on a loop device the script creates (synced at
+#     close there);
 #   - beside it, fio writing as many bytes with one job and 2 MiB records into the same file
 #     system: `--rw=write` on tmpfs, `--rw=write --end_fsync=1` on ext4 (fio options as in
 #     compare-fs.sh, so that fio creates and fills a fresh file as the merger does);
-#   - and the ceiling `accio bench merge` measures itself (`bench fs` write, or write+sync,
-#     one stream, 2 MiB records, same path, same run).
+#   - and the ceiling `accio bench merge` measures itself in the same invocation (`bench fs`
+#     write, or write+sync, best of one stream and one per core, 2 MiB records, same path).
 #
 # Each tool's turn starts right after the same untimed write-and-remove of a run's worth of
 # data in /dev/shm (see warm() below). Every figure is the median and min–max over REPS
 # runs. The ratios are of the medians.
 #
-# Usage: scripts/compare-merge.sh [--reps N] [--producers P] [--buffers F] [--producer-nice N]
-#                                 [--accio PATH] [--out DIR]
+# Usage: scripts/compare-merge.sh [--reps N] [--producers "1 16 60"] [--mib M]
+#                                 [--producer-nice N] [--accio PATH] [--out DIR]
 #   --reps N        repetitions (default 5)
-#   --producers P   producer processes (default 60, the seed's worker count)
-#   --buffers F     buffers per producer (default 8: 60 x 8 x 2 MiB = 960 MiB per run)
+#   --producers L   producer process counts (default "1 16 60")
+#   --mib M         MiB per run, split over the producers in 2 MiB buffers (default 960:
+#                   60 x 8 x 2 MiB, 16 x 30, 1 x 480)
 #   --producer-nice N  the producers' CPU priority, 0-19 (default 0; see accio bench merge --help)
+#   --map-blocks    direct producers write whole blocks through a shared mapping of their
+#                   room (fallocate + MADV_POPULATE_WRITE + memcpy) instead of one pwrite
+#                   (ACCIO_MERGE_MAP_BLOCKS=1): to choose the default (see MACHINE_NOTES 10)
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
 #   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # Needs root (loop device), fio, jq, mkfs.ext4, losetup.
+# Targets (issue 17): direct >= 0.9x the tmpfs ceiling at 1 and 16 producers, >= 0.8x at 60;
+# ext4 with sync: direct >= 0.9x fio --end_fsync=1.
 
 set -euo pipefail
 
 REPS=5
-P=60
-F=8
+PLIST="1 16 60"
+MIB=960
 NICE=0
 ACCIO=""
 OUT=""
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) REPS="$2"; shift 2 ;;
-        --producers) P="$2"; shift 2 ;;
-        --buffers) F="$2"; shift 2 ;;
+        --producers) PLIST="$2"; shift 2 ;;
+        --mib) MIB="$2"; shift 2 ;;
+        --map-blocks) export ACCIO_MERGE_MAP_BLOCKS=1; shift ;;
         --producer-nice) NICE="$2"; shift 2 ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
@@ -45,8 +54,8 @@ while [ $# -gt 0 ]; do
         *) echo "compare-merge: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
 done
-for v in "$REPS" "$P" "$F" "$NICE"; do
-    case "$v" in ''|*[!0-9]*) echo "compare-merge: --reps, --producers, --buffers and --producer-nice need numbers" >&2; exit 2 ;; esac
+for v in "$REPS" "$MIB" "$NICE" $PLIST; do
+    case "$v" in ''|*[!0-9]*) echo "compare-merge: --reps, --producers, --mib and --producer-nice need numbers" >&2; exit 2 ;; esac
 done
 [ "$(id -u)" -eq 0 ] || { echo "compare-merge: needs root (loop device)" >&2; exit 2; }
 for t in fio jq mkfs.ext4 losetup; do
@@ -59,7 +68,7 @@ ACCIO="${ACCIO:-$ROOT/target/release/accio}"
 OUT="${OUT:-$(mktemp -d "${TMPDIR:-/tmp}/accio-compare-merge-XXXXXX")}"
 mkdir -p "$OUT"
 
-BYTES=$((P * F * (2 << 20)))
+BYTES=$((MIB << 20))
 WORK=$(mktemp -d /var/tmp/accio-compare-merge-XXXXXX)
 IMG="$WORK/ext4.img"
 EXT4="$WORK/ext4"
@@ -79,7 +88,7 @@ trap 'exit 130' INT TERM
 # file that ext4 places in blocks used before (the host already allocated them) writes
 # several times faster than one in blocks never touched, and which one a tool gets depends
 # on ext4's allocator (new directories go to new block groups), not on the tool.
-dd if=/dev/zero of="$IMG" bs=4M count=$(($((2 * BYTES + (3 << 29))) >> 22)) conv=fsync status=none
+dd if=/dev/zero of="$IMG" bs=4M count=$(($((2 * BYTES + (5 << 29))) >> 22)) conv=fsync status=none
 LOOP=$(losetup -f --show --direct-io=on "$IMG")
 mkfs.ext4 -q -F "$LOOP"
 mkdir -p "$EXT4" "$SHM"
@@ -97,27 +106,29 @@ warm() {
     rm -f "$SHM/warm"
 }
 
-echo "compare-merge: $(uname -r), $(nproc) CPUs; $P producers x $F x 2 MiB = $((BYTES >> 20)) MiB per run, $REPS reps; raw output in $OUT" >&2
+echo "compare-merge: $(uname -r), $(nproc) CPUs; producers $PLIST, $MIB MiB per run, $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     for fs in shm ext4; do
         dir=$SHM; fio_extra=(); [ $fs = ext4 ] && { dir=$EXT4; fio_extra=(--end_fsync=1); }
-        echo "compare-merge: rep $rep/$REPS, $fs" >&2
-        warm
-        "$ACCIO" bench merge "$dir" --backend shm,tcp --producers "$P" --buffers "$F" \
-            --placement processes --no-naive --repetitions 1 --producer-nice "$NICE" \
-            --json "$OUT/accio.json" \
-            >/dev/null 2>>"$OUT/accio.log"
-        for b in shm tcp; do
-            S[$fs/$b]+="$(jq -r --arg b "$b" '[.figures[] | select(.bench=="merge" and .metric=="merge" and .params.backend==$b)][0].summary.median' "$OUT/accio.json") "
+        for P in $PLIST; do
+            F=$(( (MIB / 2 + P - 1) / P )); bytes=$((P * F * (2 << 20)))
+            echo "compare-merge: rep $rep/$REPS, $fs, $P x $F x 2 MiB" >&2
+            warm
+            "$ACCIO" bench merge "$dir" --backend shm --write-mode direct,copy --producers "$P" \
+                --buffers "$F" --placement processes --no-naive --repetitions 1 \
+                --producer-nice "$NICE" --json "$OUT/accio.json" >/dev/null 2>>"$OUT/accio.log"
+            for m in direct copy; do
+                S[$fs/$P/$m]+="$(jq -r --arg m "$m" '[.figures[] | select(.bench=="merge" and .metric=="merge" and .params.write_mode==$m)][0].summary.median' "$OUT/accio.json") "
+            done
+            S[$fs/$P/ceiling]+="$(jq -r '[.figures[] | select(.bench=="merge" and .metric=="merge")][0].ceiling.value' "$OUT/accio.json") "
+            mkdir -p "$dir/fio"
+            warm
+            fio --name=fio --directory="$dir/fio" --rw=write --bs=2M --size="$bytes" --numjobs=1 \
+                --ioengine=psync --iomem_align=4096 --fallocate=none --scramble_buffers=0 \
+                --fadvise_hint=0 --thread --output-format=json "${fio_extra[@]}" > "$OUT/fio.json"
+            S[$fs/$P/fio]+="$(jq -r '.jobs[0].write.bw_bytes / 1e9' "$OUT/fio.json") "
+            rm -rf "$dir/fio"
         done
-        S[$fs/ceiling]+="$(jq -r '[.figures[] | select(.bench=="merge" and .metric=="merge")][0].ceiling.value' "$OUT/accio.json") "
-        mkdir -p "$dir/fio"
-        warm
-        fio --name=fio --directory="$dir/fio" --rw=write --bs=2M --size="$BYTES" --numjobs=1 \
-            --ioengine=psync --iomem_align=4096 --fallocate=none --scramble_buffers=0 \
-            --fadvise_hint=0 --thread --output-format=json "${fio_extra[@]}" > "$OUT/fio.json"
-        S[$fs/fio]+="$(jq -r '.jobs[0].write.bw_bytes / 1e9' "$OUT/fio.json") "
-        rm -rf "$dir/fio"
     done
 done
 
@@ -128,14 +139,17 @@ med() { set -- $1; echo "$1"; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.2f", (b > 0) ? a / b : 0 }'; }
 
 echo
-echo "merge of $P producer processes (nice $NICE) x $F x 2 MiB, GB/s: median (min–max) over $REPS runs"
-printf '%-9s %-20s %-20s %-20s %-20s %-9s %-9s %s\n' "fs" "merge shm" "merge tcp" "ceiling (bench fs)" "fio 1 job" "shm/ceil" "shm/fio" "shm/tcp"
+echo "merge of P producer processes (nice $NICE) x 2 MiB buffers, $MIB MiB per run, GB/s: median (min–max) over $REPS runs"
+printf '%-9s %-3s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %s\n' "fs" "P" "merge direct" "merge copy" "ceiling (bench fs)" "fio 1 job" "dir/ceil" "dir/fio" "copy/ceil" "dir/copy"
 for fs in shm ext4; do
-    sh=$(stats "${S[$fs/shm]}"); tc=$(stats "${S[$fs/tcp]}")
-    ce=$(stats "${S[$fs/ceiling]}"); fi=$(stats "${S[$fs/fio]}")
-    label=/dev/shm; [ $fs = ext4 ] && label="ext4+sync"
-    printf '%-9s %-20s %-20s %-20s %-20s %-9s %-9s %s\n' "$label" "$(fmt "$sh")" "$(fmt "$tc")" \
-        "$(fmt "$ce")" "$(fmt "$fi")" "$(ratio "$(med "$sh")" "$(med "$ce")")" \
-        "$(ratio "$(med "$sh")" "$(med "$fi")")" "$(ratio "$(med "$sh")" "$(med "$tc")")"
+    for P in $PLIST; do
+        d=$(stats "${S[$fs/$P/direct]}"); c=$(stats "${S[$fs/$P/copy]}")
+        ce=$(stats "${S[$fs/$P/ceiling]}"); fi=$(stats "${S[$fs/$P/fio]}")
+        label=/dev/shm; [ $fs = ext4 ] && label="ext4+sync"
+        printf '%-9s %-3s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %s\n' "$label" "$P" "$(fmt "$d")" "$(fmt "$c")" \
+            "$(fmt "$ce")" "$(fmt "$fi")" "$(ratio "$(med "$d")" "$(med "$ce")")" \
+            "$(ratio "$(med "$d")" "$(med "$fi")")" "$(ratio "$(med "$c")" "$(med "$ce")")" \
+            "$(ratio "$(med "$d")" "$(med "$c")")"
+    done
 done
-echo "targets: shm merge >= 0.9x the tmpfs write ceiling; ext4 merge with sync >= 0.9x fio write+sync; shm >= 2x tcp"
+echo "targets: /dev/shm direct >= 0.9x the ceiling at 1 and 16 producers, >= 0.8x at 60; ext4+sync direct >= 0.9x fio"

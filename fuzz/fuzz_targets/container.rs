@@ -41,6 +41,25 @@ fn seed() -> &'static [u8] {
                 w.append(p, seq, kind, &payload).unwrap();
             }
         }
+        // Room written in place: a short block with a hole after it, a hole where a
+        // producer gave its room back, and room still reserved (a killed merger's).
+        let room = 256u64;
+        let at = w.reserve(room).unwrap();
+        let payload: Vec<u8> = (0..70u8).collect();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .and_then(|f| {
+                use std::os::unix::fs::FileExt;
+                f.write_all_at(&payload, at + 64)
+            })
+            .unwrap();
+        let crc = crc32c::crc32c(&payload);
+        w.commit_reserved(at, room, 5, 0, BlockKind::Raw, 70, crc)
+            .unwrap();
+        let at = w.reserve(room).unwrap();
+        w.abandon_reserved(at, room, false).unwrap();
+        w.reserve(room).unwrap();
         w.finish(false).unwrap();
         let bytes = std::fs::read(&path).unwrap();
         let _ = std::fs::remove_file(&path);

@@ -55,6 +55,11 @@ pub struct MergeArgs {
     /// producers that never take the merger's CPU (the seed's coprocessor workers).
     #[arg(long, value_name = "NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
     producer_nice: Option<i32>,
+    /// How block bytes reach the file, comma-separated: direct (producers write in place,
+    /// one copy), copy (through the merger's slots), auto [default: direct,copy: both, side
+    /// by side; tcp measures copy only]. Each figure says which it used (`write_mode`).
+    #[arg(long, value_delimiter = ',', value_name = "MODE")]
+    write_mode: Option<Vec<merge::service::WriteMode>>,
 }
 
 fn parse_placement(s: &str) -> Result<Placement, String> {
@@ -90,6 +95,7 @@ impl MergeArgs {
             no_sync: false,
             no_naive: false,
             producer_nice: None,
+            write_mode: None,
         }
     }
 
@@ -139,6 +145,9 @@ impl MergeArgs {
         }
         if let Some(n) = self.producer_nice {
             b = b.producer_nice(n);
+        }
+        if let Some(m) = &self.write_mode {
+            b = b.write_modes(m);
         }
         b.sync_persistent(!self.no_sync).naive(!self.no_naive)
     }

@@ -19,6 +19,14 @@ pub struct InspectArgs {
     /// Also list every block (offset, producer, sequence, kind, length).
     #[arg(long)]
     pub blocks: bool,
+    /// Follow a file being written: print each block as soon as it is committed (its
+    /// checksum checked), until the writer closes the file.
+    #[arg(long)]
+    pub follow: bool,
+    /// With --follow: give up after this many seconds without a new block [default: wait
+    /// until the file is closed].
+    #[arg(long, value_name = "SECS", requires = "follow")]
+    pub idle_exit: Option<f64>,
 }
 
 /// Arguments of `accio verify`.
@@ -50,8 +58,61 @@ fn producer_table(producers: &std::collections::BTreeMap<u32, ProducerStats>) ->
     table::render(&["producer", "blocks", "bytes", "seq"], &rows)
 }
 
+/// `accio inspect --follow`: one line per block as it is committed, then a summary.
+fn run_follow(args: &InspectArgs) -> anyhow::Result<()> {
+    use accio_bench::merge::service::container::Follower;
+    use std::time::{Duration, Instant};
+    let file = args.file.display().to_string();
+    let mut f = Follower::open(&args.file, Duration::from_secs(10))
+        .with_context(|| format!("following {file}"))?;
+    let idle = args.idle_exit.map(Duration::from_secs_f64);
+    let (mut blocks, mut bytes) = (0u64, 0u64);
+    let mut last = Instant::now();
+    println!("offset\tproducer\tseq\tkind\tbytes\tcrc32c");
+    loop {
+        match f
+            .next_within(Duration::from_millis(200))
+            .with_context(|| format!("following {file}"))?
+        {
+            Some((b, _)) => {
+                println!(
+                    "{:#x}\t{}\t{}\t{}\t{}\t{:08x}",
+                    b.offset,
+                    b.header.producer,
+                    b.header.seq,
+                    b.header.kind.name(),
+                    b.header.len,
+                    b.header.payload_crc
+                );
+                blocks += 1;
+                bytes += b.header.len;
+                last = Instant::now();
+            }
+            None if f.is_closed() => break,
+            None => {
+                if idle.is_some_and(|d| last.elapsed() >= d) {
+                    println!(
+                        "{file}: no new block for {:.1} s; stopped following ({blocks} block(s), {bytes} bytes so far, {} room(s) still being written)",
+                        last.elapsed().as_secs_f64(),
+                        f.pending()
+                    );
+                    return Ok(());
+                }
+            }
+        }
+    }
+    for d in f.damage() {
+        println!("damaged: {d}");
+    }
+    println!("{file}: closed; {blocks} block(s), {bytes} bytes followed");
+    Ok(())
+}
+
 /// Runs `accio inspect`: what the file holds, per producer.
 pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
+    if args.follow {
+        return run_follow(&args);
+    }
     let r = ContainerReader::open(&args.file)
         .with_context(|| format!("inspecting {}", args.file.display()))?;
     let producers = r.producers();
@@ -117,8 +178,18 @@ pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
 }
 
 fn summary(v: &Verification) -> String {
+    let holes = if v.holes.is_empty() {
+        String::new()
+    } else {
+        // Room reserved for producers that did not fill it: not data, not damage.
+        format!(
+            ", {} hole(s) of {} (room left unfilled by producers that died, gave it back or wrote short blocks)",
+            v.holes.len(),
+            human_bytes(v.holes.iter().map(|h| h.len).sum())
+        )
+    };
     format!(
-        "{} producer(s), {} block(s), {} ({} bytes)",
+        "{} producer(s), {} block(s), {} ({} bytes){holes}",
         v.producers.len(),
         v.blocks,
         human_bytes(v.bytes),

@@ -7,8 +7,12 @@
 //! Arrow writer. Every batch must have the sink's schema; a producer sending another is
 //! cut off with [`MergeError::Rejected`] and the others go on.
 //!
-//! Unlike the container format, neither output is readable before close (both keep their
-//! index in a footer), and an acknowledgement means the batch was accepted by the writer.
+//! [`ArrowStreamSink`] writes an Arrow IPC *stream* instead, readable while the run goes
+//! on: every batch is in the file (flushed) before its block is acknowledged, so a reader
+//! such as `pyarrow.ipc.open_stream` sees every acknowledged batch; a batch being written
+//! at that moment may show as a cut-off last message, which a reader treats as the end for
+//! now. The file and Parquet outputs keep their index in a footer and are readable only
+//! after close; for them an acknowledgement means the batch was accepted by the writer.
 //! Parquet buffers the open row group in memory: [`ParquetOptions::row_group_bytes`]
 //! bounds it, on top of the merger's slot budget.
 
@@ -18,7 +22,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use arrow_ipc::reader::StreamReader;
-use arrow_ipc::writer::FileWriter;
+use arrow_ipc::writer::{FileWriter, StreamWriter};
 use arrow_schema::{Schema, SchemaRef};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
@@ -147,6 +151,89 @@ impl Sink for ArrowIpcSink {
         self.writer
             .finish()
             .map_err(|e| arrow_err(&self.path, "writing the footer", e))?;
+        let file = self
+            .writer
+            .into_inner()
+            .map_err(|e| arrow_err(&self.path, "flushing", e))?
+            .into_inner()
+            .map_err(|e| MergeError::file("flushing", &self.path, e.into_error()))?;
+        closed(&self.path, &file, sync, self.summary)
+    }
+}
+
+/// Appends batches to an Arrow IPC stream, readable during the run (see the module docs).
+pub struct ArrowStreamSink {
+    path: PathBuf,
+    schema: SchemaRef,
+    writer: StreamWriter<BufWriter<File>>,
+    summary: SinkSummary,
+}
+
+impl std::fmt::Debug for ArrowStreamSink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrowStreamSink")
+            .field("path", &self.path)
+            .field("summary", &self.summary)
+            .finish()
+    }
+}
+
+impl ArrowStreamSink {
+    /// Creates (or truncates) `path` for batches of `schema`; the schema message is in the
+    /// file when this returns, so a reader can open the stream at once.
+    pub fn create(path: impl AsRef<Path>, schema: SchemaRef) -> Result<ArrowStreamSink> {
+        let path = path.as_ref().to_path_buf();
+        let file = File::create(&path).map_err(|e| MergeError::file("creating", &path, e))?;
+        let mut writer = StreamWriter::try_new(BufWriter::with_capacity(1 << 20, file), &schema)
+            .map_err(|e| arrow_err(&path, "starting", e))?;
+        writer
+            .flush()
+            .map_err(|e| arrow_err(&path, "writing the schema", e))?;
+        Ok(ArrowStreamSink {
+            path,
+            schema,
+            writer,
+            summary: SinkSummary {
+                rows: Some(0),
+                ..Default::default()
+            },
+        })
+    }
+}
+
+impl Sink for ArrowStreamSink {
+    fn path(&self) -> &Path {
+        &self.path
+    }
+
+    fn write(&mut self, b: &Block<'_>) -> Result<()> {
+        for batch in batches(&self.path, &self.schema, b)? {
+            self.writer
+                .write(&batch)
+                .map_err(|e| arrow_err(&self.path, "writing a batch", e))?;
+            *self.summary.rows.get_or_insert(0) += batch.num_rows() as u64;
+        }
+        // In the file before the acknowledgement: readers see every acknowledged batch.
+        self.writer
+            .flush()
+            .map_err(|e| arrow_err(&self.path, "flushing a batch", e))?;
+        self.summary.blocks += 1;
+        self.summary.payload_bytes += b.payload.len() as u64;
+        Ok(())
+    }
+
+    fn sync(&mut self) -> Result<()> {
+        self.writer
+            .get_ref()
+            .get_ref()
+            .sync_data()
+            .map_err(|e| MergeError::file("syncing", &self.path, e))
+    }
+
+    fn finish(mut self: Box<Self>, sync: bool) -> Result<SinkSummary> {
+        self.writer
+            .finish()
+            .map_err(|e| arrow_err(&self.path, "writing the end-of-stream marker", e))?;
         let file = self
             .writer
             .into_inner()

@@ -46,17 +46,22 @@
 //! - [`Merger`] ([`merger`] module docs: threads, slots, the budget, acknowledgements)
 //!   listens on `shm://NAME` or `tcp://HOST:PORT` and owns one [`Sink`].
 //! - [`Producer`]: `buffer()` + `commit()` (zero-copy on shm: the buffer is the merger's
-//!   slot mapped into the producer), `write_block()`, `write_record()` (packed), and with
-//!   the `arrow` feature `write_batch()`.
+//!   slot mapped into the producer, or with [`WriteMode::Direct`] room of the output file
+//!   itself), `write_block()`, `write_record()` (packed), and with the `arrow` feature
+//!   `write_batch()`.
 //! - [`container`]: the file format (`docs/FORMAT.md`), its writer, reader, verifier and
 //!   recovery.
-//! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`] and
-//!   [`ParquetSink`].
+//! - Sinks: [`ContainerSink`]; with the `arrow` feature (default) [`ArrowIpcSink`],
+//!   [`ArrowStreamSink`] (readable during the run) and [`ParquetSink`].
+//! - [`container::Follower`]: reads a container file while it is written.
+//! - With the `hdf5` feature, `Hdf5Sink`: one extendable dataset of payloads and a table of
+//!   blocks with a producer column, readable by h5py after close and after a crash.
 //!
 //! ## Failure behaviour
 //!
-//! - A producer that dies loses only its uncommitted buffer; its slots return to the pool,
-//!   and everyone else goes on.
+//! - A producer that dies loses only its uncommitted buffer; its slots return to the pool
+//!   (or, writing in place, its room becomes a hole that `verify` counts and readers skip:
+//!   never a torn block), and everyone else goes on.
 //! - A merger that dies leaves every acknowledged block in the file; `accio recover`
 //!   gives the file its index back.
 //! - A full file system fails the write: the file is cut back to its last whole block and
@@ -72,17 +77,21 @@
 mod arrow;
 pub mod container;
 mod error;
+#[cfg(feature = "hdf5")]
+mod hdf5;
 pub mod merger;
 mod producer;
 mod sink;
 pub mod wire;
 
 #[cfg(feature = "arrow")]
-pub use crate::arrow::{ArrowIpcSink, ParquetOptions, ParquetSink};
+pub use crate::arrow::{ArrowIpcSink, ArrowStreamSink, ParquetOptions, ParquetSink};
 pub use error::{MergeError, Result};
-pub use merger::{Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy};
+#[cfg(feature = "hdf5")]
+pub use hdf5::Hdf5Sink;
+pub use merger::{Event, MergeSummary, Merger, MergerBuilder, MergerStats, SyncPolicy, WriteMode};
 pub use producer::{Buffer, Producer, ProducerOptions, ProducerSummary};
-pub use sink::{Block, ContainerSink, Sink, SinkSummary};
+pub use sink::{Block, ContainerSink, DirectBlock, DirectSink, Sink, SinkSummary};
 
 /// The Arrow crates this crate was built with, for producers building batches.
 #[cfg(feature = "arrow")]

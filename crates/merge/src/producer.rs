@@ -72,6 +72,13 @@ pub struct Producer {
     credit: u32,
     /// True on shm: buffers are mapped merger memory.
     mapped: bool,
+    /// Set when the merger lends room in the output file ([`Msg::Direct`]): the file,
+    /// opened here, and the mappings of the rooms in use, by slot id.
+    direct: Option<(std::fs::File, std::path::PathBuf)>,
+    rooms: HashMap<u32, FileMap>,
+    /// `write_block` in place through a mapping instead of `pwrite` (measurements only:
+    /// `ACCIO_MERGE_MAP_BLOCKS=1`).
+    map_blocks: bool,
     /// Granted, unused slots.
     free: VecDeque<Slot>,
     /// Slots asked for, not granted yet.
@@ -136,6 +143,9 @@ impl Producer {
             slot_bytes: 0,
             credit: 0,
             mapped,
+            direct: None,
+            rooms: HashMap::new(),
+            map_blocks: std::env::var_os("ACCIO_MERGE_MAP_BLOCKS").is_some_and(|v| v == "1"),
             free: VecDeque::new(),
             requested: 0,
             in_use: 0,
@@ -156,7 +166,15 @@ impl Producer {
             producer: opts.id.unwrap_or(ANY_PRODUCER),
         })?;
         p.ep.recv_timeout(&mut p.rx, Some(opts.timeout))?;
-        match Msg::decode(&p.rx).map_err(|r| MergeError::protocol(&p.merger, r))? {
+        let mut first = Msg::decode(&p.rx).map_err(|r| MergeError::protocol(&p.merger, r))?;
+        if let Msg::Direct { .. } = first {
+            // Room in the file will be lent, not slots: open the file, then the welcome.
+            p.absorb()?;
+            p.check_failed()?;
+            p.ep.recv_timeout(&mut p.rx, Some(opts.timeout))?;
+            first = Msg::decode(&p.rx).map_err(|r| MergeError::protocol(&p.merger, r))?;
+        }
+        match first {
             Msg::Welcome {
                 producer,
                 slot_bytes,
@@ -206,9 +224,16 @@ impl Producer {
         self.acked
     }
 
-    /// True when buffers are the merger's memory mapped here (zero-copy, shm).
+    /// True when buffers are the merger's memory mapped here (zero-copy, shm), or the
+    /// output file itself.
     pub fn is_zero_copy(&self) -> bool {
-        self.mapped
+        self.mapped || self.direct.is_some()
+    }
+
+    /// True when buffers are room in the output file, mapped here: what is written into
+    /// them is in the file, and the merger copies nothing ([`crate::WriteMode::Direct`]).
+    pub fn writes_in_place(&self) -> bool {
+        self.direct.is_some()
     }
 
     fn send(&mut self, m: &Msg) -> Result<()> {
@@ -249,6 +274,23 @@ impl Producer {
                 }
                 self.acked += 1;
                 self.acked_bytes += self.unacked.pop_front().unwrap_or(0);
+            }
+            Msg::Direct { path } => {
+                use std::os::unix::ffi::OsStrExt;
+                let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
+                match std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(path)
+                {
+                    Ok(f) => self.direct = Some((f, path.to_path_buf())),
+                    Err(e) => {
+                        self.failed.get_or_insert(format!(
+                            "cannot open the output {} to write in place: {e}",
+                            path.display()
+                        ));
+                    }
+                }
             }
             Msg::ByeAck => self.bye_acked = true,
             Msg::Fail { reason } => {
@@ -313,12 +355,23 @@ impl Producer {
     }
 
     fn take_slot(&mut self, block: bool) -> Result<Option<Slot>> {
+        self.take_slot_as(block, true)
+    }
+
+    /// [`Producer::take_slot`]; `map: false` leaves room in the file unmapped (the caller
+    /// `pwrite`s into it).
+    fn take_slot_as(&mut self, block: bool, map: bool) -> Result<Option<Slot>> {
         self.poll()?;
         self.check_failed()?;
         loop {
             if let Some(s) = self.free.pop_front() {
                 self.in_use += 1;
-                if let Err(e) = self.prepare(s) {
+                let prepared = if map || self.direct.is_none() {
+                    self.prepare(s)
+                } else {
+                    Ok(())
+                };
+                if let Err(e) = prepared {
                     self.release(s);
                     return Err(e);
                 }
@@ -356,7 +409,19 @@ impl Producer {
 
     /// Makes `slot` writable here: maps it (shm) or sizes the staging buffer (tcp).
     fn prepare(&mut self, slot: Slot) -> Result<()> {
-        if self.mapped {
+        if let Some((f, path)) = &self.direct {
+            let m = FileMap::room(f, slot.offset, self.slot_bytes).map_err(|e| {
+                MergeError::file(
+                    format!(
+                        "claiming {} bytes at {:#x} to write in place in",
+                        self.slot_bytes, slot.offset
+                    ),
+                    path,
+                    e,
+                )
+            })?;
+            self.rooms.insert(slot.id, m);
+        } else if self.mapped {
             self.view(slot)?;
         } else if self.staging.len() != self.slot_bytes {
             self.staging = vec![0u8; self.slot_bytes];
@@ -366,7 +431,13 @@ impl Producer {
 
     /// The bytes of a prepared slot.
     fn slot_mut(&mut self, slot: Slot) -> &mut [u8] {
-        if self.mapped {
+        if self.direct.is_some() {
+            let m = &self.rooms[&slot.id];
+            // SAFETY: the merger reserved this room of the file for us alone and writes
+            // nothing there before our commit; the mapping lives in `self.rooms`, which the
+            // returned borrow of `self` keeps unchanged.
+            unsafe { std::slice::from_raw_parts_mut(m.ptr, m.len) }
+        } else if self.mapped {
             let v = &self.maps[&slot.offset];
             // SAFETY: the merger granted this slot to us alone and does not read it before
             // our commit; the mapping lives in `self.maps`, which the returned borrow of
@@ -401,6 +472,8 @@ impl Producer {
             let mark = self.ep.fence_mark()?;
             self.ep.fence_wait(mark)?;
         }
+        // Unmapped before the commit: after it, nothing here can change the block.
+        self.rooms.remove(&slot.id);
         let seq = self.next_seq;
         self.send(&Msg::Commit {
             slot: slot.id,
@@ -459,13 +532,43 @@ impl Producer {
                 limit: self.slot_bytes,
             });
         }
+        if self.direct.is_some() && !self.map_blocks {
+            return self.write_block_in_place(data, kind);
+        }
         let slot = self.take_slot(true)?.expect("blocking take");
-        let r = if self.mapped {
+        let r = if self.direct.is_some() || self.mapped {
             accio::copy_slice(&mut self.slot_mut(slot)[..data.len()], data);
             self.commit_slot(slot, data.len(), kind, Some(data))
         } else {
             self.commit_slot(slot, data.len(), kind, Some(data))
         };
+        if r.is_err() {
+            self.release(slot);
+        }
+        r
+    }
+
+    /// A whole block from `data`, written in place with one `pwrite` into room in the file:
+    /// one copy, no mapping, no page faults here, no zero-filled pages on tmpfs (a full
+    /// page written by `pwrite` is not cleared first; a mapped page is).
+    fn write_block_in_place(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
+        use std::os::unix::fs::FileExt;
+        let slot = self.take_slot_as(true, false)?.expect("blocking take");
+        let (f, path) = self.direct.as_ref().expect("direct");
+        if let Err(e) = f.write_all_at(data, slot.offset) {
+            let e = MergeError::file(
+                format!(
+                    "writing {} bytes at {:#x} in place in",
+                    data.len(),
+                    slot.offset
+                ),
+                path,
+                e,
+            );
+            self.release(slot);
+            return Err(e);
+        }
+        let r = self.commit_slot(slot, data.len(), kind, Some(data));
         if r.is_err() {
             self.release(slot);
         }
@@ -516,6 +619,7 @@ impl Producer {
 
     fn release(&mut self, slot: Slot) {
         self.in_use = self.in_use.saturating_sub(1);
+        self.rooms.remove(&slot.id);
         // Best effort: a failed release means the connection is gone, which frees it too.
         let _ = self.send(&Msg::Release { slot: slot.id });
     }
@@ -588,6 +692,61 @@ impl Producer {
             }),
             Ok(()) => unreachable!("covered above"),
         }
+    }
+}
+
+/// A producer's shared mapping of its room in the output file.
+struct FileMap {
+    ptr: *mut u8,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain memory owned by this value; moving it to another thread
+// moves that ownership (the producer using it is `Send`, not `Sync`).
+unsafe impl Send for FileMap {}
+
+impl FileMap {
+    /// Claims `len` bytes of `file` at `offset` (`fallocate`: a full disk fails here, not
+    /// as a `SIGBUS` on a store), maps them shared and writable, and faults the pages in
+    /// with one call (`MACHINE_NOTES.md` trait 10: faults, not copies, set the price).
+    fn room(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<FileMap> {
+        use std::os::fd::AsRawFd;
+        let fd = file.as_raw_fd();
+        let off = libc::off_t::try_from(offset)
+            .map_err(|_| std::io::Error::other("offset beyond off_t"))?;
+        // SAFETY: plain system calls on our own descriptor; `fallocate` only allocates.
+        let r = unsafe { libc::fallocate(fd, 0, off, len as libc::off_t) };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: maps `len` bytes of the file at a page-aligned offset (the merger's
+        // alignment is at least a page in direct mode); the kernel picks the address.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                off,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        // MADV_POPULATE_WRITE (Linux 5.14); on older kernels the stores fault page by page.
+        const MADV_POPULATE_WRITE: libc::c_int = 23;
+        // SAFETY: advice on the mapping just made; failure changes nothing.
+        unsafe { libc::madvise(p, len, MADV_POPULATE_WRITE) };
+        Ok(FileMap { ptr: p.cast(), len })
+    }
+}
+
+impl Drop for FileMap {
+    fn drop(&mut self) {
+        // SAFETY: unmaps exactly the mapping `room` made; no slice of it outlives `self`
+        // (slices are borrowed from the producer that owns this value).
+        unsafe { libc::munmap(self.ptr.cast(), self.len) };
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::container::{BlockKind, ContainerOptions, ContainerWriter};
+use crate::container::{block_extent, BlockKind, ContainerOptions, ContainerWriter};
 use crate::error::Result;
 
 /// One committed block, as the merger hands it to its sink.
@@ -48,6 +48,56 @@ pub trait Sink: Send {
 
     /// Closes the output (index, footer) and, with `sync`, makes it durable.
     fn finish(self: Box<Self>, sync: bool) -> Result<SinkSummary>;
+
+    /// The in-place interface, for sinks whose file producers on this machine may write
+    /// into directly (one copy in all; see [`crate::merger`]). `None` (the default): the
+    /// merger hands every block to [`Sink::write`].
+    fn direct(&mut self) -> Option<&mut dyn DirectSink> {
+        None
+    }
+}
+
+/// A sink whose payload bytes producers write in place, into room the merger reserves in
+/// the file; the merger writes only the metadata (headers: the commit records).
+pub trait DirectSink {
+    /// The file producers open (an absolute path).
+    fn file_path(&self) -> &Path;
+
+    /// `Ok` when producers can write the file in place here and it pays off; otherwise
+    /// why not (the merger then copies).
+    fn support(&self) -> std::result::Result<(), String>;
+
+    /// The granularity of reservations (the file's block alignment).
+    fn reserve_align(&self) -> u64;
+
+    /// Reserves room for up to `bytes` payload bytes (a multiple of
+    /// [`DirectSink::reserve_align`]); returns the file offset where the payload goes.
+    fn reserve(&mut self, bytes: u64) -> Result<u64>;
+
+    /// Records the block written into the room whose payload starts at `payload_at`: its
+    /// length, kind and the checksum of its bytes, which are in the file already.
+    fn commit(&mut self, payload_at: u64, bytes: u64, block: &DirectBlock) -> Result<()>;
+
+    /// Marks reserved room that will not be committed as a hole. `released`: its producer
+    /// gave it back (unmapped) rather than vanished, so the room may be cut off the end
+    /// of the file at close; room of a producer that may still have it mapped is kept
+    /// (cutting it would turn that producer's next store into a `SIGBUS`).
+    fn abandon(&mut self, payload_at: u64, bytes: u64, released: bool) -> Result<()>;
+}
+
+/// A block written in place (see [`DirectSink::commit`]).
+#[derive(Clone, Copy, Debug)]
+pub struct DirectBlock {
+    /// The producer's id.
+    pub producer: u32,
+    /// The producer's sequence number.
+    pub seq: u64,
+    /// What the payload holds.
+    pub kind: BlockKind,
+    /// Payload length.
+    pub len: u64,
+    /// CRC32C of the payload, computed by the producer over the file's bytes.
+    pub crc: u32,
 }
 
 /// Writes blocks into an accio container file (see [`crate::container`]).
@@ -61,10 +111,99 @@ impl ContainerSink {
     /// Creates (or truncates) the container file at `path`.
     pub fn create(path: impl AsRef<Path>, opts: ContainerOptions) -> Result<ContainerSink> {
         let writer = ContainerWriter::create(path.as_ref(), opts)?;
-        Ok(ContainerSink {
-            path: writer.path().to_path_buf(),
-            writer,
-        })
+        // Producers in other working directories reopen the file by this name.
+        let path = std::fs::canonicalize(writer.path()).unwrap_or_else(|_| writer.path().into());
+        Ok(ContainerSink { path, writer })
+    }
+
+    fn start_of(&self, payload_at: u64) -> u64 {
+        payload_at - block_extent(0, 0, self.writer.align()).0
+    }
+}
+
+/// File systems where producers write the output in place: each holds shared writable
+/// mappings of regular files and `fallocate` (which the producers use to claim their room
+/// up front, so a full disk is an error, not a `SIGBUS`). Elsewhere (NFS, FUSE, 9p,
+/// overlayfs, ...) mappings may be refused, unsafe to share between machines, or slow to
+/// write back, and the merger copies.
+const DIRECT_FS: [(u64, &str); 4] = [
+    (0x0102_1994, "tmpfs"),
+    (0xEF53, "ext2/3/4"),
+    (0x5846_5342, "xfs"),
+    (0x9123_683E, "btrfs"),
+];
+
+impl DirectSink for ContainerSink {
+    fn file_path(&self) -> &Path {
+        &self.path
+    }
+
+    fn support(&self) -> std::result::Result<(), String> {
+        // SAFETY: sysconf only reads a constant.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u32;
+        if self.writer.align() < page {
+            return Err(format!(
+                "the block alignment {} is below the page size {page}: payloads cannot be mapped",
+                self.writer.align()
+            ));
+        }
+        let fd = self.writer.raw_fd();
+        // SAFETY: statfs writes into the zeroed struct we pass.
+        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+        // SAFETY: `fd` is the writer's open file; `st` is a valid out-pointer.
+        if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
+            return Err(format!("fstatfs: {}", std::io::Error::last_os_error()));
+        }
+        #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
+        let ty = st.f_type as u64;
+        let Some((_, name)) = DIRECT_FS.iter().find(|(t, _)| *t == ty) else {
+            return Err(format!(
+                "file system type {ty:#x} is not one known to take shared writable mappings                  ({})",
+                DIRECT_FS.map(|f| f.1).join(", ")
+            ));
+        };
+        // SAFETY: maps the first page of our own file shared and writable, then unmaps it
+        // without touching it: only asks whether the kernel allows the mapping.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                page as usize,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED,
+                fd,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(format!(
+                "{name} refused a shared writable mapping: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        // SAFETY: `p` is the mapping made just above, of that length.
+        unsafe { libc::munmap(p, page as usize) };
+        Ok(())
+    }
+
+    fn reserve_align(&self) -> u64 {
+        u64::from(self.writer.align())
+    }
+
+    fn reserve(&mut self, bytes: u64) -> Result<u64> {
+        let start = self.writer.reserve(bytes)?;
+        Ok(block_extent(start, 0, self.writer.align()).0)
+    }
+
+    fn commit(&mut self, payload_at: u64, bytes: u64, b: &DirectBlock) -> Result<()> {
+        let start = self.start_of(payload_at);
+        self.writer
+            .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, b.crc)
+            .map(|_| ())
+    }
+
+    fn abandon(&mut self, payload_at: u64, bytes: u64, released: bool) -> Result<()> {
+        let start = self.start_of(payload_at);
+        self.writer.abandon_reserved(start, bytes, released)
     }
 }
 
@@ -81,6 +220,10 @@ impl Sink for ContainerSink {
 
     fn sync(&mut self) -> Result<()> {
         self.writer.sync()
+    }
+
+    fn direct(&mut self) -> Option<&mut dyn DirectSink> {
+        Some(self)
     }
 
     fn finish(self: Box<Self>, sync: bool) -> Result<SinkSummary> {

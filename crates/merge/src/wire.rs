@@ -3,7 +3,7 @@
 //! be buggy or hostile, and its bad message costs only its own connection.
 
 /// Protocol version; a producer of another version is refused.
-pub const PROTOCOL: u16 = 1;
+pub const PROTOCOL: u16 = 2;
 
 /// Producer id a producer sends to let the merger pick one.
 pub const ANY_PRODUCER: u32 = u32::MAX;
@@ -30,6 +30,13 @@ pub enum Msg {
         slot_bytes: u64,
         /// Slots the producer may hold at once (granted and committed, not yet written).
         credit: u32,
+    },
+    /// Merger → producer, right before `Welcome` when producers write the output in
+    /// place: every `Grant` from now on is room in this file (its `offset` is where the
+    /// payload goes), to be mapped and written there.
+    Direct {
+        /// The output file's path (bytes of an absolute Unix path).
+        path: Vec<u8>,
     },
     /// Producer → merger: grant me one more slot.
     Acquire,
@@ -84,6 +91,7 @@ const ACK: u8 = 7;
 const BYE: u8 = 8;
 const BYE_ACK: u8 = 9;
 const FAIL: u8 = 10;
+const DIRECT: u8 = 11;
 
 impl Msg {
     /// Encodes into `out` (cleared first).
@@ -104,6 +112,10 @@ impl Msg {
                 out.extend_from_slice(&producer.to_le_bytes());
                 out.extend_from_slice(&slot_bytes.to_le_bytes());
                 out.extend_from_slice(&credit.to_le_bytes());
+            }
+            Msg::Direct { path } => {
+                out.push(DIRECT);
+                out.extend_from_slice(path);
             }
             Msg::Acquire => out.push(ACQUIRE),
             Msg::Grant { slot, offset } => {
@@ -215,6 +227,17 @@ impl Msg {
                 want(0, "bye-ack")?;
                 Msg::ByeAck
             }
+            DIRECT => {
+                if body.is_empty() || body.len() > MAX_TEXT || body.contains(&0) {
+                    return Err(format!(
+                        "direct message with a path of {} bytes (1..={MAX_TEXT}, no NUL)",
+                        body.len()
+                    ));
+                }
+                Msg::Direct {
+                    path: body.to_vec(),
+                }
+            }
             FAIL => Msg::Fail {
                 reason: String::from_utf8_lossy(&body[..body.len().min(MAX_TEXT)]).into_owned(),
             },
@@ -238,6 +261,9 @@ mod tests {
                 producer: 3,
                 slot_bytes: 2 << 20,
                 credit: 2,
+            },
+            Msg::Direct {
+                path: b"/dev/shm/out.accio".to_vec(),
             },
             Msg::Acquire,
             Msg::Grant {

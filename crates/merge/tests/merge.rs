@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use accio::Progress;
 use accio_merge::container::{split_records, BlockKind, ContainerOptions, ContainerReader};
-use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy};
+use accio_merge::{ContainerSink, Event, Merger, Producer, SyncPolicy, WriteMode};
 
 mod common;
 use common::{connect_as, payload, tmp};
@@ -42,13 +42,27 @@ fn check_file(path: &std::path::Path, producers: u32, blocks: u64, len_of: impl 
     assert!(next.iter().all(|&n| n == blocks), "{next:?}");
 }
 
-fn many_threads_into_one_file(backend: &str) {
-    let path = tmp(&format!("threads-{backend}"));
+fn many_threads_into_one_file(backend: &str, mode: WriteMode) {
+    let path = tmp(&format!("threads-{backend}-{}", mode.name()));
     let merger = Merger::builder()
         .budget(8 << 20)
         .slot_bytes(256 << 10)
-        .listen(&addr(backend, "threads"), sink(&path))
+        .write_mode(mode)
+        .listen(
+            &addr(backend, &format!("threads-{}", mode.name())),
+            sink(&path),
+        )
         .unwrap();
+    // Auto writes in place over shm (the test folder is on a local file system).
+    let direct = backend == "shm" && mode != WriteMode::Copy;
+    assert_eq!(
+        merger.write_mode(),
+        if direct {
+            WriteMode::Direct
+        } else {
+            WriteMode::Copy
+        }
+    );
     let a = merger.addr().to_string();
     let (producers, blocks) = (6u32, 20u64);
     // Sizes vary, up to a full slot, to cover short commits.
@@ -60,6 +74,7 @@ fn many_threads_into_one_file(backend: &str) {
                 let mut p = connect_as(&a, id);
                 assert_eq!(p.id(), id);
                 assert_eq!(p.is_zero_copy(), a.starts_with("shm"));
+                assert_eq!(p.writes_in_place(), direct);
                 for seq in 0..blocks {
                     let data = payload(id, seq, len_of(seq));
                     if seq % 2 == 0 {
@@ -88,23 +103,61 @@ fn many_threads_into_one_file(backend: &str) {
 
 #[test]
 fn many_threads_into_one_file_over_shm() {
-    many_threads_into_one_file("shm");
+    many_threads_into_one_file("shm", WriteMode::Auto);
+}
+
+#[test]
+fn many_threads_into_one_file_over_shm_copying() {
+    many_threads_into_one_file("shm", WriteMode::Copy);
 }
 
 #[test]
 fn many_threads_into_one_file_over_tcp() {
-    many_threads_into_one_file("tcp");
+    many_threads_into_one_file("tcp", WriteMode::Auto);
+}
+
+#[test]
+fn direct_mode_is_refused_where_it_cannot_work() {
+    let path = tmp("refused");
+    let e = Merger::builder()
+        .write_mode(WriteMode::Direct)
+        .listen("tcp://127.0.0.1:0", sink(&path))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("not an shm:// address"), "{e}");
+    let small = ContainerSink::create(&path, ContainerOptions { align: 64 }).unwrap();
+    let e = Merger::builder()
+        .write_mode(WriteMode::Direct)
+        .listen(&addr("shm", "refused"), Box::new(small))
+        .unwrap_err()
+        .to_string();
+    assert!(e.contains("below the page size"), "{e}");
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
 
 #[test]
 fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
-    let path = tmp("budget");
+    peak_slots_within_budget(WriteMode::Copy);
+}
+
+#[test]
+fn rooms_in_flight_stay_within_the_budget_when_producers_write_in_place() {
+    peak_slots_within_budget(WriteMode::Direct);
+}
+
+fn peak_slots_within_budget(mode: WriteMode) {
+    let path = tmp(&format!("budget-{}", mode.name()));
     let merger = Merger::builder()
         .budget(4 * (64 << 10))
         .slot_bytes(64 << 10)
         .sync(SyncPolicy::EveryCommit)
-        .listen(&addr("shm", "budget"), sink(&path))
+        .write_mode(mode)
+        .listen(
+            &addr("shm", &format!("budget-{}", mode.name())),
+            sink(&path),
+        )
         .unwrap();
+    assert_eq!(merger.write_mode(), mode);
     let a = merger.addr().to_string();
     let (producers, blocks) = (24u32, 6u64);
     let handles: Vec<_> = (0..producers)
@@ -124,10 +177,12 @@ fn peak_slots_stay_within_the_budget_with_more_producers_than_slots() {
     }
     let s = merger.close().unwrap();
     assert!(s.stats.peak_slots <= 4, "{:?}", s.stats);
-    assert!(
-        s.stats.moves > 0,
-        "24 producers share 4 slots: windows must move"
-    );
+    if mode == WriteMode::Copy {
+        assert!(
+            s.stats.moves > 0,
+            "24 producers share 4 slots: windows must move"
+        );
+    }
     check_file(&path, producers, blocks, |_| 60_000);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
@@ -435,6 +490,7 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
     let merger = Merger::builder()
         .budget(slot)
         .slot_bytes(slot)
+        .write_mode(WriteMode::Copy)
         .on_event(|_| {})
         .listen(&addr("shm", "rogue"), sink(&path))
         .unwrap();
@@ -508,5 +564,80 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
             b.header.seq
         );
     }
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
+fn a_follower_sees_every_acknowledged_block_during_the_run_in_place() {
+    follower_sees_acknowledged_blocks(WriteMode::Direct);
+}
+
+#[test]
+fn a_follower_sees_every_acknowledged_block_during_the_run_copying() {
+    follower_sees_acknowledged_blocks(WriteMode::Copy);
+}
+
+fn follower_sees_acknowledged_blocks(mode: WriteMode) {
+    use accio_merge::container::Follower;
+    let path = tmp(&format!("follow-{}", mode.name()));
+    let merger = Merger::builder()
+        .budget(8 << 20)
+        .slot_bytes(256 << 10)
+        .write_mode(mode)
+        .listen(
+            &addr("shm", &format!("follow-{}", mode.name())),
+            sink(&path),
+        )
+        .unwrap();
+    let a = merger.addr().to_string();
+    let mut follower = Follower::open(&path, Duration::from_secs(5)).unwrap();
+    let (producers, rounds, per_round) = (3u32, 4u64, 5u64);
+    let len_of = |seq: u64| [256 << 10, 1, 100_000, 7, 4096][(seq % 5) as usize];
+    let mut ps: Vec<Producer> = (0..producers).map(|id| connect_as(&a, id)).collect();
+    let mut seen = Vec::new();
+    for round in 0..rounds {
+        for (id, p) in ps.iter_mut().enumerate() {
+            for seq in round * per_round..(round + 1) * per_round {
+                p.write_block(&payload(id as u32, seq, len_of(seq)))
+                    .unwrap();
+            }
+            p.wait_acked().unwrap();
+        }
+        // Everything acknowledged so far is visible now, mid-run, with its bytes.
+        while let Some((b, data)) = follower.try_next().unwrap() {
+            assert_eq!(
+                data,
+                payload(b.header.producer, b.header.seq, len_of(b.header.seq))
+            );
+            seen.push((b.header.producer, b.header.seq));
+        }
+        let acked = u64::from(producers) * (round + 1) * per_round;
+        assert!(
+            seen.len() as u64 >= acked,
+            "round {round}: {} blocks seen, {acked} acknowledged",
+            seen.len()
+        );
+        assert!(!follower.is_closed());
+    }
+    for p in ps {
+        p.finish().unwrap();
+    }
+    merger.close().unwrap();
+    while let Some((b, _)) = follower.next_within(Duration::from_secs(5)).unwrap() {
+        seen.push((b.header.producer, b.header.seq));
+    }
+    assert!(follower.is_closed(), "the follower saw the close");
+    assert_eq!(follower.pending(), 0);
+    assert!(follower.damage().is_empty());
+    let r = ContainerReader::open(&path).unwrap();
+    let mut all: Vec<_> = r
+        .blocks()
+        .iter()
+        .map(|b| (b.header.producer, b.header.seq))
+        .collect();
+    all.sort_unstable();
+    seen.sort_unstable();
+    assert_eq!(seen, all);
+    assert_eq!(all.len() as u64, u64::from(producers) * rounds * per_round);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

@@ -12,7 +12,9 @@ use accio_merge::arrow_reexports::arrow_array::{
     ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use accio_merge::arrow_reexports::arrow_schema::{DataType, Field, Schema, SchemaRef};
-use accio_merge::{ArrowIpcSink, Merger, ParquetOptions, ParquetSink, Producer, Sink};
+use accio_merge::{
+    ArrowIpcSink, ArrowStreamSink, Merger, ParquetOptions, ParquetSink, Producer, Sink,
+};
 
 mod common;
 use common::{connect_as, tmp};
@@ -189,5 +191,65 @@ fn a_batch_of_another_schema_cuts_off_only_its_producer() {
     good.finish().unwrap();
     let s = merger.close().unwrap();
     assert_eq!((s.sink.rows, s.stats.dropped), (Some(ROWS as u64), 1));
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+/// Reads the stream at argv[1] batch by batch up to where it ends now (no end marker yet
+/// mid-run), then checks the rows as CHECK does.
+const READ_STREAM: &str = r#"
+import pyarrow as pa, pyarrow.ipc as ipc, sys
+with open(sys.argv[1], "rb") as f:
+    r = ipc.open_stream(f)
+    got = []
+    while True:
+        try:
+            got.append(r.read_next_batch())
+        except StopIteration:
+            break
+t = pa.Table.from_batches(got, schema=r.schema)
+extra = len(got)
+"#;
+
+#[test]
+fn arrow_stream_output_reads_in_pyarrow_during_the_run_and_after() {
+    let path = tmp("out.arrows");
+    let merger = Merger::builder()
+        .budget(8 << 20)
+        .slot_bytes(1 << 20)
+        .listen(
+            &format!("shm://accio-merge-pas-{}", std::process::id()),
+            Box::new(ArrowStreamSink::create(&path, schema()).unwrap()),
+        )
+        .unwrap();
+    let a = merger.addr().to_string();
+    let mut ps: Vec<Producer> = (0..PRODUCERS).map(|p| connect_as(&a, p as u32)).collect();
+    // Mid-run: after each round is acknowledged, pyarrow reads every batch so far. Batch b
+    // of every producer is in; ids run 0..rows only at the end, so only counts are checked.
+    for b in 0..BATCHES {
+        for (p, prod) in ps.iter_mut().enumerate() {
+            prod.write_batch(&batch(p as i32, b)).unwrap();
+            prod.wait_acked().unwrap();
+        }
+        let script = format!("{READ_STREAM}\nprint(t.num_rows, extra)");
+        if let Some(out) = python(&script, &path) {
+            let n = (b + 1) * i64::from(PRODUCERS);
+            assert_eq!(out, format!("{} {n}", n * ROWS), "mid-run, round {b}");
+        }
+    }
+    for prod in ps {
+        prod.finish().unwrap();
+    }
+    let s = merger.close().unwrap();
+    let total = PRODUCERS as u64 * BATCHES as u64 * ROWS as u64;
+    assert_eq!(s.sink.rows, Some(total));
+    if let Some(out) = python(&format!("{READ_STREAM}\n{CHECK}"), &path) {
+        assert_eq!(out, format!("{total} [0, 1, 2] 12"));
+    }
+    // After close the end marker is there: the plain reader reads it all too.
+    let plain =
+        "import pyarrow.ipc as ipc, sys\nprint(ipc.open_stream(sys.argv[1]).read_all().num_rows)";
+    if let Some(out) = python(plain, &path) {
+        assert_eq!(out, total.to_string());
+    }
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }

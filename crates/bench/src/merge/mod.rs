@@ -14,6 +14,11 @@
 //!   committed with a small message; over tcp: the bytes cross the socket once) and
 //!   finishes; the clock stops when `Merger::close` has written the index and, on a
 //!   persistent file system, synced the file. Throughput = P·F·S / that time.
+//! - **write mode** (`write_mode` parameter, identifying): `direct`, producers write their
+//!   blocks into room of the output file themselves (one `pwrite` each; one copy in all,
+//!   in parallel; the merger writes headers), or `copy`, into the merger's slots, which
+//!   the merger thread copies into the file. Measured side by side over shm (default
+//!   `--write-mode direct,copy`); tcp copies. The old figures without the parameter copied.
 //! - **naive** (`metric = "naive"`): what one does without a merger: P threads each write
 //!   their F·S bytes to their own file, then the files are concatenated into one
 //!   (`copy_file_range`, each part removed once appended) and, on a persistent file
@@ -135,6 +140,7 @@ pub struct MergeBench {
     naive: bool,
     ceilings: bool,
     producer_nice: i32,
+    modes: Vec<accio_merge::WriteMode>,
     command: Option<ProducerCommand>,
 }
 
@@ -162,6 +168,7 @@ impl MergeBench {
             naive: true,
             ceilings: true,
             producer_nice: 0,
+            modes: vec![accio_merge::WriteMode::Direct, accio_merge::WriteMode::Copy],
             command: None,
         }
     }
@@ -240,6 +247,19 @@ impl MergeBench {
         self
     }
 
+    /// How block bytes reach the file (default direct and copy, side by side). Over tcp
+    /// only copy works: direct is skipped there, auto measures copy.
+    pub fn write_modes(mut self, m: &[accio_merge::WriteMode]) -> Self {
+        let mut v = Vec::new();
+        for x in m {
+            if !v.contains(x) {
+                v.push(*x);
+            }
+        }
+        self.modes = v;
+        self
+    }
+
     /// Target bytes per run when F is automatic (default 1 GiB).
     pub fn run_bytes(mut self, n: u64) -> Self {
         self.run_bytes = n;
@@ -309,6 +329,9 @@ impl MergeBench {
         if self.producers.is_empty() || self.producers[0] == 0 {
             return bad("producer counts must be at least 1");
         }
+        if self.modes.is_empty() {
+            return bad("no write mode");
+        }
         if self.buffer_bytes == 0 || self.repeats == 0 {
             return bad("buffer size and repeats must be at least 1");
         }
@@ -352,20 +375,26 @@ pub fn checks(report: &Report) -> Vec<String> {
             f.param_str("placement"),
             f.param_str("producers"),
         );
-        by_key
-            .entry(key)
-            .or_default()
-            .insert(f.param_str("backend"), f.summary.median);
+        // Figures of older reports carry no write mode: they copied.
+        let mode = match f.param_str("write_mode").as_str() {
+            "direct" => "direct",
+            _ => "copy",
+        };
+        by_key.entry(key).or_default().insert(
+            format!("{}/{mode}", f.param_str("backend")),
+            f.summary.median,
+        );
         let rss = f.param_u64("merger_peak_rss_bytes").unwrap_or(0);
         let budget = f.param_u64("budget_bytes").unwrap_or(0);
         if f.param_str("placement") == "processes" {
             let ok = rss_within_budget(rss, budget);
             out.push(format!(
-                "merger peak RSS {} MiB {} budget {} MiB + 64 MiB ({} {}, {} producers, {})",
+                "merger peak RSS {} MiB {} budget {} MiB + 64 MiB ({} {} {}, {} producers, {})",
                 rss >> 20,
                 if ok { "<=" } else { "EXCEEDS" },
                 budget >> 20,
                 f.param_str("backend"),
+                mode,
                 f.param_str("placement"),
                 f.param_str("producers"),
                 f.param_str("path")
@@ -373,10 +402,17 @@ pub fn checks(report: &Report) -> Vec<String> {
         }
     }
     for ((path, pl, p), m) in by_key {
-        if let (Some(s), Some(t)) = (m.get("shm"), m.get("tcp")) {
+        let shm = m.get("shm/direct").or(m.get("shm/copy"));
+        if let (Some(s), Some(t)) = (shm, m.get("tcp/copy")) {
             out.push(format!(
                 "shm/tcp = {:.2}x ({pl}, {p} producers, {path})",
                 s / t
+            ));
+        }
+        if let (Some(d), Some(c)) = (m.get("shm/direct"), m.get("shm/copy")) {
+            out.push(format!(
+                "shm direct/copy = {:.2}x ({pl}, {p} producers, {path})",
+                d / c
             ));
         }
     }

@@ -16,11 +16,13 @@ pub(super) fn naive_once(
     src: &[u8],
     sync: bool,
 ) -> Result<f64, MergeBenchError> {
-    let base = dir.join(format!("accio-bench-merge-naive.{}", std::process::id()));
+    // The pid stays in every name (`with_extension` would replace it), so that runs of
+    // several processes in one directory do not write each other's files.
+    let pid = std::process::id();
     let parts: Vec<PathBuf> = (0..p)
-        .map(|i| base.with_extension(format!("part{i}")))
+        .map(|i| dir.join(format!("accio-bench-merge-naive.{pid}.part{i}")))
         .collect();
-    let out = base.with_extension("out");
+    let out = dir.join(format!("accio-bench-merge-naive.{pid}.out"));
     let _cleanup: Vec<RemoveOnDrop> = parts
         .iter()
         .chain(std::iter::once(&out))

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
-use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy};
+use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy, WriteMode};
 
 use super::guards::{Kid, RemoveOnDrop};
 use super::naive::naive_once;
@@ -102,19 +102,25 @@ impl MergeBench {
                     None
                 };
                 for backend in &self.backends {
-                    for &pl in &placements {
-                        self.measure_merge(
-                            &info,
-                            backend,
-                            pl,
-                            p,
-                            f,
-                            sync,
-                            ceiling.as_ref(),
-                            naive,
-                            rec,
-                            events,
-                        )?;
+                    for &mode in &self.modes {
+                        if backend == "tcp" && mode == WriteMode::Direct {
+                            continue; // producers may be elsewhere: tcp copies
+                        }
+                        for &pl in &placements {
+                            self.measure_merge(
+                                &info,
+                                backend,
+                                mode,
+                                pl,
+                                p,
+                                f,
+                                sync,
+                                ceiling.as_ref(),
+                                naive,
+                                rec,
+                                events,
+                            )?;
+                        }
                     }
                 }
                 events(Event::Advanced(1));
@@ -258,6 +264,7 @@ impl MergeBench {
         &self,
         info: &FsInfo,
         backend: &str,
+        mode: WriteMode,
         placement: Placement,
         p: usize,
         f: u64,
@@ -272,8 +279,22 @@ impl MergeBench {
         let mut stats = None;
         let mut overhead = 0.0f64;
         let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
+        let mut used = mode;
         for _ in 0..self.repeats {
-            let r = self.merge_once(&info.path, backend, placement, p, f, sync)?;
+            let r = match self.merge_once(&info.path, backend, mode, placement, p, f, sync) {
+                Err(MergeBenchError::Merge {
+                    source: accio_merge::MergeError::Config(why),
+                    ..
+                }) if mode == WriteMode::Direct && why.contains("cannot write in place") => {
+                    let w = format!(
+                        "merge {}: {backend} direct: {why}; not measured",
+                        info.path.display()
+                    );
+                    return warn(rec, events, HazardKind::NotMeasured, w);
+                }
+                r => r?,
+            };
+            used = r.mode;
             samples.push(r.gbps);
             writing.push(r.writing);
             idle.push(r.idle);
@@ -294,10 +315,12 @@ impl MergeBench {
             "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
              start together, write_block F times ({}), finish; timed until Merger::close \
              returned (index written{})",
-            if backend == "shm" {
-                "one copy into the merger's shared slot, commit by message"
-            } else {
-                "vwrite_to over the socket, commit by message"
+            match (backend, used) {
+                ("shm", WriteMode::Direct) => {
+                    "written in place: one copy into room of the output file the producer                      mapped, commit by message; the merger writes only the header"
+                }
+                ("shm", _) => "one copy into the merger's shared slot, commit by message; the merger copies the slot into the file",
+                _ => "vwrite_to over the socket, commit by message; the merger copies the slot into the file",
             },
             if sync { ", file fsynced" } else { "" }
         );
@@ -306,6 +329,7 @@ impl MergeBench {
         }
         fig = fig
             .param("backend", backend)
+            .param("write_mode", used.name())
             .param("placement", placement.name())
             .param("budget_bytes", self.budget as u64)
             .param("slot_bytes", self.slot_bytes() as u64)
@@ -328,9 +352,10 @@ impl MergeBench {
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
             .method(method);
         let detail = format!(
-            "merge {}: {backend} {}, {p} producer(s): merger peak RSS {}; merger thread \
+            "merge {}: {backend} {} {}, {p} producer(s): merger peak RSS {}; merger thread \
              writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
             info.path.display(),
+            used.name(),
             placement.name(),
             accio_results::size::human_bytes(rss),
             writing * 100.0,
@@ -388,10 +413,12 @@ impl MergeBench {
         Ok(())
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn merge_once(
         &self,
         dir: &Path,
         backend: &str,
+        mode: WriteMode,
         placement: Placement,
         p: usize,
         f: u64,
@@ -414,6 +441,7 @@ impl MergeBench {
         let merger = Merger::builder()
             .budget(self.budget)
             .slot_bytes(self.slot_bytes())
+            .write_mode(mode)
             .sync(if sync {
                 SyncPolicy::OnClose
             } else {
@@ -430,6 +458,7 @@ impl MergeBench {
             .listen(&addr, Box::new(sink))
             .map_err(merr("starting the merger"))?;
         let addr = merger.addr().to_string();
+        let used = merger.write_mode();
         reset_peak_rss();
         let (t0, before, spawned) = match placement {
             Placement::Threads => {
@@ -563,6 +592,7 @@ impl MergeBench {
         }
         let (end, ns) = (summary.stats, secs * 1e9);
         Ok(RunResult {
+            mode: used,
             gbps: summary.sink.payload_bytes as f64 / secs / 1e9,
             file_overhead: summary.sink.file_bytes as f64
                 / (summary.sink.payload_bytes as f64).max(1.0)
@@ -603,6 +633,8 @@ fn wait_warm(merger: &Merger, p: usize) {
 const FILE_OVERHEAD_WARN: f64 = 0.02;
 
 struct RunResult {
+    /// The write mode the merger used (`Auto` resolved).
+    mode: WriteMode,
     gbps: f64,
     /// The file's size against the data written into it: block headers, the index and
     /// alignment padding.

@@ -35,7 +35,13 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         .map(|f| f.summary.median)
         .fold(f64::MIN, f64::max);
     let merges: Vec<_> = r.select("merge", "merge").collect();
-    assert_eq!(merges.len(), 2, "shm and tcp");
+    let mut kinds: Vec<_> = merges
+        .iter()
+        .map(|f| format!("{}/{}", f.param_str("backend"), f.param_str("write_mode")))
+        .collect();
+    kinds.sort();
+    // The test folder is on a local file system: shm producers write in place there.
+    assert_eq!(kinds, ["shm/copy", "shm/direct", "tcp/copy"]);
     for f in &merges {
         assert_eq!(f.ceiling.as_ref().unwrap().value, ceil);
         assert_eq!(f.param_str("bytes"), (2u64 * 8 * (256 << 10)).to_string());
@@ -60,6 +66,10 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         "{t}"
     );
     assert!(checks(r).iter().any(|l| l.starts_with("shm/tcp = ")));
+    assert!(checks(r)
+        .iter()
+        .any(|l| l.starts_with("shm direct/copy = ")));
+    assert!(t.contains("direct") && t.contains("copy"), "{t}");
     // Every output and part file was removed.
     assert_eq!(std::fs::read_dir(&dir).unwrap().count(), 0);
     std::fs::remove_dir(&dir).unwrap();

@@ -62,6 +62,14 @@ pub enum BlockKind {
     Records,
     /// One Arrow IPC stream (schema and record batches) written by a producer.
     ArrowIpc,
+    /// Space the merger reserved for a producer that did not fill it (it died mid-block,
+    /// gave its buffer back, or committed less than the region held). Written only by the
+    /// merger; its payload bytes mean nothing and are not checksummed.
+    Hole,
+    /// Room the merger reserved for a producer writing in place, not committed yet: the
+    /// block's header replaces this one at commit, a hole's at abandonment. A file left
+    /// by a killed merger may keep some; readers skip them as holes.
+    Reserved,
     /// A kind this version does not know (kept, shown as a number).
     Other(u8),
 }
@@ -73,6 +81,8 @@ impl BlockKind {
             BlockKind::Raw => 0,
             BlockKind::Records => 1,
             BlockKind::ArrowIpc => 2,
+            BlockKind::Hole => 3,
+            BlockKind::Reserved => 4,
             BlockKind::Other(c) => c,
         }
     }
@@ -83,8 +93,16 @@ impl BlockKind {
             0 => BlockKind::Raw,
             1 => BlockKind::Records,
             2 => BlockKind::ArrowIpc,
+            3 => BlockKind::Hole,
+            4 => BlockKind::Reserved,
             c => BlockKind::Other(c),
         }
+    }
+
+    /// True for the kinds only the merger writes, which hold no data: holes and
+    /// reserved room.
+    pub fn is_space(self) -> bool {
+        matches!(self, BlockKind::Hole | BlockKind::Reserved)
     }
 
     /// Name in tool output.
@@ -93,6 +111,8 @@ impl BlockKind {
             BlockKind::Raw => "raw".into(),
             BlockKind::Records => "records".into(),
             BlockKind::ArrowIpc => "arrow-ipc".into(),
+            BlockKind::Hole => "hole".into(),
+            BlockKind::Reserved => "reserved".into(),
             BlockKind::Other(c) => format!("kind-{c}"),
         }
     }

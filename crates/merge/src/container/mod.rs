@@ -19,16 +19,19 @@
 //! place. The cost is up to 2 × 4 KiB of padding per block, 0.4% of a 2 MiB block; files
 //! of many small blocks should use an alignment of 64.
 
+mod follow;
 mod format;
 mod reader;
 mod writer;
 
+pub use follow::Follower;
 pub use format::{
     block_extent, round_up, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, DEFAULT_ALIGN,
     HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
 pub use reader::{
-    recover, split_records, ContainerReader, Damage, Layout, ProducerStats, Recovery, Verification,
+    recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery,
+    Verification,
 };
 pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter};
 

@@ -12,8 +12,8 @@ use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 use super::format::{
-    block_extent, decode_index, encode_index, BlockHeader, FileHeader, IndexEntry, Trailer,
-    BLOCK_MAGIC, HEADER_BYTES, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES, TRAILER_CLEAN,
+    block_extent, decode_index, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry,
+    Trailer, BLOCK_MAGIC, HEADER_BYTES, INDEX_ENTRY_BYTES, INDEX_HEADER_BYTES, TRAILER_CLEAN,
 };
 use super::writer::pwritev_all;
 use crate::error::{MergeError, Result};
@@ -125,7 +125,19 @@ pub struct ContainerReader {
     header: FileHeader,
     size: u64,
     blocks: Vec<IndexEntry>,
+    /// Holes met by the opening scan (none when the index was used).
+    holes: Vec<Hole>,
     layout: Layout,
+}
+
+/// Space the merger reserved for a producer that did not fill it (a block of kind
+/// [`BlockKind::Hole`]): not data, not damage.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Hole {
+    /// File offset of the hole's header.
+    pub offset: u64,
+    /// Bytes it spans, header included.
+    pub len: u64,
 }
 
 impl std::fmt::Debug for ContainerReader {
@@ -149,6 +161,9 @@ pub struct Verification {
     pub producers: BTreeMap<u32, ProducerStats>,
     /// Whether a valid index and trailer were found.
     pub indexed: bool,
+    /// Holes: space reserved for producers that did not fill it (a producer that died
+    /// mid-block leaves one). Not damage: the file can be whole with holes.
+    pub holes: Vec<Hole>,
     /// Everything that keeps the file from being whole, one line each.
     pub problems: Vec<String>,
 }
@@ -207,6 +222,7 @@ impl ContainerReader {
             header,
             size,
             blocks: Vec::new(),
+            holes: Vec::new(),
             layout: Layout::Indexed {
                 clean: false,
                 data_end: 0,
@@ -223,6 +239,7 @@ impl ContainerReader {
             Err(why) => {
                 let scan = r.scan(r.size)?;
                 r.blocks = scan.blocks;
+                r.holes = scan.holes;
                 r.layout = Layout::Scanned {
                     why,
                     data_end: scan.data_end,
@@ -285,6 +302,7 @@ impl ContainerReader {
         let h = HEADER_BYTES as u64;
         let mut out = Scan {
             blocks: Vec::new(),
+            holes: Vec::new(),
             damage: Vec::new(),
             data_end: self.header.first_block(),
         };
@@ -308,6 +326,16 @@ impl ContainerReader {
                             bh.len,
                             limit.saturating_sub(payload)
                         )
+                    } else if bh.kind.is_space() {
+                        // Reserved space a producer did not fill: skipped, its bytes unread.
+                        close_bad(&mut out.damage, &mut bad, off);
+                        out.holes.push(Hole {
+                            offset: off,
+                            len: end - off,
+                        });
+                        off = end;
+                        out.data_end = end.min(limit);
+                        continue;
                     } else if self.payload_crc(payload, bh.len, &mut buf)? != bh.payload_crc {
                         // The header is intact, so its length is right: skip the block.
                         close_bad(&mut out.damage, &mut bad, off);
@@ -403,6 +431,12 @@ impl ContainerReader {
         &self.blocks
     }
 
+    /// Holes found by the opening scan (empty when the index was used: see
+    /// [`Verification::holes`]).
+    pub fn holes(&self) -> &[Hole] {
+        &self.holes
+    }
+
     /// How the blocks were found.
     pub fn layout(&self) -> &Layout {
         &self.layout
@@ -466,6 +500,7 @@ impl ContainerReader {
                     damage, data_end, ..
                 } => Scan {
                     blocks: self.blocks.clone(),
+                    holes: self.holes.clone(),
                     damage: damage.clone(),
                     data_end: *data_end,
                 },
@@ -489,6 +524,7 @@ impl ContainerReader {
                 scan.blocks.len()
             ));
         }
+        v.holes = scan.holes.clone();
         v.blocks = scan.blocks.len() as u64;
         v.bytes = scan.blocks.iter().map(|e| e.header.len).sum();
         v.producers = producer_stats(&scan.blocks);
@@ -499,6 +535,7 @@ impl ContainerReader {
 
 struct Scan {
     blocks: Vec<IndexEntry>,
+    holes: Vec<Hole>,
     damage: Vec<Damage>,
     data_end: u64,
 }
@@ -593,6 +630,35 @@ pub fn recover(path: impl AsRef<Path>) -> Result<Recovery> {
     let data_end = scan.data_end;
     file.set_len(data_end)
         .map_err(|e| MergeError::file("truncating", path, e))?;
+    // Damaged ranges between good blocks become holes, so the recovered file reads
+    // cleanly; they stay listed in the returned `damage`. A block whose header is intact
+    // but whose payload is not keeps its header: it stays visible as damage to `verify`.
+    // (A merger killed while producers wrote in place leaves such ranges: rooms reserved,
+    // never committed.)
+    let align = u64::from(reader.header.align);
+    for d in scan.damage.iter().filter(|d| d.offset + d.len <= data_end) {
+        let mut hb = [0u8; HEADER_BYTES];
+        reader
+            .src
+            .read_at(&mut hb, d.offset)
+            .map_err(|e| MergeError::file("reading", path, e))?;
+        let (payload, _) = block_extent(d.offset, 0, reader.header.align);
+        if BlockHeader::decode(&hb).is_ok()
+            || !d.offset.is_multiple_of(align)
+            || d.offset + d.len < payload
+        {
+            continue;
+        }
+        let hole = BlockHeader {
+            producer: u32::MAX,
+            kind: BlockKind::Hole,
+            seq: 0,
+            len: d.offset + d.len - payload,
+            payload_crc: 0,
+        };
+        pwritev_all(&file, &[&hole.encode()], d.offset)
+            .map_err(|e| MergeError::file("marking a hole in", path, e))?;
+    }
     let index = encode_index(&scan.blocks);
     let trailer = Trailer {
         index_offset: data_end,

@@ -49,6 +49,9 @@ struct State {
     payload_bytes: u64,
     /// Set by the first failed write: the file is not appended to any more.
     failed: Option<String>,
+    /// Holes written that nobody maps (start, end): those at the end of the data are cut
+    /// off at close.
+    holes: Vec<(u64, u64)>,
 }
 
 /// Writes one container file. `append` may be called from several threads at once: each
@@ -105,6 +108,7 @@ impl ContainerWriter {
                 entries: Vec::new(),
                 payload_bytes: 0,
                 failed: None,
+                holes: Vec::new(),
             }),
         })
     }
@@ -112,6 +116,11 @@ impl ContainerWriter {
     /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// The file's descriptor (for `fstatfs` and mapping probes).
+    pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
+        self.file.as_raw_fd()
     }
 
     /// The block alignment.
@@ -166,8 +175,12 @@ impl ContainerWriter {
         let hb = header.encode();
         let pad1 = (payload_at - start) as usize - HEADER_BYTES;
         let pad2 = (end - payload_at - len) as usize;
-        let bufs: [&[u8]; 4] = [&hb, &self.zeros[..pad1], payload, &self.zeros[..pad2]];
-        match pwritev_all(&self.file, &bufs, start) {
+        // Payload first, header (the commit record) second: a reader that finds a header
+        // with a good checksum knows the payload under it is complete.
+        let bufs: [&[u8]; 3] = [&self.zeros[..pad1], payload, &self.zeros[..pad2]];
+        let written = pwritev_all(&self.file, &bufs, start + HEADER_BYTES as u64)
+            .and_then(|()| pwritev_all(&self.file, &[&hb], start));
+        match written {
             Ok(()) => {
                 let entry = IndexEntry {
                     header,
@@ -195,6 +208,129 @@ impl ContainerWriter {
                 Err(err)
             }
         }
+    }
+
+    /// Reserves room for a block of up to `bytes` payload bytes (a multiple of the
+    /// alignment) that someone else writes in place; returns the block's offset `B` (its
+    /// payload goes at `B + round_up(64)`). The room gets a header of kind
+    /// [`BlockKind::Reserved`] (readers skip it) until
+    /// [`ContainerWriter::commit_reserved`] or [`ContainerWriter::abandon_reserved`]
+    /// replaces it.
+    pub fn reserve(&self, bytes: u64) -> Result<u64> {
+        let a = u64::from(self.header.align);
+        if !bytes.is_multiple_of(a) {
+            return Err(MergeError::Config(format!(
+                "a reservation of {bytes} bytes is not a multiple of the alignment {a}"
+            )));
+        }
+        let mut st = self.state.lock().expect("container writer lock");
+        if let Some(why) = &st.failed {
+            return Err(MergeError::Sink {
+                path: self.path.clone(),
+                reason: format!("not reserving after an earlier failure: {why}"),
+            });
+        }
+        let start = st.next;
+        st.next = block_extent(start, bytes, self.header.align).1;
+        drop(st);
+        // Marked at once, so that a follower can step over the room while it is filled
+        // and come back to it (`Follower`), and a scan after a crash skips it cleanly.
+        let h = BlockHeader {
+            producer: u32::MAX,
+            kind: BlockKind::Reserved,
+            seq: 0,
+            len: bytes,
+            payload_crc: 0,
+        };
+        pwritev_all(&self.file, &[&h.encode()], start).map_err(|e| {
+            let err = MergeError::file("reserving room in", &self.path, e);
+            self.state.lock().expect("container writer lock").failed = Some(err.to_string());
+            err
+        })?;
+        Ok(start)
+    }
+
+    /// Commits a block whose payload was written in place into room reserved with
+    /// [`ContainerWriter::reserve`] at `start` for `bytes`: writes its header (the commit
+    /// record) and, when the block is shorter than the room, a hole header for the rest.
+    /// `payload_crc` must be the checksum of what is in the file; a wrong one makes the
+    /// block read as damaged, never as whole.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_reserved(
+        &self,
+        start: u64,
+        bytes: u64,
+        producer: u32,
+        seq: u64,
+        kind: BlockKind,
+        len: u64,
+        payload_crc: u32,
+    ) -> Result<IndexEntry> {
+        let (_, room_end) = block_extent(start, bytes, self.header.align);
+        let (_, end) = block_extent(start, len, self.header.align);
+        if end > room_end {
+            return Err(MergeError::Config(format!(
+                "block {seq} of producer {producer}: {len} bytes do not fit the {bytes}-byte room at {start:#x}"
+            )));
+        }
+        let header = BlockHeader {
+            producer,
+            kind,
+            seq,
+            len,
+            payload_crc,
+        };
+        let io = |e| {
+            let err = MergeError::file(
+                format!("writing the header of block {seq} of producer {producer} to"),
+                &self.path,
+                e,
+            );
+            self.state.lock().expect("container writer lock").failed = Some(err.to_string());
+            err
+        };
+        if end < room_end {
+            // The rest of the room first: once the block header is there, a scan steps
+            // onto it.
+            self.write_hole(end, room_end, true).map_err(io)?;
+        }
+        pwritev_all(&self.file, &[&header.encode()], start).map_err(io)?;
+        let entry = IndexEntry {
+            header,
+            offset: start,
+        };
+        let mut st = self.state.lock().expect("container writer lock");
+        st.entries.push(entry);
+        st.payload_bytes += len;
+        Ok(entry)
+    }
+
+    /// Marks room reserved at `start` for `bytes` as a hole (its producer died, or gave it
+    /// back): readers skip it. With `may_cut`, a hole at the end of the data is cut off at
+    /// close; without, it stays (someone may still have the room mapped).
+    pub fn abandon_reserved(&self, start: u64, bytes: u64, may_cut: bool) -> Result<()> {
+        let (_, room_end) = block_extent(start, bytes, self.header.align);
+        self.write_hole(start, room_end, may_cut)
+            .map_err(|e| MergeError::file("marking a hole in", &self.path, e))
+    }
+
+    fn write_hole(&self, start: u64, end: u64, may_cut: bool) -> std::io::Result<()> {
+        if may_cut {
+            self.state
+                .lock()
+                .expect("container writer lock")
+                .holes
+                .push((start, end));
+        }
+        let (payload, _) = block_extent(start, 0, self.header.align);
+        let h = BlockHeader {
+            producer: u32::MAX,
+            kind: BlockKind::Hole,
+            seq: 0,
+            len: end - payload,
+            payload_crc: 0,
+        };
+        pwritev_all(&self.file, &[&h.encode()], start)
     }
 
     /// Flushes written blocks to stable storage (`fdatasync`).
@@ -226,7 +362,17 @@ impl ContainerWriter {
     /// cannot be written (e.g. the disk is full) it is cut off again, so the file stays a
     /// valid unclosed container that `recover` can finish later.
     pub fn finish(self, sync: bool) -> Result<ContainerSummary> {
-        let st = self.state.into_inner().expect("container writer lock");
+        let mut st = self.state.into_inner().expect("container writer lock");
+        // Room reserved last and never filled (producers' prefetched rooms, mostly) ends
+        // the file for nothing: cut it off.
+        st.holes.sort_unstable();
+        while let Some(&(start, end)) = st.holes.last() {
+            if end != st.next {
+                break;
+            }
+            st.next = start;
+            st.holes.pop();
+        }
         let mut entries = st.entries;
         entries.sort_by_key(|e| e.offset);
         let index = encode_index(&entries);
@@ -238,7 +384,12 @@ impl ContainerWriter {
             flags: TRAILER_CLEAN,
         };
         let tb = trailer.encode();
-        if let Err(e) = pwritev_all(&self.file, &[&index, &tb], st.next) {
+        let file_bytes = st.next + index.len() as u64 + tb.len() as u64;
+        // Producers writing in place may have claimed room past the index's end (room cut
+        // off above): the trailer must end the file.
+        let written = pwritev_all(&self.file, &[&index, &tb], st.next)
+            .and_then(|()| self.file.set_len(file_bytes));
+        if let Err(e) = written {
             let _ = self.file.set_len(st.next);
             return Err(MergeError::file(
                 "writing the index and trailer of",
@@ -254,7 +405,7 @@ impl ContainerWriter {
         Ok(ContainerSummary {
             blocks: entries.len() as u64,
             payload_bytes: st.payload_bytes,
-            file_bytes: st.next + index.len() as u64 + tb.len() as u64,
+            file_bytes,
         })
     }
 }

@@ -12,6 +12,8 @@ pub(super) struct Conn {
     /// Set by hello.
     pub(super) producer: Option<u32>,
     pub(super) slots: Vec<SlotWin>,
+    /// Rooms in the file granted to it (direct mode): all in its producer's hands.
+    pub(super) rooms: Vec<Room>,
     /// Acquires queued in `Core::waiters`.
     pub(super) waiting: u32,
     pub(super) next_seq: u64,
@@ -32,8 +34,16 @@ pub(super) enum Why {
     Protocol(String),
 }
 
+/// Room in the output file granted to a direct producer.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Room {
+    pub(super) id: u32,
+    /// File offset of the payload.
+    pub(super) at: u64,
+}
+
 impl Conn {
     pub(super) fn granted(&self) -> u32 {
-        self.slots.iter().filter(|s| s.granted).count() as u32
+        self.slots.iter().filter(|s| s.granted).count() as u32 + self.rooms.len() as u32
     }
 }

@@ -7,7 +7,7 @@ use super::progress::Core;
 use super::Event;
 use crate::container::BlockKind;
 use crate::error::MergeError;
-use crate::sink::Block;
+use crate::sink::{Block, DirectBlock};
 use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
 
 impl Core {
@@ -52,6 +52,10 @@ impl Core {
             let peer = c.peer.clone();
             c.producer = Some(id);
             self.stats.active += 1;
+            if let Some(d) = &self.direct {
+                let path = d.path.clone();
+                self.send(key, &Msg::Direct { path });
+            }
             self.send(
                 key,
                 &Msg::Welcome {
@@ -83,6 +87,15 @@ impl Core {
                 self.grant_waiters();
                 Ok(())
             }
+            Msg::Release { slot } if self.direct.is_some() => {
+                let i = c.rooms.iter().position(|r| r.id == slot).ok_or_else(|| {
+                    Why::Protocol(format!("released room {slot}, which it does not hold"))
+                })?;
+                let room = c.rooms.swap_remove(i);
+                self.abandon_rooms(&[room], true);
+                self.grant_waiters();
+                Ok(())
+            }
             Msg::Release { slot } => {
                 let s = c
                     .slots
@@ -110,10 +123,14 @@ impl Core {
                 for s in &mut c.slots {
                     s.granted = false;
                 }
+                let rooms = std::mem::take(&mut c.rooms);
                 self.waiters.retain(|&k| k != key);
                 c.waiting = 0;
                 self.stats.active -= 1;
                 self.stats.finished += 1;
+                if !rooms.is_empty() {
+                    self.abandon_rooms(&rooms, true);
+                }
                 self.later(key, Msg::ByeAck);
                 (self.shared.events)(&Event::Finished {
                     producer,
@@ -155,6 +172,15 @@ impl Core {
             return Err(Why::Protocol(format!(
                 "commit of {len} bytes into a {slot_bytes}-byte slot"
             )));
+        }
+        if BlockKind::from_code(kind).is_space() {
+            return Err(Why::Protocol(format!(
+                "commit of a block of kind {}: only the merger writes those",
+                BlockKind::from_code(kind).name()
+            )));
+        }
+        if self.direct.is_some() {
+            return self.commit_direct(key, slot, seq, len, crc, kind);
         }
         let Some(idx) = c.slots.iter().position(|s| s.id == slot && s.granted) else {
             return Err(Why::Protocol(format!(
@@ -201,26 +227,64 @@ impl Core {
             }
             Err(e) => {
                 c.slots[idx].granted = false;
-                let reason = e.to_string();
-                self.failed = Some(reason.clone());
-                (self.shared.events)(&Event::SinkFailed {
-                    reason: reason.clone(),
-                });
-                // Tell every producer now, so none keeps filling slots for nothing.
-                let keys: Vec<u64> = self.conns.keys().copied().collect();
-                for k in keys {
-                    self.send(
-                        k,
-                        &Msg::Fail {
-                            reason: reason.clone(),
-                        },
-                    );
-                }
-                self.waiters.clear();
-                for c in self.conns.values_mut() {
-                    c.waiting = 0;
-                }
+                self.sink_failed(e.to_string());
             }
+        }
+        self.grant_waiters();
+        Ok(())
+    }
+
+    /// A commit of a direct producer: its bytes are in the file; write the header.
+    #[allow(clippy::too_many_arguments)]
+    fn commit_direct(
+        &mut self,
+        key: u64,
+        slot: u32,
+        seq: u64,
+        len: u64,
+        crc: u32,
+        kind: u8,
+    ) -> std::result::Result<(), Why> {
+        let bytes = self.slot_bytes as u64;
+        let c = self.conns.get_mut(&key).expect("live connection");
+        let producer = c.producer.expect("said hello");
+        let Some(i) = c.rooms.iter().position(|r| r.id == slot) else {
+            return Err(Why::Protocol(format!(
+                "commit into room {slot}, which it does not hold"
+            )));
+        };
+        let room = c.rooms.swap_remove(i);
+        c.next_seq += 1;
+        if let Some(why) = self.failed.clone() {
+            self.direct.as_mut().expect("direct").inflight -= 1;
+            self.send(key, &Msg::Fail { reason: why });
+            self.grant_waiters();
+            return Ok(());
+        }
+        let block = DirectBlock {
+            producer,
+            seq,
+            kind: BlockKind::from_code(kind),
+            len,
+            crc,
+        };
+        let sink = self.sink.as_mut().expect("sink present until close");
+        let t = Instant::now();
+        let written = sink
+            .direct()
+            .expect("direct sink")
+            .commit(room.at, bytes, &block);
+        self.stats.sink_write_ns += t.elapsed().as_nanos() as u64;
+        self.direct.as_mut().expect("direct").inflight -= 1;
+        match written {
+            Ok(()) => {
+                c.blocks += 1;
+                c.bytes += len;
+                self.stats.blocks += 1;
+                self.stats.bytes += len;
+                self.later(key, Msg::Ack { seq });
+            }
+            Err(e) => self.sink_failed(e.to_string()),
         }
         self.grant_waiters();
         Ok(())

@@ -1,4 +1,5 @@
-//! The merger: accepts producers, lends them slots, writes committed slots to its sink.
+//! The merger: accepts producers, lends them slots (or room in the output file), writes
+//! committed blocks (or only their headers) to its sink.
 //!
 //! # Threads
 //!
@@ -39,6 +40,38 @@
 //! 256 --buffers 2 --placement processes`, old and new binaries interleaved, 3 runs each:
 //! 0.53–0.58 GB/s before, 0.87–0.95 GB/s with the pool (60 producers, where nothing
 //! moves: medians 1.15 and 1.21 GB/s over 5 runs each).
+//!
+//! # Write modes: in place (one copy) or through slots (two)
+//!
+//! With [`WriteMode::Direct`] the budget is not slot memory but *room in the output file*:
+//! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
+//! opens the file by the path the merger sent it and writes its payload there itself (one
+//! `pwrite` for `write_block`; a shared writable mapping, claimed with `fallocate` and
+//! faulted in with `MADV_POPULATE_WRITE`, for `buffer()`), then commits; the merger writes
+//! the block's header over the reserved one and acknowledges. The bytes are copied once,
+//! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
+//! slot memory, so its memory is its rings whatever the budget. The budget bounds the
+//! rooms in flight (granted, not committed). Room never committed becomes a hole
+//! (`docs/FORMAT.md`): a producer's unused prefetched room at its goodbye, a buffer given
+//! back, the room of a producer that died, and the tail of a room whose block is shorter
+//! than a slot (so blocks much smaller than the slot size waste file space: size slots
+//! to the blocks, or copy). A producer killed mid-block leaves its room reserved, never a
+//! torn block: the header that makes a block visible is written only after the commit,
+//! over a payload whose CRC the producer computed from the bytes it wrote, and readers
+//! check it.
+//!
+//! [`WriteMode::Auto`] picks direct where producers share the machine (`shm://`) and the
+//! sink writes in place on a file system known to take shared writable mappings and
+//! `fallocate` (tmpfs, ext2/3/4, xfs, btrfs; the block alignment at least a page), and
+//! copies elsewhere: tcp producers may be on other machines; the Arrow and Parquet sinks
+//! re-encode every batch; NFS, FUSE, 9p or overlayfs may refuse shared mappings, share
+//! them badly between machines or write them back slowly. Forcing direct where it cannot
+//! work is an error naming the reason. A producer that broke the protocol keeps the file
+//! open, so in direct mode it could still write into the file: the trust boundary is the
+//! user, as for `shm://` itself (owner-only).
+//!
+//! `accio bench merge /dev/shm --backend shm --placement processes --write-mode
+//! direct,copy` measures both side by side (each figure's `write_mode` says which).
 //!
 //! # Liveness
 //!
@@ -98,6 +131,48 @@ const LAST_WORD_PATIENCE: Duration = Duration::from_millis(100);
 const PROBE_EVERY: Duration = Duration::from_millis(100);
 /// Longest idle sleep of the progress thread.
 const MAX_IDLE_SLEEP: Duration = Duration::from_micros(500);
+
+/// How block bytes get into the output file.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum WriteMode {
+    /// [`WriteMode::Direct`] where it works (an `shm://` merger whose sink writes in place
+    /// on a file system that takes shared writable mappings, see [`crate::DirectSink`]),
+    /// [`WriteMode::Copy`] elsewhere (default).
+    #[default]
+    Auto,
+    /// Producers write payloads straight into room the merger reserved in the output
+    /// file, through a shared mapping of it: one copy in all, made by the producers in
+    /// parallel. The merger writes only headers (commit records). Refused where it cannot
+    /// work.
+    Direct,
+    /// Producers fill slots of the merger's memory, and the merger thread copies each into
+    /// the file (`pwritev`): two copies, the second on one thread. Works with any sink and
+    /// any transport.
+    Copy,
+}
+
+impl WriteMode {
+    /// Name in tool output and bench figures.
+    pub fn name(self) -> &'static str {
+        match self {
+            WriteMode::Auto => "auto",
+            WriteMode::Direct => "direct",
+            WriteMode::Copy => "copy",
+        }
+    }
+}
+
+impl std::str::FromStr for WriteMode {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Self, String> {
+        match s {
+            "auto" => Ok(WriteMode::Auto),
+            "direct" => Ok(WriteMode::Direct),
+            "copy" => Ok(WriteMode::Copy),
+            o => Err(format!("write mode {o:?} is not auto, direct or copy")),
+        }
+    }
+}
 
 /// When the merger makes the output durable.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -233,6 +308,7 @@ pub struct MergerBuilder {
     slot_bytes: usize,
     credit: u32,
     sync: SyncPolicy,
+    mode: WriteMode,
     events: Option<EventFn>,
 }
 
@@ -243,6 +319,7 @@ impl fmt::Debug for MergerBuilder {
             .field("slot_bytes", &self.slot_bytes)
             .field("credit", &self.credit)
             .field("sync", &self.sync)
+            .field("mode", &self.mode)
             .finish_non_exhaustive()
     }
 }
@@ -254,6 +331,7 @@ impl Default for MergerBuilder {
             slot_bytes: DEFAULT_SLOT_BYTES,
             credit: DEFAULT_CREDIT,
             sync: SyncPolicy::default(),
+            mode: WriteMode::default(),
             events: None,
         }
     }
@@ -290,6 +368,12 @@ impl MergerBuilder {
         self
     }
 
+    /// How block bytes reach the file (default [`WriteMode::Auto`]).
+    pub fn write_mode(mut self, mode: WriteMode) -> Self {
+        self.mode = mode;
+        self
+    }
+
     /// Receives every [`Event`] instead of the default stderr printer.
     pub fn on_event(mut self, f: impl Fn(&Event) + Send + Sync + 'static) -> Self {
         self.events = Some(Arc::new(f));
@@ -297,7 +381,7 @@ impl MergerBuilder {
     }
 
     /// Listens on `addr` (`shm://NAME` or `tcp://HOST:PORT`) and starts merging into `sink`.
-    pub fn listen(self, addr: &str, sink: Box<dyn Sink>) -> Result<Merger> {
+    pub fn listen(self, addr: &str, mut sink: Box<dyn Sink>) -> Result<Merger> {
         if self.slot_bytes == 0 || !self.slot_bytes.is_multiple_of(4096) {
             return Err(MergeError::Config(format!(
                 "slot size {} is not a positive multiple of 4096",
@@ -314,6 +398,7 @@ impl MergerBuilder {
         if self.credit == 0 {
             return Err(MergeError::Config("credit must be at least 1 slot".into()));
         }
+        let mode = resolve_mode(self.mode, addr, self.slot_bytes, &mut *sink)?;
         let listener = bind(addr)?;
         let addr = listener.local_addr().clone();
         let events: EventFn = self.events.unwrap_or_else(|| {
@@ -340,9 +425,29 @@ impl MergerBuilder {
                 .spawn(move || accept_main(listener, shared))
                 .map_err(|e| MergeError::Config(format!("cannot start the accept thread: {e}")))?
         };
-        let pool = (0..max_slots)
-            .map(|_| new_slot(self.slot_bytes))
-            .collect::<Result<Vec<_>>>()?;
+        // Direct producers write into the file: the budget bounds the rooms in flight,
+        // and the merger holds no slot memory at all.
+        let direct = match mode {
+            WriteMode::Direct => Some(Direct {
+                max: max_slots,
+                inflight: 0,
+                path: sink
+                    .direct()
+                    .expect("checked by resolve_mode")
+                    .file_path()
+                    .as_os_str()
+                    .as_encoded_bytes()
+                    .to_vec(),
+            }),
+            _ => None,
+        };
+        let pool = if direct.is_some() {
+            Vec::new()
+        } else {
+            (0..max_slots)
+                .map(|_| new_slot(self.slot_bytes))
+                .collect::<Result<Vec<_>>>()?
+        };
         let core = Core {
             slot_bytes: self.slot_bytes,
             free: (0..pool.len()).rev().collect(),
@@ -350,6 +455,7 @@ impl MergerBuilder {
             credit: self.credit,
             sync: self.sync,
             sink: Some(sink),
+            direct,
             conns: BTreeMap::new(),
             next_key: 0,
             waiters: VecDeque::new(),
@@ -369,11 +475,59 @@ impl MergerBuilder {
             .map_err(|e| MergeError::Config(format!("cannot start the merger thread: {e}")))?;
         Ok(Merger {
             addr,
+            mode,
             shared,
             accept: Some(accept),
             progress: Some(progress),
         })
     }
+}
+
+/// Decides [`WriteMode::Auto`], and refuses a forced [`WriteMode::Direct`] that cannot work.
+fn resolve_mode(
+    mode: WriteMode,
+    addr: &str,
+    slot_bytes: usize,
+    sink: &mut dyn Sink,
+) -> Result<WriteMode> {
+    if mode == WriteMode::Copy {
+        return Ok(WriteMode::Copy);
+    }
+    let why_not = (|| -> std::result::Result<(), String> {
+        if !matches!(addr.parse::<Addr>(), Ok(Addr::Shm(_))) {
+            return Err(format!(
+                "{addr} is not an shm:// address: producers may be on other machines"
+            ));
+        }
+        let path = sink.path().display().to_string();
+        let d = sink
+            .direct()
+            .ok_or_else(|| format!("the sink writing {path} re-encodes blocks"))?;
+        d.support().map_err(|e| format!("{path}: {e}"))?;
+        let align = d.reserve_align();
+        if !(slot_bytes as u64).is_multiple_of(align) {
+            return Err(format!(
+                "the slot size {slot_bytes} is not a multiple of the file's alignment {align}"
+            ));
+        }
+        Ok(())
+    })();
+    match (mode, why_not) {
+        (_, Ok(())) => Ok(WriteMode::Direct),
+        (WriteMode::Direct, Err(why)) => Err(MergeError::Config(format!(
+            "producers cannot write in place: {why}"
+        ))),
+        (_, Err(_)) => Ok(WriteMode::Copy),
+    }
+}
+
+/// Rooms in the file lent to direct producers.
+pub(super) struct Direct {
+    /// Most rooms in flight (granted, not committed): the budget in slots.
+    pub(super) max: usize,
+    pub(super) inflight: usize,
+    /// The file's path, sent to producers.
+    pub(super) path: Vec<u8>,
 }
 
 /// State shared between the merger handle and its threads.
@@ -395,6 +549,7 @@ struct Shared {
 /// unclosed (as a crash would: readable by a scan, no index).
 pub struct Merger {
     addr: Addr,
+    mode: WriteMode,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
     progress: Option<JoinHandle<Result<SinkSummary>>>,
@@ -418,6 +573,12 @@ impl Merger {
     /// The address producers connect to (for `tcp://…:0`, with the real port).
     pub fn addr(&self) -> &Addr {
         &self.addr
+    }
+
+    /// How this merger writes blocks ([`WriteMode::Direct`] or [`WriteMode::Copy`]: `Auto`
+    /// resolved).
+    pub fn write_mode(&self) -> WriteMode {
+        self.mode
     }
 
     /// Current counters.

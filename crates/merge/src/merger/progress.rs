@@ -36,6 +36,8 @@ pub(super) struct Core {
     pub(super) credit: u32,
     pub(super) sync: SyncPolicy,
     pub(super) sink: Option<Box<dyn Sink>>,
+    /// Set when producers write in place ([`super::WriteMode::Direct`]).
+    pub(super) direct: Option<super::Direct>,
     pub(super) conns: BTreeMap<u64, Conn>,
     pub(super) next_key: u64,
     /// Connections waiting for a slot, one entry per wanted slot, in request order.
@@ -116,6 +118,7 @@ impl Core {
                 peer,
                 producer: None,
                 slots: Vec::new(),
+                rooms: Vec::new(),
                 waiting: 0,
                 next_seq: 0,
                 blocks: 0,
@@ -343,8 +346,33 @@ impl Core {
         self.grant_waiters();
     }
 
+    /// The sink failed: every later commit is refused, and every producer is told now, so
+    /// none keeps filling buffers for nothing.
+    pub(super) fn sink_failed(&mut self, reason: String) {
+        self.failed = Some(reason.clone());
+        (self.shared.events)(&Event::SinkFailed {
+            reason: reason.clone(),
+        });
+        let keys: Vec<u64> = self.conns.keys().copied().collect();
+        for k in keys {
+            self.send(
+                k,
+                &Msg::Fail {
+                    reason: reason.clone(),
+                },
+            );
+        }
+        self.waiters.clear();
+        for c in self.conns.values_mut() {
+            c.waiting = 0;
+        }
+    }
+
     fn publish(&mut self) {
-        self.stats.slots = self.pool.len() - self.free.len();
+        self.stats.slots = match &self.direct {
+            Some(d) => d.inflight,
+            None => self.pool.len() - self.free.len(),
+        };
         let mut now = self.stats;
         now.dropped += self.shared.handshake_drops.load(Ordering::SeqCst);
         let mut st = self.shared.stats.lock().expect("merger stats lock");

@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use accio::{Access, ErrorKind, MemView, Region, Window};
 
-use super::conn::{Conn, Why};
+use super::conn::{Conn, Room, Why};
 use super::progress::Core;
 use super::Event;
 use crate::error::{MergeError, Result};
@@ -29,6 +29,9 @@ pub(super) fn new_slot(bytes: usize) -> Result<Arc<Region>> {
 impl Core {
     /// Grants free slots to waiting connections, in request order.
     pub(super) fn grant_waiters(&mut self) {
+        if self.direct.is_some() {
+            return self.grant_rooms();
+        }
         while let Some(&key) = self.waiters.front() {
             let Some(c) = self.conns.get_mut(&key) else {
                 self.waiters.pop_front();
@@ -103,9 +106,71 @@ impl Core {
         }
     }
 
+    /// Direct mode: reserves room in the file for waiting connections, in request order,
+    /// while fewer than the budget's worth are in flight.
+    fn grant_rooms(&mut self) {
+        let bytes = self.slot_bytes as u64;
+        while let Some(&key) = self.waiters.front() {
+            let d = self.direct.as_mut().expect("direct mode");
+            if d.inflight >= d.max {
+                return; // the budget is in producers' hands: the waiter waits
+            }
+            let Some(c) = self.conns.get_mut(&key) else {
+                self.waiters.pop_front();
+                continue;
+            };
+            if c.drop_reason.is_some() || c.done {
+                self.waiters.pop_front();
+                continue;
+            }
+            let sink = self.sink.as_mut().expect("sink present until close");
+            let at = match sink.direct().expect("direct sink").reserve(bytes) {
+                Ok(at) => at,
+                Err(e) => return self.sink_failed(e.to_string()),
+            };
+            d.inflight += 1;
+            self.stats.peak_slots = self.stats.peak_slots.max(d.inflight);
+            let id = self.next_slot;
+            self.next_slot = self.next_slot.wrapping_add(1);
+            c.rooms.push(Room { id, at });
+            c.waiting -= 1;
+            self.waiters.pop_front();
+            self.send(
+                key,
+                &Msg::Grant {
+                    slot: id,
+                    offset: at,
+                },
+            );
+        }
+    }
+
+    /// Direct mode: marks rooms that will not be committed as holes and frees their share
+    /// of the budget.
+    pub(super) fn abandon_rooms(&mut self, rooms: &[Room], released: bool) {
+        let bytes = self.slot_bytes as u64;
+        if let Some(d) = self.direct.as_mut() {
+            d.inflight -= rooms.len();
+        }
+        if self.failed.is_some() {
+            return; // the sink refuses writes; a scan skips the unmarked rooms as damage
+        }
+        let sink = self.sink.as_mut().expect("sink present until close");
+        let d = sink.direct().expect("direct sink");
+        for r in rooms {
+            if let Err(e) = d.abandon(r.at, bytes, released) {
+                return self.sink_failed(e.to_string());
+            }
+        }
+    }
+
     /// Gives the slots of a removed connection back to the pool; those of a peer that
     /// broke the protocol (and may still be running, with them mapped) get fresh memory.
     pub(super) fn return_slots(&mut self, c: &Conn) {
+        if !c.rooms.is_empty() {
+            // Gone or cut off: it may still have the rooms mapped.
+            self.abandon_rooms(&c.rooms, false);
+        }
         let broke = matches!(c.drop_reason, Some(Why::Protocol(_)));
         let mut withheld = (0, String::new());
         for s in &c.slots {

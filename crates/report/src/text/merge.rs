@@ -1,5 +1,6 @@
 //! The merge figures: throughput beside the ceiling, where the merger's time went, the naive
-//! alternative, and the merger's memory against its budget.
+//! alternative, and the merger's memory against its budget; `write` says how the bytes
+//! reached the file (`direct`: producers wrote in place; `copy`: through the merger).
 
 use accio_results::model::Report;
 use accio_results::num::{fmt3, median_range};
@@ -26,6 +27,11 @@ pub fn render_table(report: &Report) -> String {
                 "-".into()
             },
             f.param_str("backend"),
+            // Figures from before write modes copied.
+            match f.param_str("write_mode").as_str() {
+                "direct" => "direct".to_string(),
+                _ => "copy".to_string(),
+            },
             f.param_str("placement"),
             f.param_str("producers"),
             format!(
@@ -56,6 +62,7 @@ pub fn render_table(report: &Report) -> String {
             "path",
             "sync",
             "backend",
+            "write",
             "producers as",
             "P",
             "F x S",
