@@ -34,22 +34,29 @@ impl<T: Pod> HaloExchange<T> {
     /// Waits for the counter at `at` to reach this exchange's generation; every few hundred
     /// microseconds probes side `i`'s endpoint so that a dead neighbour is noticed.
     pub(super) fn wait_counter(&mut self, i: usize, at: usize, what: &'static str) -> Result<()> {
-        let g = self.generation;
-        let mut wait = Wait::new();
+        self.wait_until(i, at, self.generation, what)
+    }
 
-        loop {
-            let v = self
-                .view
+    /// Waits until the counter at `at` reaches `value`. A neighbour found gone fails the
+    /// wait only if the counter is still short after that: a neighbour that did its part
+    /// and left between our look and the probe (its last exchange done) is no failure.
+    fn wait_until(&mut self, i: usize, at: usize, value: u64, what: &'static str) -> Result<()> {
+        let mut wait = Wait::new();
+        let reached = |ex: &Self| {
+            ex.view
                 .load_u64(at)
+                .map(|v| v >= value)
                 .map_err(|source| GridError::Endpoint {
-                    what: format!("rank {}: reading a counter", self.rank),
+                    what: format!("rank {}: reading a counter", ex.rank),
                     source,
-                })?;
-            if v >= g {
-                return Ok(());
+                })
+        };
+        while !reached(self)? {
+            if let Err(e) = self.backoff(&mut wait, Some((i, what))) {
+                return if reached(self)? { Ok(()) } else { Err(e) };
             }
-            self.backoff(&mut wait, Some((i, what)))?;
         }
+        Ok(())
     }
 
     /// RMA: writes every face into the neighbour's ghosts (or staging), then signals.
@@ -178,12 +185,7 @@ impl<T: Pod> HaloExchange<T> {
         match self.opts.path {
             Path::Rma => {
                 let at = self.secs.probe(self.sides[i].dir);
-                let mut wait = Wait::new();
-
-                while self.view.load_u64(at).unwrap_or(0) < v {
-                    self.backoff(&mut wait, Some((i, "answer the probe")))?;
-                }
-                Ok(())
+                self.wait_until(i, at, v, "answer the probe")
             }
             Path::Messages => {
                 let s = &self.sides[i];
