@@ -76,6 +76,21 @@ pub(crate) fn drain(fd: RawFd) {
     unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
 }
 
+/// True if `fd` has bytes to read (or hung up or failed), without waiting. Unlike a
+/// non-blocking read, `poll` does not take the socket's lock: a reader spinning on reads
+/// would keep making the kernel queue the peer's arriving segments on the socket's backlog
+/// instead of delivering them.
+pub(crate) fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r != 0
+}
+
 /// Waits until `fd` is readable (or hung up), or until `wake` (if any) is, at most
 /// `timeout` (`None`: no limit). Returns true if `wake` became readable. Interruptions
 /// and errors return early: callers look again at what they wait for.

@@ -175,7 +175,11 @@ impl Shared {
                         self.bump();
                         self.wait_epoch(seen, Some(PARK_TICK));
                     } else if now < spin_until {
-                        std::hint::spin_loop();
+                        // Only this thread reads the socket now, so nothing but its
+                        // bytes can answer `check`: wait for them (see `readable_now`).
+                        while !sys::readable_now(self.fd) && Instant::now() < spin_until {
+                            std::hint::spin_loop();
+                        }
                     } else {
                         sys::poll_readable(self.fd, None, left);
                     }
