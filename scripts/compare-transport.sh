@@ -77,20 +77,24 @@ HAVE_UCX=1; have ucx_perftest || { HAVE_UCX=0; log "missing ucx_perftest (apt-ge
 HAVE_IPERF=1; have iperf3 || { HAVE_IPERF=0; log "missing iperf3 (apt-get install iperf3): its row left empty"; }
 
 read -r CPU_A CPU_B < <(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(c[0], c[1] if len(c)>1 else c[0])')
-port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
+# Ports counted up from a random base (no interpreter per run: that costs more than a run).
+PORT=$(( 20000 + RANDOM % 20000 ))
 
 # Iterations for about 0.2 s per ucx_perftest run on a quiet machine, from a rough cost
 # model (per-message overhead plus bytes at a rough speed), bounded; a run is cut after
 # 4 s in any case.
 iters() { # iters lat|bw shm|tcp SIZE
-    python3 - "$@" <<'PY'
-import sys
-kind, tl, size = sys.argv[1], sys.argv[2], int(sys.argv[3])
-over, speed = {("lat", "shm"): (0.4e-6, 4e9), ("lat", "tcp"): (12e-6, 1e9),
-               ("bw", "shm"): (0.1e-6, 8e9), ("bw", "tcp"): (4e-6, 2e9)}[(kind, tl)]
-t = over + size / speed
-print(max(50, min(1_000_000, int(0.2 / t))))
-PY
+    local over per
+    case "$1.$2" in
+        lat.shm) over=400; per=4 ;;
+        lat.tcp) over=12000; per=1 ;;
+        bw.shm) over=100; per=8 ;;
+        *) over=4000; per=2 ;;
+    esac
+    local n=$(( 200000000 / (over + $3 / per) ))
+    (( n < 50 )) && n=50
+    (( n > 1000000 )) && n=1000000
+    echo "$n"
 }
 
 ucx_env() { # ucx_env shm|tcp: the environment of that transport
@@ -100,7 +104,7 @@ ucx_env() { # ucx_env shm|tcp: the environment of that transport
 run_ucx() { # run_ucx TEST shm|tcp SIZE ITERS OUTFILE
     local test="$1" tl="$2" size="$3" n="$4" out="$5" p srv w
     w=$(( n / 10 > 10 ? n / 10 : 10 ))
-    p="$(port)"
+    PORT=$(( PORT + 1 )); p=$PORT
     env $(ucx_env "$tl") timeout 20 ucx_perftest -p "$p" -c "$CPU_B" > "$out.server" 2>&1 &
     srv=$!
     for _ in $(seq 1 30); do
@@ -124,7 +128,7 @@ run_accio() { # run_accio BACKEND SIZE FIGURES OUTFILE
 
 run_iperf() { # run_iperf OUTFILE
     local p srv
-    p="$(port)"
+    PORT=$(( PORT + 1 )); p=$PORT
     iperf3 -s -1 -B 127.0.0.1 -p "$p" -A "$CPU_B" > "$1.server" 2>&1 &
     srv=$!
     for _ in $(seq 1 30); do

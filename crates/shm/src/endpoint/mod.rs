@@ -77,8 +77,9 @@ impl ShmOptions {
     }
 }
 
-/// First bytes of the connect hello.
-const HELLO: &[u8; 8] = b"ACCIOSH1";
+/// First bytes of the connect hello. The `2` names the ring layout (control words 128 bytes apart since version 2): peers
+/// of different layouts refuse each other.
+const HELLO: &[u8; 8] = b"ACCIOSH2";
 
 fn socket_name(name: &str) -> Vec<u8> {
     format!("accio.{}.{}", sys::euid(), name).into_bytes()
