@@ -20,10 +20,17 @@ const SO_MEMINFO: libc::c_int = 55;
 pub(crate) struct FdSource {
     pub fd: RawFd,
     pub blocking: bool,
+    /// How long a waiting read spins (on [`readable_now`]) before it sleeps in the kernel:
+    /// the rest of a frame is usually microseconds behind its start.
+    pub spin: Duration,
 }
 
-impl Source for FdSource {
-    unsafe fn read_raw(&mut self, bufs: &[RawBuf]) -> io::Result<usize> {
+impl FdSource {
+    /// One `recvmsg`; `wait` false adds `MSG_DONTWAIT`.
+    ///
+    /// # Safety
+    /// As [`Source::read_raw`].
+    unsafe fn recv(&self, bufs: &[RawBuf], wait: bool) -> io::Result<usize> {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -37,7 +44,7 @@ impl Source for FdSource {
         let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
         msg.msg_iov = iov.as_mut_ptr();
         msg.msg_iovlen = n as _;
-        let flags = if self.blocking { 0 } else { libc::MSG_DONTWAIT };
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
         // SAFETY: `msg` points at `n` <= 2 initialized iovecs, each describing a buffer
         // the caller guarantees writable.
         let r = unsafe { libc::recvmsg(self.fd, &mut msg, flags) };
@@ -46,6 +53,23 @@ impl Source for FdSource {
         } else {
             Ok(r as usize)
         }
+    }
+}
+
+impl Source for FdSource {
+    unsafe fn read_raw(&mut self, bufs: &[RawBuf]) -> io::Result<usize> {
+        // SAFETY: forwarded caller contract.
+        let first = unsafe { self.recv(bufs, false) };
+        match first {
+            Err(e) if self.blocking && e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        let until = std::time::Instant::now() + self.spin;
+        while !readable_now(self.fd) && std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.recv(bufs, true) }
     }
 }
 

@@ -305,6 +305,7 @@ impl Shared {
         let source = FdSource {
             fd,
             blocking: false,
+            spin: opts.spin,
         };
         Ok(Shared {
             _stream: stream,
