@@ -28,7 +28,8 @@
 #   --accio PATH  the accio binary (default: target/release/accio; build it with
 #                 `cargo build --release -p accio-cli`)
 #   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
-# About 100 s per repetition on a 2-CPU VM (so ~9 minutes at --reps 5). The script installs
+# About 100 s per repetition on a quiet 2-CPU VM (~9 minutes at --reps 5; twice that while
+# other jobs run). The script installs
 # nothing; without ucx_perftest (Debian: ucx-utils) or iperf3 their columns stay empty.
 # Open MPI and memcpy comparisons: scripts/compare-transport-mpi.sh.
 
@@ -80,9 +81,9 @@ read -r CPU_A CPU_B < <(python3 -c 'import os; c=sorted(os.sched_getaffinity(0))
 # Ports counted up from a random base (no interpreter per run: that costs more than a run).
 PORT=$(( 20000 + RANDOM % 20000 ))
 
-# Iterations for about 0.2 s per ucx_perftest run on a quiet machine, from a rough cost
+# Iterations for about 0.15 s per ucx_perftest run on a quiet machine, from a rough cost
 # model (per-message overhead plus bytes at a rough speed), bounded; a run is cut after
-# 4 s in any case.
+# 3 s in any case.
 iters() { # iters lat|bw shm|tcp SIZE
     local over per
     case "$1.$2" in
@@ -91,7 +92,7 @@ iters() { # iters lat|bw shm|tcp SIZE
         bw.shm) over=100; per=8 ;;
         *) over=4000; per=2 ;;
     esac
-    local n=$(( 200000000 / (over + $3 / per) ))
+    local n=$(( 150000000 / (over + $3 / per) ))
     (( n < 50 )) && n=50
     (( n > 1000000 )) && n=1000000
     echo "$n"
@@ -111,7 +112,7 @@ run_ucx() { # run_ucx TEST shm|tcp SIZE ITERS OUTFILE
         sleep 0.1
         # A run cut short (the machine in a slow phase) still leaves its per-second
         # report lines, which the table falls back on.
-        env $(ucx_env "$tl") timeout -s INT 4 ucx_perftest 127.0.0.1 -p "$p" -t "$test" \
+        env $(ucx_env "$tl") timeout -s INT 3 ucx_perftest 127.0.0.1 -p "$p" -t "$test" \
             -s "$size" -n "$n" -w "$w" -c "$CPU_A" > "$out" 2>&1 || true
         if grep -q '^\(Final:\|\[thread 0\]\)' "$out"; then
             break
