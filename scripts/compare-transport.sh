@@ -29,8 +29,8 @@
 #                 `cargo build --release -p accio-cli`)
 #   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # About 100 s per repetition on a quiet 2-CPU VM (~9 minutes at --reps 5; twice that while
-# other jobs run). The script installs
-# nothing; without ucx_perftest (Debian: ucx-utils) or iperf3 their columns stay empty.
+# other jobs run). The script installs nothing; without ucx_perftest (Debian: ucx-utils)
+# or iperf3 their columns stay empty.
 # Open MPI and memcpy comparisons: scripts/compare-transport-mpi.sh.
 
 set -euo pipefail
