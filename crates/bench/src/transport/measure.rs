@@ -162,10 +162,11 @@ fn measure_floor(
         let v = floors::loopback_socket_one_way_us(cx.cpus, samples, batch)
             .map_err(BenchError::Floor)?;
         (
-            "raw socket hop",
+            "polled socket hop",
             v,
             "8 bytes back and forth over a loopback TCP connection (TCP_NODELAY), one write and \
-             one blocking read per hop, no framing, between two threads",
+             non-blocking reads polled for up to 50 us, then a blocking one, per hop, no \
+             framing, between two threads",
         )
     } else {
         let v = floors::cacheline_one_way_us(cx.cpus, samples, batch);
