@@ -12,8 +12,9 @@
 //!   long (a blocking read adds a wake-up, which a receiver that polls, as accio's and
 //!   UCX's do, does not pay): the floor of the `tcp` latency figures.
 //!
-//! Each sample is the one-way time over about `batch` of wall time (the cache line: the mean
-//! of its round trips; the socket: the median round trip, as the latency figures take);
+//! Each sample is the one-way time over about `batch` of wall time (the cache line: the
+//! median of slices of 100 round trips; the socket: the median round trip; medians, as the
+//! latency figures take);
 //! the threads are pinned to the CPUs given (the transport bench's driver and peer CPUs), so
 //! the floor sees the same pair of cores as the figure.
 
@@ -88,23 +89,37 @@ pub fn cacheline_one_way_us(
         });
         pin(cpus.map(|c| c.0));
         let mut sent = 0u64;
-        let mut run = |n: u64| -> Duration {
+        // Round trips are timed in slices of SLICE and a sample is the median slice: a
+        // mean over the whole batch would carry every preemption of a loaded machine into
+        // the floor (the latency figures take medians too), and a clock read per round
+        // trip would cost as much as the hop.
+        const SLICE: u64 = 100;
+        let mut slices = Vec::new();
+        let mut run = |n: u64| -> (Duration, f64) {
+            let n = n.div_ceil(SLICE) * SLICE;
             rounds.0.store(n, Ordering::Release);
             start.wait();
+            slices.clear();
             let t = Instant::now();
-            for _ in 0..n {
+            let mut s = t;
+            for i in 1..=n {
                 sent += 1;
                 ping.0.store(sent, Ordering::Release);
                 wait_for(&pong, sent);
+                if i % SLICE == 0 {
+                    let now = Instant::now();
+                    slices.push((now - s).as_secs_f64());
+                    s = now;
+                }
             }
-            t.elapsed()
+            let total = t.elapsed();
+            slices.sort_by(f64::total_cmp);
+            (total, slices[slices.len() / 2] / SLICE as f64)
         };
         // Calibrate: rounds that take about `batch`.
-        let probe = run(1000).max(Duration::from_micros(1));
+        let probe = run(1000).0.max(Duration::from_micros(1));
         let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 1000.0).clamp(1000.0, 1e8) as u64;
-        let out: Vec<f64> = (0..samples.max(1))
-            .map(|_| run(n).as_secs_f64() * 1e6 / (2 * n) as f64)
-            .collect();
+        let out: Vec<f64> = (0..samples.max(1)).map(|_| run(n).1 * 1e6 / 2.0).collect();
         rounds.0.store(u64::MAX, Ordering::Release);
         start.wait();
         out
