@@ -78,8 +78,9 @@ HAVE_UCX=1; have ucx_perftest || { HAVE_UCX=0; log "missing ucx_perftest (apt-ge
 HAVE_IPERF=1; have iperf3 || { HAVE_IPERF=0; log "missing iperf3 (apt-get install iperf3): its row left empty"; }
 
 read -r CPU_A CPU_B < <(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(c[0], c[1] if len(c)>1 else c[0])')
-# Ports counted up from a random base (no interpreter per run: that costs more than a run).
-PORT=$(( 20000 + RANDOM % 20000 ))
+# Ports counted up from a random base below Linux's ephemeral range (32768 and up), so that
+# no connection's own port takes them (no interpreter per run: that costs more than a run).
+PORT=$(( 10000 + RANDOM % 12000 ))
 
 # Iterations for about 0.15 s per ucx_perftest run on a quiet machine, from a rough cost
 # model (per-message overhead plus bytes at a rough speed), bounded; a run is cut after
@@ -94,7 +95,7 @@ iters() { # iters lat|bw shm|tcp SIZE
     esac
     local n=$(( 150000000 / (over + $3 / per) ))
     (( n < 50 )) && n=50
-    (( n > 1000000 )) && n=1000000
+    (( n > 300000 )) && n=300000
     echo "$n"
 }
 
@@ -103,23 +104,30 @@ ucx_env() { # ucx_env shm|tcp: the environment of that transport
 }
 
 run_ucx() { # run_ucx TEST shm|tcp SIZE ITERS OUTFILE
-    local test="$1" tl="$2" size="$3" n="$4" out="$5" p srv w
+    local test="$1" tl="$2" size="$3" n="$4" out="$5" p srv w try
     w=$(( n / 10 > 10 ? n / 10 : 10 ))
-    PORT=$(( PORT + 1 )); p=$PORT
-    env $(ucx_env "$tl") timeout 20 ucx_perftest -p "$p" -c "$CPU_B" > "$out.server" 2>&1 &
-    srv=$!
-    for _ in $(seq 1 30); do
-        sleep 0.1
-        # A run cut short (the machine in a slow phase) still leaves its per-second
-        # report lines, which the table falls back on.
-        env $(ucx_env "$tl") timeout -s INT 3 ucx_perftest 127.0.0.1 -p "$p" -t "$test" \
-            -s "$size" -n "$n" -w "$w" -c "$CPU_A" > "$out" 2>&1 || true
-        if grep -q '^\(Final:\|\[thread 0\]\)' "$out"; then
-            break
-        fi
+    for try in 1 2 3; do
+        PORT=$(( PORT + 1 )); p=$PORT
+        env $(ucx_env "$tl") timeout 20 ucx_perftest -p "$p" -c "$CPU_B" > "$out.server" 2>&1 &
+        srv=$!
+        for _ in $(seq 1 30); do
+            sleep 0.1
+            # A server that could not bind its port is gone: try another port.
+            kill -0 "$srv" 2>/dev/null || break
+            # A run cut short (the machine in a slow phase) still leaves its per-second
+            # report lines, which the table falls back on.
+            env $(ucx_env "$tl") timeout -s INT 3 ucx_perftest 127.0.0.1 -p "$p" -t "$test" \
+                -s "$size" -n "$n" -w "$w" -c "$CPU_A" > "$out" 2>&1 || true
+            if grep -q '^\(Final:\|\[thread 0\]\)' "$out"; then
+                kill "$srv" 2>/dev/null || true
+                wait "$srv" 2>/dev/null || true
+                return
+            fi
+        done
+        kill "$srv" 2>/dev/null || true
+        wait "$srv" 2>/dev/null || true
     done
-    kill "$srv" 2>/dev/null || true
-    wait "$srv" 2>/dev/null || true
+    log "ucx_perftest $test $tl $size gave no figure, see $out and $out.server"
 }
 
 run_accio() { # run_accio BACKEND SIZE FIGURES OUTFILE
