@@ -83,14 +83,19 @@ impl Hot {
     }
 }
 
-#[derive(Default)]
 struct HotCache {
     peer: Option<Hot>,
     local: Option<Hot>,
 }
 
 thread_local! {
-    static HOT: RefCell<HotCache> = RefCell::new(HotCache::default());
+    // `const`: no lazy-initialization check on every access.
+    static HOT: RefCell<HotCache> = const {
+        RefCell::new(HotCache {
+            peer: None,
+            local: None,
+        })
+    };
 }
 
 static NEXT_ENDPOINT_ID: AtomicU64 = AtomicU64::new(1);
