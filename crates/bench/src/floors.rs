@@ -6,11 +6,15 @@
 //!   moving one cache line from one core to the other: no shared-memory message can arrive
 //!   sooner, so it is the floor of the `shm` latency figures.
 //! - [`loopback_socket_one_way_us`]: 8 bytes back and forth over a loopback TCP connection
-//!   with `TCP_NODELAY`, one `write` and one blocking `read` per hop, no framing. Half a
-//!   round trip is what the kernel's socket path costs: the floor of the `tcp` latency
-//!   figures.
+//!   with `TCP_NODELAY`, one `write` per hop and non-blocking `read`s polled for up to
+//!   50 µs before a blocking one (the waiting policy of accio's tcp endpoints), no framing.
+//!   Half a round trip is what the kernel's socket path costs when nobody sleeps that
+//!   long (a blocking read adds a wake-up, which a receiver that polls, as accio's and
+//!   UCX's do, does not pay): the floor of the `tcp` latency figures.
 //!
-//! Each sample is the mean one-way time over the round trips of about `batch` of wall time;
+//! Each sample is the one-way time over about `batch` of wall time (the cache line: the
+//! median of slices of 100 round trips; the socket: the median round trip; medians, as the
+//! latency figures take);
 //! the threads are pinned to the CPUs given (the transport bench's driver and peer CPUs), so
 //! the floor sees the same pair of cores as the figure.
 
@@ -85,32 +89,98 @@ pub fn cacheline_one_way_us(
         });
         pin(cpus.map(|c| c.0));
         let mut sent = 0u64;
-        let mut run = |n: u64| -> Duration {
+        // Round trips are timed in slices of SLICE and a sample is the median slice: a
+        // mean over the whole batch would carry every preemption of a loaded machine into
+        // the floor (the latency figures take medians too), and a clock read per round
+        // trip would cost as much as the hop.
+        const SLICE: u64 = 100;
+        let mut slices = Vec::new();
+        let mut run = |n: u64| -> (Duration, f64) {
+            let n = n.div_ceil(SLICE) * SLICE;
             rounds.0.store(n, Ordering::Release);
             start.wait();
+            slices.clear();
             let t = Instant::now();
-            for _ in 0..n {
+            let mut s = t;
+            for i in 1..=n {
                 sent += 1;
                 ping.0.store(sent, Ordering::Release);
                 wait_for(&pong, sent);
+                if i % SLICE == 0 {
+                    let now = Instant::now();
+                    slices.push((now - s).as_secs_f64());
+                    s = now;
+                }
             }
-            t.elapsed()
+            let total = t.elapsed();
+            slices.sort_by(f64::total_cmp);
+            (total, slices[slices.len() / 2] / SLICE as f64)
         };
         // Calibrate: rounds that take about `batch`.
-        let probe = run(1000).max(Duration::from_micros(1));
+        let probe = run(1000).0.max(Duration::from_micros(1));
         let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 1000.0).clamp(1000.0, 1e8) as u64;
-        let out: Vec<f64> = (0..samples.max(1))
-            .map(|_| run(n).as_secs_f64() * 1e6 / (2 * n) as f64)
-            .collect();
+        let out: Vec<f64> = (0..samples.max(1)).map(|_| run(n).1 * 1e6 / 2.0).collect();
         rounds.0.store(u64::MAX, Ordering::Release);
         start.wait();
         out
     })
 }
 
+/// True if `s` has bytes to read (or hung up), without waiting.
+fn readable_now(s: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd as _;
+    let mut p = libc::pollfd {
+        fd: s.as_raw_fd(),
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd for the duration of the call.
+    unsafe { libc::poll(&mut p, 1, 0) != 0 }
+}
+
+/// How long [`read_polled`] polls before it sleeps: the spin of accio's tcp endpoints
+/// (`TcpOptions::spin`'s default), so that the floor waits as the figures it bounds do.
+const SOCKET_SPIN: Duration = Duration::from_micros(50);
+
+/// Reads exactly `buf.len()` bytes from a non-blocking socket: polls for
+/// [`SOCKET_SPIN`], then sleeps in a blocking read (on a loaded machine a pure spinner
+/// loses its core for whole time slices, a sleeper is woken first).
+fn read_polled(s: &mut TcpStream, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    let mut since: Option<Instant> = None;
+    while got < buf.len() {
+        match s.read(&mut buf[got..]) {
+            Ok(0) => return Err(io::ErrorKind::UnexpectedEof.into()),
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
+                let t = *since.get_or_insert_with(Instant::now);
+                if t.elapsed() < SOCKET_SPIN {
+                    // Wait for bytes with poll(0), as accio does: a read takes the socket's
+                    // lock, and one spinning on reads makes the kernel queue the arriving
+                    // segment on the socket's backlog instead of delivering it.
+                    while !readable_now(s) && t.elapsed() < SOCKET_SPIN {
+                        std::hint::spin_loop();
+                    }
+                } else {
+                    s.set_nonblocking(false)?;
+                    let r = s.read(&mut buf[got..]);
+                    s.set_nonblocking(true)?;
+                    match r? {
+                        0 => return Err(io::ErrorKind::UnexpectedEof.into()),
+                        n => got += n,
+                    }
+                }
+            }
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
 /// Half the round-trip time of 8 bytes over a loopback TCP connection (`TCP_NODELAY`, one
-/// write and one blocking read per hop) between two threads pinned to `cpus`, in
-/// microseconds: `samples` values, each over about `batch`.
+/// write and polled non-blocking reads per hop) between two threads pinned to `cpus`, in
+/// microseconds: `samples` values, each the median round trip of about `batch`.
 pub fn loopback_socket_one_way_us(
     cpus: Option<(usize, usize)>,
     samples: usize,
@@ -122,12 +192,15 @@ pub fn loopback_socket_one_way_us(
     let (mut b, _) = listener.accept()?;
     a.set_nodelay(true)?;
     b.set_nodelay(true)?;
+    // 8 bytes always fit in an idle socket's send buffer, so writes never see WouldBlock.
+    a.set_nonblocking(true)?;
+    b.set_nonblocking(true)?;
     std::thread::scope(|s| -> io::Result<Vec<f64>> {
         let echo = s.spawn(move || -> io::Result<()> {
             pin(cpus.map(|c| c.1));
             let mut buf = [0u8; 8];
             loop {
-                match b.read_exact(&mut buf) {
+                match read_polled(&mut b, &mut buf) {
                     Ok(()) => b.write_all(&buf)?,
                     // The driver closed its end: done.
                     Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(()),
@@ -137,19 +210,27 @@ pub fn loopback_socket_one_way_us(
         });
         pin(cpus.map(|c| c.0));
         let mut buf = [7u8; 8];
-        let mut run = |n: u64| -> io::Result<Duration> {
+        // Each round trip timed alone and a batch's median kept, as the latency figures
+        // do: a mean would carry every preemption of a loaded machine into the floor.
+        let mut rtts = Vec::new();
+        let mut run = |n: u64| -> io::Result<(Duration, f64)> {
+            rtts.clear();
             let t = Instant::now();
             for _ in 0..n {
+                let r = Instant::now();
                 a.write_all(&buf)?;
-                a.read_exact(&mut buf)?;
+                read_polled(&mut a, &mut buf)?;
+                rtts.push(r.elapsed().as_secs_f64());
             }
-            Ok(t.elapsed())
+            let total = t.elapsed();
+            rtts.sort_by(f64::total_cmp);
+            Ok((total, rtts[rtts.len() / 2]))
         };
-        let probe = run(200)?.max(Duration::from_micros(1));
-        let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 200.0).clamp(200.0, 1e7) as u64;
+        let probe = run(200)?.0.max(Duration::from_micros(1));
+        let n = ((batch.as_secs_f64() / probe.as_secs_f64()) * 200.0).clamp(200.0, 1e6) as u64;
         let mut out = Vec::with_capacity(samples);
         for _ in 0..samples.max(1) {
-            out.push(run(n)?.as_secs_f64() * 1e6 / (2 * n) as f64);
+            out.push(run(n)?.1 * 1e6 / 2.0);
         }
         a.shutdown(std::net::Shutdown::Both)?;
         echo.join().expect("the echo thread does not panic")?;

@@ -6,7 +6,7 @@ use std::ffi::OsString;
 
 use anyhow::Context as _;
 
-use accio_bench::transport::{self, Options, PeerCommand, PeerConfig};
+use accio_bench::transport::{self, Figures, Options, PeerCommand, PeerConfig};
 use accio_results::event::Event;
 use accio_results::model::Recorder;
 
@@ -27,6 +27,10 @@ pub struct TransportArgs {
     /// Do not pin the bench and its peer process to different CPUs.
     #[arg(long)]
     no_pin: bool,
+    /// Measure only these figures, comma-separated: latency, stream, rma, ceilings (memcpy
+    /// and the latency floor), setup (connect, register) [default: all]
+    #[arg(long, value_name = "FIGURES")]
+    only: Option<String>,
 }
 
 impl TransportArgs {
@@ -39,12 +43,16 @@ impl TransportArgs {
             },
             repetitions: None,
             no_pin: false,
+            only: None,
         }
     }
 
     /// The library options these arguments stand for, starting peers with `peer`.
-    fn options(&self, peer: PeerCommand) -> Options {
+    fn options(&self, peer: PeerCommand) -> anyhow::Result<Options> {
         let mut o = Options::new(peer);
+        if let Some(list) = &self.only {
+            o.figures = Figures::only(list)?;
+        }
         if let Some(b) = &self.common.backend {
             o.backends = b.clone();
         }
@@ -52,7 +60,7 @@ impl TransportArgs {
         o.quick = self.common.quick;
         o.repetitions = self.repetitions.map(|r| r as usize);
         o.pin = !self.no_pin;
-        o
+        Ok(o)
     }
 }
 
@@ -107,7 +115,7 @@ pub(crate) fn run_with(
     let opts = args.options(PeerCommand {
         program,
         args: vec![OsString::from(PEER_SUBCOMMAND)],
-    });
+    })?;
     let json = args.common.json.as_deref();
     let result = transport::run(&opts, rec, events);
     if standalone {
@@ -180,16 +188,30 @@ mod tests {
             a.common.json.as_deref(),
             Some(std::path::Path::new("out.json"))
         );
-        let o = a.options(peer());
+        let o = a.options(peer()).unwrap();
         assert_eq!(o.backends, vec!["tcp", "shm"]);
         assert_eq!(o.sizes, Some(vec![8, 4096, 2 << 20]));
         assert!(o.quick && o.pin);
         assert_eq!(o.repetitions, Some(4));
         let d = transport_args(&["accio", "bench", "transport", "--no-pin"])
             .unwrap()
-            .options(peer());
+            .options(peer())
+            .unwrap();
         assert_eq!(d.backends, vec!["shm", "tcp"]);
         assert!(d.sizes.is_none() && !d.quick && !d.pin);
+        assert_eq!(d.figures, Figures::default());
+        let only = transport_args(&["accio", "bench", "transport", "--only", "latency,stream"])
+            .unwrap()
+            .options(peer())
+            .unwrap();
+        assert!(only.figures.latency && only.figures.stream);
+        assert!(!only.figures.rma && !only.figures.ceilings && !only.figures.setup);
+        let e = transport_args(&["accio", "bench", "transport", "--only", "latency,speed"])
+            .unwrap()
+            .options(peer())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("unknown figure \"speed\""), "{e}");
     }
 
     #[test]
@@ -217,7 +239,9 @@ mod tests {
             backend: Some(vec!["tcp".into()]),
             ..CommonArgs::default()
         };
-        let o = TransportArgs::default_suite(&common).options(peer());
+        let o = TransportArgs::default_suite(&common)
+            .options(peer())
+            .unwrap();
         assert!(o.quick && o.pin && o.repetitions.is_none());
         assert_eq!(o.backends, vec!["tcp"]);
     }

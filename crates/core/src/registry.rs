@@ -88,6 +88,12 @@ impl<T> WindowTable<T> {
         self.windows.is_empty()
     }
 
+    /// The window that starts at `offset`, if any: one exact lookup, for callers that
+    /// remember which window they used last.
+    pub fn get(&self, offset: u64) -> Option<(&WindowDesc, &T)> {
+        self.windows.get(&offset).map(|(d, v)| (d, v))
+    }
+
     /// All windows in offset order.
     pub fn iter(&self) -> impl Iterator<Item = (&WindowDesc, &T)> {
         self.windows.values().map(|(d, v)| (d, v))

@@ -1,7 +1,7 @@
 //! A single-producer single-consumer message ring in shared memory.
 //!
 //! Layout: a 4 KiB control page (`head` and `tail` byte counters and two futex words, each
-//! on its own cache line) followed by `cap` bytes of data (`cap` a power of two). Messages
+//! on its own 128-byte pair of cache lines) followed by `cap` bytes of data (`cap` a power of two). Messages
 //! are split into records of at most `max_chunk` payload bytes; each record starts on a
 //! 64-byte boundary with a 16-byte header:
 //!
@@ -28,10 +28,13 @@ use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of the control page in front of the data.
 pub const CTL_BYTES: usize = 4096;
+// 128 bytes apart, not 64: x86 cores fetch cache lines in adjacent pairs (the L2 spatial
+// prefetcher), so the producer's `head` next to the consumer's `tail` would bounce between
+// the cores as one, and every store by one side would cost the other a miss.
 const HEAD: usize = 0;
-const TAIL: usize = 64;
-const CONSUMER_WAIT: usize = 128;
-const PRODUCER_WAIT: usize = 192;
+const TAIL: usize = 128;
+const CONSUMER_WAIT: usize = 256;
+const PRODUCER_WAIT: usize = 384;
 
 const HDR: usize = 16;
 const INLINE_MAX: usize = 48;

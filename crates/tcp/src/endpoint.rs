@@ -17,7 +17,7 @@ use accio_core::{
 use crate::frame::{Header, Hello, MAX_RMA};
 use crate::options::TcpOptions;
 use crate::progress::{
-    credit_cost, lock, read, reader_main, responder_main, sub_view, wait, write, Gone, LocalSignal,
+    credit_cost, lock, read, reader_main, responder_main, sub_view, write, Gone, LocalSignal,
     PendingRead, ReadState, SendPtr, Shared, SPARE_BUFFERS,
 };
 use crate::sys::{self, TrySend};
@@ -73,14 +73,10 @@ impl TcpEndpoint {
         let peer = tcp_addr(stream.peer_addr().map_err(|e| io("getpeername", e))?);
         let fd = stream.as_raw_fd();
         let peer_max = usize::try_from(hello.max_message).unwrap_or(usize::MAX);
-        let shared = Arc::new(Shared::new(
-            stream,
-            fd,
-            (local, peer),
-            opts,
-            peer_max,
-            hello.recv_window,
-        ));
+        let shared = Arc::new(
+            Shared::new(stream, fd, (local, peer), opts, peer_max, hello.recv_window)
+                .map_err(|e| io("eventfd", e))?,
+        );
         let mut ep = TcpEndpoint {
             shared: shared.clone(),
             reader: None,
@@ -210,34 +206,36 @@ impl TcpEndpoint {
             );
             id
         };
-        let mut st = lock(&s.state);
-        loop {
+        let done = s.wait_for(None, || {
+            let mut st = lock(&s.state);
             // Only this function removes the entry, so it is there.
             let state = st.reads.get(&id).map(|p| &p.state);
             match state {
                 Some(ReadState::Done) => {
                     st.reads.remove(&id);
-                    return Ok(());
+                    Some(Ok(()))
                 }
                 Some(ReadState::Failed(fault)) => {
                     let fault = *fault;
                     st.reads.remove(&id);
                     drop(st);
-                    return Err(match fault {
+                    Some(Err(match fault {
                         Some(f) => s.fault_error(f),
                         None => self.gone(),
-                    });
+                    }))
                 }
                 // Not started: safe to withdraw, the reader will not find it any more.
                 Some(ReadState::Waiting) | None if s.is_gone() => {
                     st.reads.remove(&id);
                     drop(st);
-                    return Err(self.gone());
+                    Some(Err(self.gone()))
                 }
                 // Filling: the reader finishes or fails it, whatever else happens.
-                _ => st = s.wait_state(st),
+                _ => None,
             }
-        }
+        });
+        // Without a deadline the wait ends only with an answer.
+        done.unwrap_or_else(|| Err(self.gone()))
     }
 
     fn gone(&self) -> Error {
@@ -250,37 +248,42 @@ impl TcpEndpoint {
     /// With `request`, sends a fence request if none covering `target` was sent yet.
     fn wait_acked(&self, target: u64, request: bool) -> Result<()> {
         let s = self.s();
-        let mut st = lock(&s.state);
-        loop {
+        let check = || {
+            let mut st = lock(&s.state);
             if st.faults.front().is_some_and(|f| f.seq <= target) {
                 if let Some(f) = st.faults.pop_front() {
                     drop(st);
-                    return Err(s.fault_error(f));
+                    return Some(Err(s.fault_error(f)));
                 }
             }
             if st.acked >= target {
-                return Ok(());
+                return Some(Ok(()));
             }
-            if let Some(e) = s.gone_error() {
-                return Err(e);
-            }
-            if request && st.fence_requested < target {
-                st.fence_requested = target;
-                drop(st);
-                {
-                    let w = lock(&s.writer);
-                    s.check_open()?;
-                    s.send_header(
-                        &w,
-                        &Header::fence_request(target),
-                        "sending a fence request",
-                    )?;
-                }
-                st = lock(&s.state);
-                continue;
-            }
-            st = s.wait_state(st);
+            s.gone_error().map(Err)
+        };
+        if let Some(r) = check() {
+            return r;
         }
+        if request {
+            let ask = {
+                let mut st = lock(&s.state);
+                let ask = st.fence_requested < target;
+                st.fence_requested = st.fence_requested.max(target);
+                ask
+            };
+            if ask {
+                // Sent before waiting, never while reading the socket: a reader must not
+                // block writing (see `progress`).
+                let w = lock(&s.writer);
+                s.check_open()?;
+                s.send_header(
+                    &w,
+                    &Header::fence_request(target),
+                    "sending a fence request",
+                )?;
+            }
+        }
+        s.wait_for(None, check).unwrap_or_else(|| Err(self.gone()))
     }
 
     fn deliver(&self, buf: &mut Vec<u8>) -> Option<Result<usize>> {
@@ -408,35 +411,14 @@ impl Endpoint for TcpEndpoint {
     fn recv_timeout(&self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<usize> {
         let s = self.s();
         let deadline = timeout.map(|t| Instant::now() + t);
-        loop {
-            if let Some(r) = self.deliver(buf) {
-                return r;
-            }
-            let mut ib = lock(&s.inbox);
-            if !ib.queue.is_empty() || s.is_gone() {
-                continue;
-            }
-            ib.receivers += 1;
-            let mut ib = match deadline {
-                None => wait(&s.inbox_cv, ib),
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        ib.receivers -= 1;
-                        return Err(Error::Timeout {
-                            op: "recv",
-                            resource: format!("connection to {}", s.peer),
-                            after: timeout.unwrap_or_default(),
-                        });
-                    }
-                    s.inbox_cv
-                        .wait_timeout(ib, left)
-                        .unwrap_or_else(|e| e.into_inner())
-                        .0
-                }
-            };
-            ib.receivers -= 1;
-        }
+        s.wait_for(deadline, || self.deliver(buf))
+            .unwrap_or_else(|| {
+                Err(Error::Timeout {
+                    op: "recv",
+                    resource: format!("connection to {}", s.peer),
+                    after: timeout.unwrap_or_default(),
+                })
+            })
     }
 
     fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>> {

@@ -45,9 +45,12 @@
 //!   with [`Error::Protocol`](accio_core::Error::Protocol). A fuzz target (`fuzz/`)
 //!   covers the decoder and the stream parser.
 //! - **RMA over the stream**: TCP gives no access to the peer's memory, so RMA is
-//!   carried as frames and applied by the peer's **reader thread**, one per endpoint,
-//!   blocking in `readv` (no spinning: the machines accio is measured on have two cores).
-//!   Frames are applied in stream order, which gives fences their meaning: an ack for
+//!   carried as frames and applied in stream order by whoever reads the peer's socket:
+//!   a caller that waits (`recv`, a fence, `read_from`) reads it itself — a bounded
+//!   spin on non-blocking reads ([`TcpOptions::spin`]), then `poll` — so its answer costs
+//!   no thread hand-off; while no caller waits, the endpoint's **reader thread** does,
+//!   asleep in `poll` between frames. One holder at a time reads a frame whole (see
+//!   `progress::rx`). Frames are applied in stream order, which gives fences their meaning: an ack for
 //!   sequence number *n* means every RMA up to *n* has been applied. Each side keeps a
 //!   mirror of the peer's window table from register/unregister notices, so a bad RMA
 //!   fails at the caller before anything is sent; the peer checks again (a lying peer

@@ -3,7 +3,7 @@
 //! `shutdown` and `poll`.
 
 use std::io;
-use std::os::fd::RawFd;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
 use crate::frame::{RawBuf, Source, HEADER_LEN};
@@ -11,11 +11,26 @@ use crate::frame::{RawBuf, Source, HEADER_LEN};
 /// `SO_MEMINFO` (asm-generic/socket.h; the same on every Linux architecture accio runs on).
 const SO_MEMINFO: libc::c_int = 55;
 
-/// A socket read by the reader thread.
-pub(crate) struct FdSource(pub RawFd);
+/// The socket as the frame parser reads it, by whoever owns the read half at the moment
+/// (the reader thread, or a caller waiting for a frame).
+///
+/// With `blocking` off a read that finds nothing returns `WouldBlock` (`MSG_DONTWAIT`),
+/// so an owner can look for a frame and leave between frames; with it on (inside a
+/// frame, whose rest must be read by the same owner) it waits for bytes.
+pub(crate) struct FdSource {
+    pub fd: RawFd,
+    pub blocking: bool,
+    /// How long a waiting read spins (on [`readable_now`]) before it sleeps in the kernel:
+    /// the rest of a frame is usually microseconds behind its start.
+    pub spin: Duration,
+}
 
-impl Source for FdSource {
-    unsafe fn read_raw(&mut self, bufs: &[RawBuf]) -> io::Result<usize> {
+impl FdSource {
+    /// One `recvmsg`; `wait` false adds `MSG_DONTWAIT`.
+    ///
+    /// # Safety
+    /// As [`Source::read_raw`].
+    unsafe fn recv(&self, bufs: &[RawBuf], wait: bool) -> io::Result<usize> {
         let mut iov = [libc::iovec {
             iov_base: std::ptr::null_mut(),
             iov_len: 0,
@@ -25,15 +40,106 @@ impl Source for FdSource {
             v.iov_base = b.ptr.cast();
             v.iov_len = b.len;
         }
-        // SAFETY: each iovec describes a buffer the caller guarantees writable; `n` <= 2
-        // entries of `iov` are initialized.
-        let r = unsafe { libc::readv(self.0, iov.as_ptr(), n as libc::c_int) };
+        // SAFETY: an all-zero msghdr is valid (no address, no control data).
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_iov = iov.as_mut_ptr();
+        msg.msg_iovlen = n as _;
+        let flags = if wait { 0 } else { libc::MSG_DONTWAIT };
+        // SAFETY: `msg` points at `n` <= 2 initialized iovecs, each describing a buffer
+        // the caller guarantees writable.
+        let r = unsafe { libc::recvmsg(self.fd, &mut msg, flags) };
         if r < 0 {
             Err(io::Error::last_os_error())
         } else {
             Ok(r as usize)
         }
     }
+}
+
+impl Source for FdSource {
+    unsafe fn read_raw(&mut self, bufs: &[RawBuf]) -> io::Result<usize> {
+        // SAFETY: forwarded caller contract.
+        let first = unsafe { self.recv(bufs, false) };
+        match first {
+            Err(e) if self.blocking && e.kind() == io::ErrorKind::WouldBlock => {}
+            r => return r,
+        }
+        let until = std::time::Instant::now() + self.spin;
+        while !readable_now(self.fd) && std::time::Instant::now() < until {
+            std::hint::spin_loop();
+        }
+        // SAFETY: forwarded caller contract.
+        unsafe { self.recv(bufs, true) }
+    }
+}
+
+/// Makes an `eventfd` (non-blocking, close-on-exec): how a caller asks the reader thread,
+/// asleep in `poll`, to let go of the socket.
+pub(crate) fn eventfd() -> io::Result<OwnedFd> {
+    // SAFETY: plain system call; the result is checked before use.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a fresh descriptor nothing else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// Adds one to an eventfd's counter (wakes its poller); errors (the counter is full)
+/// leave it readable, which is all a kick needs.
+pub(crate) fn kick(fd: RawFd) {
+    let one = 1u64;
+    // SAFETY: writes 8 bytes from a live u64.
+    unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Empties an eventfd's counter (non-blocking).
+pub(crate) fn drain(fd: RawFd) {
+    let mut v = 0u64;
+    // SAFETY: reads at most 8 bytes into a live u64.
+    unsafe { libc::read(fd, (&mut v as *mut u64).cast(), 8) };
+}
+
+/// True if `fd` has bytes to read (or hung up or failed), without waiting. Unlike a
+/// non-blocking read, `poll` does not take the socket's lock: a reader spinning on reads
+/// would keep making the kernel queue the peer's arriving segments on the socket's backlog
+/// instead of delivering them.
+pub(crate) fn readable_now(fd: RawFd) -> bool {
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLIN,
+        revents: 0,
+    };
+    // SAFETY: one valid pollfd.
+    let r = unsafe { libc::poll(&mut p, 1, 0) };
+    r != 0
+}
+
+/// Waits until `fd` is readable (or hung up), or until `wake` (if any) is, at most
+/// `timeout` (`None`: no limit). Returns true if `wake` became readable. Interruptions
+/// and errors return early: callers look again at what they wait for.
+pub(crate) fn poll_readable(fd: RawFd, wake: Option<RawFd>, timeout: Option<Duration>) -> bool {
+    let mut ps = [
+        libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: wake.unwrap_or(-1),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let ms = match timeout {
+        // Round up, so that a sub-millisecond rest does not turn into a busy loop.
+        Some(t) => t.as_nanos().div_ceil(1_000_000).min(i32::MAX as u128) as libc::c_int,
+        None => -1,
+    };
+    let n = if wake.is_some() { 2 } else { 1 };
+    // SAFETY: `ps` holds at least `n` valid pollfds.
+    let r = unsafe { libc::poll(ps.as_mut_ptr(), n as libc::nfds_t, ms) };
+    r > 0 && ps[1].revents != 0
 }
 
 /// Drops the first `n` sent bytes from `iov`, returning the index of the first iovec

@@ -58,11 +58,23 @@ pub fn run(
     } else {
         REGISTER_SIZES.len()
     };
-    // Per backend: five figures per size (memcpy, latency floor, latency, stream, RMA),
-    // the connection, and registration and unregistration per registration size.
+    // Per backend: up to five figures per size (memcpy, latency floor, latency, stream,
+    // RMA), the connection, and registration and unregistration per registration size.
+    let f = opts.figures;
+    let per_size = [
+        f.ceilings,
+        f.ceilings && f.latency,
+        f.latency,
+        f.stream,
+        f.rma,
+    ]
+    .into_iter()
+    .filter(|&b| b)
+    .count();
+    let setup = if f.setup { 1 + reg * 2 } else { 0 };
     events(Event::Started {
         bench: BENCH,
-        total: (backends.len() * (sizes.len() * 5 + 1 + reg * 2)) as u64,
+        total: (backends.len() * (sizes.len() * per_size + setup)) as u64,
     });
     let mut cpus = if opts.pin { os::pick_cpus() } else { None };
     let _affinity = match cpus.map(|(d, _)| os::AffinityGuard::pin(d)).transpose() {
@@ -150,10 +162,11 @@ fn measure_floor(
         let v = floors::loopback_socket_one_way_us(cx.cpus, samples, batch)
             .map_err(BenchError::Floor)?;
         (
-            "raw socket hop",
+            "polled socket hop",
             v,
             "8 bytes back and forth over a loopback TCP connection (TCP_NODELAY), one write and \
-             one blocking read per hop, no framing, between two threads",
+             non-blocking reads polled for up to 50 us, then a blocking one, per hop, no \
+             framing, between two threads",
         )
     } else {
         let v = floors::cacheline_one_way_us(cx.cpus, samples, batch);
@@ -284,6 +297,20 @@ fn outcome<T>(
     }
 }
 
+/// [`outcome`] of a figure that may not have been asked for (`None`: not measured).
+fn outcome_if<T>(
+    session: &mut Session,
+    scenario: &str,
+    r: Option<Result<T, Fail>>,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> Result<Option<T>, BenchError> {
+    match r {
+        Some(r) => outcome(session, scenario, r, rec, events),
+        None => Ok(None),
+    }
+}
+
 pub(super) fn measure_backend(
     s: &mut Session,
     cx: &Context<'_>,
@@ -298,18 +325,27 @@ pub(super) fn measure_backend(
         let z = format_size(size);
         let n = size as usize;
 
+        let want = cx.opts.figures;
         check_interrupt(b, &format!("memcpy {z}"))?;
-        let mut memcpy_fig = memcpy_figure(cx, b, size, &plan, plan.memcpy_samples);
+        let mut memcpy_fig = if want.ceilings {
+            memcpy_figure(cx, b, size, &plan, plan.memcpy_samples)
+        } else {
+            None
+        };
         // This size's figures, recorded once their ceilings are settled (below).
         let mut latency: Option<Figure> = None;
         let mut bandwidths: Vec<Figure> = Vec::new();
 
         check_interrupt(b, &format!("latency floor {z}"))?;
-        let floor = measure_floor(cx, b, size, rec, events)?;
+        let floor = if want.ceilings && want.latency {
+            measure_floor(cx, b, size, rec, events)?
+        } else {
+            None
+        };
         let scenario = format!("latency {z}");
         check_interrupt(b, &scenario)?;
-        let r = driver::latency(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+        let r = want.latency.then(|| driver::latency(&link(s), n, &plan));
+        if let Some(m) = outcome_if(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::LATENCY, Unit::Micros, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "ping-pong of {size}-byte messages, {pin}; {} warm-up round trips, then \
@@ -326,8 +362,8 @@ pub(super) fn measure_backend(
 
         let scenario = format!("stream_bw {z}");
         check_interrupt(b, &scenario)?;
-        let r = driver::stream(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+        let r = want.stream.then(|| driver::stream(&link(s), n, &plan));
+        if let Some(m) = outcome_if(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::STREAM_BW, Unit::GBps, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "{} back-to-back send()s of {size} bytes per pass (~{} ms), {pin}; a pass \
@@ -345,8 +381,8 @@ pub(super) fn measure_backend(
 
         let scenario = format!("rma_write_bw {z}");
         check_interrupt(b, &scenario)?;
-        let r = driver::rma_write(&link(s), n, &plan);
-        if let Some(m) = outcome(s, &scenario, r, rec, events)? {
+        let r = want.rma.then(|| driver::rma_write(&link(s), n, &plan));
+        if let Some(m) = outcome_if(s, &scenario, r, rec, events)? {
             if let Some(fig) = base_figure(metric::RMA_WRITE_BW, Unit::GBps, m.samples, b) {
                 let fig = fig.param("size", size).method(format!(
                     "{} write_to(ASYNC) of {size} bytes per pass (~{} ms) from a pre-faulted \
@@ -371,7 +407,7 @@ pub(super) fn measure_backend(
                 .iter()
                 .any(|f| cx.bw_ceiling(f.clone(), size, c).beyond_ceiling())
         };
-        if passed(median(&memcpy_fig)) {
+        if want.ceilings && passed(median(&memcpy_fig)) {
             check_interrupt(b, &format!("memcpy {z}, again"))?;
             let again = memcpy_figure(cx, b, size, &plan, plan.memcpy_samples * 2);
             if median(&again) > median(&memcpy_fig) {
@@ -391,6 +427,9 @@ pub(super) fn measure_backend(
         }
     }
 
+    if !cx.opts.figures.setup {
+        return Ok(());
+    }
     let setup = SetupPlan::new(cx.opts.quick, cx.opts.repetitions);
     check_interrupt(b, "connect")?;
     let r = driver::connect(&link(s), setup.connects);

@@ -97,6 +97,78 @@ pub struct Options {
     pub pin: bool,
     /// How to start the peer process.
     pub peer: PeerCommand,
+    /// Which figures to measure. Default: all.
+    pub figures: Figures,
+}
+
+/// The figures of a transport run, to measure only some (a comparison script that
+/// interleaves accio with another tool size by size wants latency and streaming, fast).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Figures {
+    /// One-way latency per size.
+    pub latency: bool,
+    /// Streaming bandwidth per size.
+    pub stream: bool,
+    /// RMA write bandwidth per size.
+    pub rma: bool,
+    /// The ceilings per size: memcpy and the latency floor.
+    pub ceilings: bool,
+    /// Connection, registration and unregistration cost.
+    pub setup: bool,
+}
+
+impl Default for Figures {
+    fn default() -> Figures {
+        Figures {
+            latency: true,
+            stream: true,
+            rma: true,
+            ceilings: true,
+            setup: true,
+        }
+    }
+}
+
+impl Figures {
+    /// Only the named figures, from a comma-separated list of `latency`, `stream`, `rma`,
+    /// `ceilings`, `setup`.
+    pub fn only(list: &str) -> Result<Figures, BenchError> {
+        let mut f = Figures {
+            latency: false,
+            stream: false,
+            rma: false,
+            ceilings: false,
+            setup: false,
+        };
+        for name in list.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+            match name {
+                "latency" => f.latency = true,
+                "stream" => f.stream = true,
+                "rma" => f.rma = true,
+                "ceilings" => f.ceilings = true,
+                "setup" => f.setup = true,
+                other => {
+                    return Err(BenchError::Options(format!(
+                        "unknown figure {other:?} (known: latency, stream, rma, ceilings, setup)"
+                    )))
+                }
+            }
+        }
+        if f == Figures::only_none() {
+            return Err(BenchError::Options("no figure to measure".into()));
+        }
+        Ok(f)
+    }
+
+    fn only_none() -> Figures {
+        Figures {
+            latency: false,
+            stream: false,
+            rma: false,
+            ceilings: false,
+            setup: false,
+        }
+    }
 }
 
 impl Options {
@@ -109,6 +181,7 @@ impl Options {
             repetitions: None,
             pin: true,
             peer,
+            figures: Figures::default(),
         }
     }
 

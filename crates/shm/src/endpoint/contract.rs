@@ -18,7 +18,11 @@ use crate::sys;
 
 impl ShmEndpoint {
     fn count_rma(&self) {
-        self.rma_issued.fetch_add(1, Ordering::Relaxed);
+        // Not a read-modify-write: a mark only names "everything so far" (every RMA is
+        // complete when its call returns), so a count lost between racing threads costs
+        // nothing, and the locked add would cost as much as the rest of a small RMA.
+        let n = self.rma_issued.load(Ordering::Relaxed);
+        self.rma_issued.store(n.wrapping_add(1), Ordering::Relaxed);
     }
 
     fn finish_rma(&self, flags: RmaFlags) -> Result<()> {
@@ -193,17 +197,22 @@ impl Endpoint for ShmEndpoint {
         })?;
         self.link.table(self.side).retire(w.slot);
         space.free_slots.push(w.slot);
+        // Under the write lock: a cache entry filled under a read lock before this has
+        // the old generation.
+        self.local_gen.fetch_add(1, Ordering::Release);
         Ok(())
     }
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        let src = self.local_find(local_off, len)?;
-        let dst = self.peer_view(remote_off, len, Access::WRITE)?;
-        let at = (local_off - src.offset()) as usize;
-        // SAFETY: both ranges were checked against their windows; they are different
-        // mappings (ours and the peer's), so they do not overlap.
-        unsafe { copy_bytes(dst.as_ptr(), src.as_ptr().add(at), len) };
+        self.with_local(local_off, len, |src| {
+            self.with_peer(remote_off, len, Access::WRITE, |dst| {
+                // SAFETY: both ranges were checked against their windows, which stay
+                // mapped during the call; they are different mappings (ours and the
+                // peer's), so they do not overlap.
+                unsafe { copy_bytes(dst, src, len) }
+            })
+        })??;
         self.finish_rma(flags)
     }
 
@@ -215,28 +224,34 @@ impl Endpoint for ShmEndpoint {
         flags: RmaFlags,
     ) -> Result<()> {
         self.check_not_gone()?;
-        let dst = self.local_find(local_off, len)?;
-        let src = self.peer_view(remote_off, len, Access::READ)?;
-        let at = (local_off - dst.offset()) as usize;
-        // SAFETY: as in write_to, with the roles swapped.
-        unsafe { copy_bytes(dst.as_ptr().add(at), src.as_ptr(), len) };
+        self.with_local(local_off, len, |dst| {
+            self.with_peer(remote_off, len, Access::READ, |src| {
+                // SAFETY: as in write_to, with the roles swapped.
+                unsafe { copy_bytes(dst, src, len) }
+            })
+        })??;
         self.finish_rma(flags)
     }
 
     fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        let dst = self.peer_view(remote_off, src.len(), Access::WRITE)?;
-        // SAFETY: `dst` covers src.len() checked bytes of a peer mapping; `src` is a Rust
-        // slice of caller memory, which is never a peer window mapping of this endpoint.
-        unsafe { copy_bytes(dst.as_ptr(), src.as_ptr(), src.len()) };
+        self.with_peer(remote_off, src.len(), Access::WRITE, |dst| {
+            // SAFETY: `dst` covers src.len() checked bytes of a peer mapping; `src` is a
+            // Rust slice of caller memory, which is never a peer window mapping of this
+            // endpoint.
+            unsafe { copy_bytes(dst, src.as_ptr(), src.len()) }
+        })?;
         self.finish_rma(flags)
     }
 
     fn vread_from(&self, dst: &mut [u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        let src = self.peer_view(remote_off, dst.len(), Access::READ)?;
-        // SAFETY: as in vwrite_to.
-        unsafe { copy_bytes(dst.as_mut_ptr(), src.as_ptr(), dst.len()) };
+        let len = dst.len();
+        let out = dst.as_mut_ptr();
+        self.with_peer(remote_off, len, Access::READ, |src| {
+            // SAFETY: as in vwrite_to.
+            unsafe { copy_bytes(out, src, len) }
+        })?;
         self.finish_rma(flags)
     }
 

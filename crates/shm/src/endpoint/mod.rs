@@ -77,8 +77,9 @@ impl ShmOptions {
     }
 }
 
-/// First bytes of the connect hello.
-const HELLO: &[u8; 8] = b"ACCIOSH1";
+/// First bytes of the connect hello. The `2` names the ring layout (control words 128 bytes apart since version 2): peers
+/// of different layouts refuse each other.
+const HELLO: &[u8; 8] = b"ACCIOSH2";
 
 fn socket_name(name: &str) -> Vec<u8> {
     format!("accio.{}.{}", sys::euid(), name).into_bytes()
@@ -97,6 +98,16 @@ pub struct ShmEndpoint {
     rx: Mutex<Consumer>,
     local: RwLock<LocalSpace>,
     peer: RwLock<BTreeMap<u64, PeerWin>>,
+    /// Key in `peer` of the window the last RMA hit: most RMA streams address one window,
+    /// found with one comparison instead of a tree search.
+    peer_hint: AtomicU64,
+    /// The same for our own windows (`write_to`'s source, `read_from`'s destination).
+    local_hint: AtomicU64,
+    /// Identifies this endpoint in the threads' RMA caches (see `windows`); never reused.
+    id: u64,
+    /// Bumped when a local window is withdrawn: cached local windows of an older
+    /// generation are looked up again.
+    local_gen: AtomicU64,
     ctl: Mutex<Ctl>,
     gone: Gone,
     rma_issued: AtomicU64,
@@ -211,6 +222,10 @@ impl ShmEndpoint {
             sock,
             local: RwLock::new(LocalSpace::default()),
             peer: RwLock::new(BTreeMap::new()),
+            peer_hint: AtomicU64::new(0),
+            local_hint: AtomicU64::new(0),
+            id: windows::next_endpoint_id(),
+            local_gen: AtomicU64::new(0),
             ctl: Mutex::new(Ctl::default()),
             gone: Gone::new(),
             rma_issued: AtomicU64::new(0),
@@ -231,6 +246,7 @@ impl ShmEndpoint {
 
 impl Drop for ShmEndpoint {
     fn drop(&mut self) {
+        windows::forget_endpoint(self.id);
         self.link.mark_closed(self.side);
         // Wake a peer sleeping on either ring so it notices at once.
         sys::futex_wake(self.link.ring(self.side).consumer_wait());

@@ -1,9 +1,11 @@
 //! Window tables: ours (what we registered) and the peer's (read from its shared table,
 //! mapped on first use), and the control-socket records that carry window memory.
 
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use accio_core::{
@@ -48,6 +50,101 @@ pub(super) struct Ctl {
     pending: HashMap<u64, (OwnedFd, u64)>,
 }
 
+/// A window one thread used last, with its mapping held, so that the next RMA to it takes
+/// no lock and touches no shared counter: the small-RMA hot path is this cache, a
+/// validity check (the peer table's stamp, or our generation of local windows) and the
+/// copy. A withdrawn window's memory stays mapped until the thread's next RMA that misses
+/// (RMA to it is refused by the check meanwhile). Dropping an endpoint empties the
+/// dropping thread's cache at once, and every other thread's at its next shm RMA call
+/// (any endpoint) or its exit: until then such a thread keeps at most one peer and one
+/// local window of the closed endpoint mapped.
+struct Hot {
+    endpoint: u64,
+    /// [`DROPS`] when filled.
+    drops: u64,
+    /// Peer windows: the table stamp; local ones: `local_gen`.
+    version: u64,
+    slot: usize,
+    start: u64,
+    end: u64,
+    access: Access,
+    base: *mut u8,
+    _keep: Arc<Region>,
+}
+
+impl Hot {
+    fn at(&self, endpoint: u64, offset: u64, len: usize) -> Option<*mut u8> {
+        let end = offset.checked_add(len as u64)?;
+        if self.endpoint != endpoint || offset < self.start || end > self.end {
+            return None;
+        }
+        // SAFETY: offset..end lies inside the window, which `_keep` keeps mapped.
+        Some(unsafe { self.base.add((offset - self.start) as usize) })
+    }
+}
+
+struct HotCache {
+    peer: Option<Hot>,
+    local: Option<Hot>,
+}
+
+thread_local! {
+    // `const`: no lazy-initialization check on every access.
+    static HOT: RefCell<HotCache> = const {
+        RefCell::new(HotCache {
+            peer: None,
+            local: None,
+        })
+    };
+}
+
+static NEXT_ENDPOINT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Endpoints dropped so far in this process: a cache entry filled before a drop is
+/// emptied at its thread's next look (a plain load of a line that rarely changes).
+static DROPS: AtomicU64 = AtomicU64::new(0);
+
+/// Empties this thread's cache of `endpoint`'s windows and tells other threads to empty
+/// theirs (see [`Hot`]); called when the endpoint is dropped.
+pub(super) fn forget_endpoint(endpoint: u64) {
+    DROPS.fetch_add(1, Ordering::Release);
+    // `try_with`: the thread may be exiting, its cache already gone.
+    let _ = HOT.try_with(|h| {
+        let mut h = h.borrow_mut();
+        if h.peer.as_ref().is_some_and(|e| e.endpoint == endpoint) {
+            h.peer = None;
+        }
+        if h.local.as_ref().is_some_and(|e| e.endpoint == endpoint) {
+            h.local = None;
+        }
+    });
+}
+
+/// Looks up this thread's cache entry (`peer` or `local`) with `hit`; empties the cache
+/// first if an endpoint was dropped since it was filled.
+fn hot_lookup(peer: bool, hit: impl FnOnce(&Hot) -> Option<*mut u8>) -> Option<*mut u8> {
+    HOT.with(|h| {
+        let drops = DROPS.load(Ordering::Relaxed);
+        {
+            let c = h.borrow();
+            let e = if peer { &c.peer } else { &c.local };
+            match e {
+                Some(e) if e.drops == drops => return hit(e),
+                None => return None,
+                Some(_) => {}
+            }
+        }
+        let mut c = h.borrow_mut();
+        c.peer = None;
+        c.local = None;
+        None
+    })
+}
+
+pub(super) fn next_endpoint_id() -> u64 {
+    NEXT_ENDPOINT_ID.fetch_add(1, Ordering::Relaxed)
+}
+
 impl ShmEndpoint {
     pub(super) fn local_find(&self, offset: u64, len: usize) -> Result<Window> {
         let space = self.local.read().expect("local windows lock");
@@ -55,6 +152,134 @@ impl ShmEndpoint {
             .table
             .find(offset, len as u64, Access::NONE, Side::Local, &self.addr)?;
         Ok(w.window.clone())
+    }
+
+    /// Runs `f` on the address of local window bytes `offset..offset + len` (any rights:
+    /// they concern the peer), with the window kept registered meanwhile. No reference
+    /// count is touched: the RMA hot path.
+    pub(super) fn with_local<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R> {
+        let gen = self.local_gen.load(Ordering::Acquire);
+        let hot = hot_lookup(false, |e| {
+            if e.version != gen {
+                return None;
+            }
+            e.at(self.id, offset, len)
+        });
+        if let Some(p) = hot {
+            return Ok(f(p));
+        }
+        let space = self.local.read().expect("local windows lock");
+        let gen = self.local_gen.load(Ordering::Acquire);
+        let hint = self.local_hint.load(Ordering::Relaxed);
+        let (d, w) = match space.table.get(hint) {
+            Some((d, w))
+                if offset >= d.offset
+                    && offset
+                        .checked_add(len as u64)
+                        .is_some_and(|end| end <= d.offset + d.len) =>
+            {
+                (d, w)
+            }
+            _ => {
+                let (d, w) =
+                    space
+                        .table
+                        .find(offset, len as u64, Access::NONE, Side::Local, &self.addr)?;
+                self.local_hint.store(d.offset, Ordering::Relaxed);
+                (d, w)
+            }
+        };
+        let view = w.window.view();
+        let hot = Hot {
+            endpoint: self.id,
+            drops: DROPS.load(Ordering::Acquire),
+            version: gen,
+            slot: 0,
+            start: d.offset,
+            end: d.offset + d.len,
+            access: d.access,
+            base: view.as_ptr(),
+            _keep: view.region().clone(),
+        };
+        // SAFETY: the range was checked against the window, which the read guard
+        // keeps registered (and its memory mapped) while `f` runs.
+        let p = unsafe { view.as_ptr().add((offset - d.offset) as usize) };
+        HOT.with(|h| h.borrow_mut().local = Some(hot));
+        Ok(f(p))
+    }
+
+    /// Runs `f` on the address of `len` bytes of the peer's space at `offset`, checked for
+    /// `need`, with the mapping kept meanwhile. The hot path (a mapped window, usually the
+    /// last one used) takes one read lock and compares once; no reference count is
+    /// touched.
+    pub(super) fn with_peer<R>(
+        &self,
+        offset: u64,
+        len: usize,
+        need: Access,
+        f: impl FnOnce(*mut u8) -> R,
+    ) -> Result<R> {
+        let table = self.link.table(1 - self.side);
+        let hot = hot_lookup(true, |e| {
+            if !e.access.contains(need) || table.stamp(e.slot) != e.version {
+                return None;
+            }
+            e.at(self.id, offset, len)
+        });
+        if let Some(p) = hot {
+            return Ok(f(p));
+        }
+        {
+            let cache = self.peer.read().expect("peer windows lock");
+            let covers = |pw: &PeerWin| {
+                let d = pw.entry.desc;
+                offset >= d.offset
+                    && offset
+                        .checked_add(len as u64)
+                        .is_some_and(|end| end <= d.offset + d.len)
+            };
+            let hint = self.peer_hint.load(Ordering::Relaxed);
+            let hit = match cache.get(&hint) {
+                Some(pw) if covers(pw) => Some(pw),
+                _ => match cache.range(..=offset).next_back() {
+                    Some((k, pw)) if covers(pw) => {
+                        self.peer_hint.store(*k, Ordering::Relaxed);
+                        Some(pw)
+                    }
+                    _ => None,
+                },
+            };
+            if let Some(pw) = hit {
+                if pw.entry.desc.access.contains(need)
+                    && table.stamp(pw.entry.slot) == pw.entry.stamp
+                {
+                    let d = pw.entry.desc;
+                    let hot = Hot {
+                        endpoint: self.id,
+                        drops: DROPS.load(Ordering::Acquire),
+                        version: pw.entry.stamp,
+                        slot: pw.entry.slot,
+                        start: d.offset,
+                        end: d.offset + d.len,
+                        access: d.access,
+                        base: pw.view.as_ptr(),
+                        _keep: pw.view.region().clone(),
+                    };
+                    HOT.with(|h| h.borrow_mut().peer = Some(hot));
+                    let start = (offset - d.offset) as usize;
+                    // SAFETY: `covers` checked the range against the window, whose
+                    // mapping the read guard keeps alive while `f` runs.
+                    return Ok(f(unsafe { pw.view.as_ptr().add(start) }));
+                }
+            }
+        }
+        let view = self.peer_view_slow(offset, len, need)?;
+        Ok(f(view.as_ptr()))
     }
 
     /// A view of `len` bytes of the peer's space at `offset`, checked for `need`.

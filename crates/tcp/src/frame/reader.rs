@@ -117,6 +117,12 @@ impl<S: Source> FrameReader<S> {
         }
     }
 
+    /// The source, to change how it reads between frames (the endpoint switches its
+    /// socket between waiting and non-waiting reads).
+    pub fn source_mut(&mut self) -> &mut S {
+        &mut self.source
+    }
+
     /// The limits headers are checked against.
     pub fn limits(&self) -> &Limits {
         &self.limits
@@ -135,7 +141,8 @@ impl<S: Source> FrameReader<S> {
     }
 
     /// Reads and validates the next header. `Ok(None)` at a clean end of stream (between
-    /// frames).
+    /// frames). If the source fails (also with `WouldBlock`, for a non-blocking one), what
+    /// was read of the header so far stays staged: calling again resumes.
     pub fn next_header(&mut self) -> Result<Option<Header>, ReadError> {
         while self.end - self.start < HEADER_LEN {
             if self.start > 0 {

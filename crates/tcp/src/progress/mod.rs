@@ -29,23 +29,24 @@
 
 mod reader;
 mod responder;
+mod rx;
 
 use std::collections::{HashMap, VecDeque};
 use std::io;
 use std::net::TcpStream;
-use std::os::fd::RawFd;
-use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
+use std::os::fd::{OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::time::Instant;
 
 use accio_core::{Access, Addr, Error, MemView, OffsetAllocator, Side, Window, WindowTable};
 
-use crate::frame::{FaultCode, Header, ReadError};
+use crate::frame::{FaultCode, FrameReader, Header, Limits, ReadError, MAX_RMA};
 use crate::options::TcpOptions;
-use crate::sys;
+use crate::sys::{self, FdSource};
 
-pub(crate) use reader::reader_main;
 pub(crate) use responder::responder_main;
+pub(crate) use rx::reader_main;
 
 /// What each message counts towards the credit window besides its bytes.
 pub(crate) const MSG_OVERHEAD: usize = 64;
@@ -107,7 +108,7 @@ impl Gone {
         }
     }
 
-    fn from_read(e: ReadError) -> Gone {
+    pub(super) fn from_read(e: ReadError) -> Gone {
         match e {
             ReadError::Frame(f) => Gone::protocol(f.to_string()),
             ReadError::Io(e) if e.raw_os_error() == Some(libc::ECONNRESET) => {
@@ -266,6 +267,26 @@ pub(crate) struct Shared {
     /// Mirror of the peer's windows, kept from its register/unregister notices.
     pub peer_windows: RwLock<WindowTable<()>>,
     gone: OnceLock<Gone>,
+    /// The read half of the socket: whoever holds it reads and applies frames, one
+    /// whole frame at a time (see [`rx`]).
+    rx: Mutex<FrameReader<FdSource>>,
+    /// Callers inside a waiting call (they read the socket themselves).
+    attending: AtomicUsize,
+    /// Counts entries into waiting calls, so that the reader thread sees callers that came
+    /// and went since it last looked.
+    visits: AtomicU64,
+    /// The reader thread holds `rx` and may sleep in `poll`: a caller kicks `wake`.
+    polling: AtomicBool,
+    wake: OwnedFd,
+    /// Bumped whenever frames were applied or `rx` was let go, for callers that wait while
+    /// another thread reads.
+    epoch: AtomicU64,
+    epoch_waiters: AtomicUsize,
+    epoch_lock: Mutex<()>,
+    epoch_cv: Condvar,
+    /// Where the reader thread waits while callers read the socket.
+    park_lock: Mutex<()>,
+    park_cv: Condvar,
 }
 
 impl Shared {
@@ -276,8 +297,17 @@ impl Shared {
         opts: TcpOptions,
         peer_max_message: usize,
         peer_window: u64,
-    ) -> Shared {
-        Shared {
+    ) -> io::Result<Shared> {
+        let limits = Limits {
+            max_message: opts.max_message as u64,
+            max_rma: MAX_RMA,
+        };
+        let source = FdSource {
+            fd,
+            blocking: false,
+            spin: opts.spin,
+        };
+        Ok(Shared {
             _stream: stream,
             fd,
             local,
@@ -298,7 +328,18 @@ impl Shared {
             windows: RwLock::default(),
             peer_windows: RwLock::default(),
             gone: OnceLock::new(),
-        }
+            rx: Mutex::new(FrameReader::new(source, limits)),
+            attending: AtomicUsize::new(0),
+            visits: AtomicU64::new(0),
+            polling: AtomicBool::new(false),
+            wake: sys::eventfd()?,
+            epoch: AtomicU64::new(0),
+            epoch_waiters: AtomicUsize::new(0),
+            epoch_lock: Mutex::new(()),
+            epoch_cv: Condvar::new(),
+            park_lock: Mutex::new(()),
+            park_cv: Condvar::new(),
+        })
     }
 
     /// The error every call reports once the connection is over.
@@ -337,6 +378,11 @@ impl Shared {
             r.stop = true;
             self.replies_cv.notify_all();
         }
+        {
+            let _g = lock(&self.park_lock);
+            self.park_cv.notify_all();
+        }
+        self.bump();
     }
 
     /// Turns a failed send into the connection's end, and returns the error to report.
@@ -387,15 +433,6 @@ impl Shared {
         **w
     }
 
-    /// Waits on `state_cv`, counted so that notifiers can skip the wake-up when nobody
-    /// waits.
-    pub(crate) fn wait_state<'a>(&self, mut st: MutexGuard<'a, State>) -> MutexGuard<'a, State> {
-        st.waiters += 1;
-        let mut st = wait(&self.state_cv, st);
-        st.waiters -= 1;
-        st
-    }
-
     fn notify_state(&self, st: &State) {
         if st.waiters > 0 {
             self.state_cv.notify_all();
@@ -436,10 +473,9 @@ impl Shared {
 
     /// Waits until a message costing `cost` may be sent, or the connection is over.
     pub(crate) fn wait_credit(&self, cost: u64) {
-        let mut st = lock(&self.state);
-        while !self.has_credit(cost) && !self.is_gone() {
-            st = self.wait_state(st);
-        }
+        self.wait_for(None, || {
+            (self.has_credit(cost) || self.is_gone()).then_some(())
+        });
     }
 
     /// Hands credit `recv` freed to the responder, which returns it to the peer.

@@ -2,7 +2,6 @@
 //! it owes the peer for the responder.
 
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
 
 use accio_core::{Access, ErrorKind, MemView, Side, WindowDesc};
 
@@ -10,7 +9,7 @@ use super::{
     credit_cost, lock, may_send, read, sub_view, wait, write, Fault, Gone, ReadState, Reply,
     Shared, MAX_REPLIES,
 };
-use crate::frame::{FaultCode, FrameReader, Header, Kind, Limits, FLAG_ACK, MAX_RMA};
+use crate::frame::{FaultCode, FrameReader, Header, Kind, FLAG_ACK};
 use crate::sys::FdSource;
 
 impl Shared {
@@ -52,7 +51,7 @@ impl Shared {
         }
     }
 
-    fn apply(&self, rx: &mut FrameReader<FdSource>, h: Header) -> Result<(), Gone> {
+    pub(super) fn apply(&self, rx: &mut FrameReader<FdSource>, h: Header) -> Result<(), Gone> {
         match h.kind {
             Kind::Message => self.apply_message(rx, h.len as usize),
             Kind::Write => {
@@ -286,48 +285,4 @@ fn take_spare(spare: &mut Vec<Vec<u8>>, len: usize) -> Vec<u8> {
         Some(i) => spare.remove(i),
         None => Vec::new(),
     }
-}
-
-/// Ends the connection and flags the reader as done when the reader thread exits, also
-/// by a panic, so no waiter is left hanging.
-struct ReaderExit<'a> {
-    shared: &'a Shared,
-    cause: Option<Gone>,
-}
-
-impl Drop for ReaderExit<'_> {
-    fn drop(&mut self) {
-        let g = self
-            .cause
-            .take()
-            .unwrap_or_else(|| Gone::peer("the endpoint's reader thread failed"));
-        self.shared.set_gone(g);
-        let mut st = lock(&self.shared.state);
-        st.reader_done = true;
-        self.shared.state_cv.notify_all();
-    }
-}
-
-/// The reader thread: applies frames until the connection ends.
-pub(crate) fn reader_main(shared: Arc<Shared>) {
-    let mut exit = ReaderExit {
-        shared: &shared,
-        cause: None,
-    };
-    let limits = Limits {
-        max_message: shared.opts.max_message as u64,
-        max_rma: MAX_RMA,
-    };
-    let mut rx = FrameReader::new(FdSource(shared.fd), limits);
-    let cause = loop {
-        let h = match rx.next_header() {
-            Ok(Some(h)) => h,
-            Ok(None) => break Gone::peer("the peer closed the connection"),
-            Err(e) => break Gone::from_read(e),
-        };
-        if let Err(g) = shared.apply(&mut rx, h) {
-            break g;
-        }
-    };
-    exit.cause = Some(cause);
 }
