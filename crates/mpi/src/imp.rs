@@ -29,6 +29,8 @@ const CHUNK: usize = 1 << 30;
 /// Bytes of the published window table: a header and 32-byte entries.
 const TABLE_BYTES: usize = 64 << 10;
 const TABLE_HEADER: usize = 64;
+/// Where in an endpoint's table block the peer flags a withdrawn window.
+const STALE_AT: usize = 16;
 const MAX_TRY_SEND: usize = 64 << 10;
 const MAX_PENDING_TRY_SENDS: usize = 64;
 
@@ -855,6 +857,14 @@ impl MpiEndpoint {
 
     /// The peer's address (MPI displacement) for `[off, off+len)` with rights `need`.
     fn remote(&self, off: u64, len: usize, need: Access) -> Result<u64> {
+        // The peer sets our stale word (before its unregister returns) when it withdrew a
+        // window: re-read its table before trusting the copy.
+        // SAFETY: the stale word lies in this endpoint's table view, 8-aligned.
+        let stale = unsafe { &*self.table.view.as_ptr().add(STALE_AT).cast::<AtomicU64>() };
+        if stale.load(Ordering::Acquire) != 0 {
+            stale.store(0, Ordering::Release);
+            self.refresh_peer()?;
+        }
         let find = |t: &WindowTable<u64>| {
             t.find(off, len as u64, need, Side::Remote, &self.peer_addr)
                 .map(|(d, a)| a + (off - d.offset))
@@ -953,6 +963,31 @@ impl MpiEndpoint {
         err
     }
 
+    /// Posts a send of a copy of `msg`, kept in `pending` until MPI completes it.
+    fn post_copy(&self, pending: &mut Vec<(ffi::MPI_Request, Vec<u8>)>, msg: &[u8]) -> Result<()> {
+        let copy = msg.to_vec();
+        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
+        // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a Vec's
+        // heap buffer does not move when the Vec does).
+        check(
+            unsafe {
+                ffi::MPI_Isend(
+                    copy.as_ptr().cast(),
+                    copy.len() as c_int,
+                    byte(),
+                    self.peer,
+                    self.tx + KIND_MSG,
+                    world(),
+                    req.as_mut_ptr(),
+                )
+            },
+            "MPI_Isend",
+        )?;
+        // SAFETY: MPI_Isend succeeded.
+        pending.push((unsafe { req.assume_init() }, copy));
+        Ok(())
+    }
+
     fn register_region(
         &self,
         region: Arc<Region>,
@@ -1006,8 +1041,24 @@ impl Endpoint for MpiEndpoint {
                 limit: i32::MAX as usize,
             });
         }
-        let _g = lock(&self.send_lock);
+        let mut pending = lock(&self.send_lock);
         self.check_open()?;
+        if msg.len() <= MAX_TRY_SEND {
+            // Small messages are buffered (a copy travels with the request), so a sender
+            // never waits for a receiver that is busy elsewhere, as the contract asks.
+            let mut b = Backoff(0);
+            loop {
+                Self::reap_try_sends(&mut pending)?;
+                if pending.len() < MAX_PENDING_TRY_SENDS {
+                    break;
+                }
+                self.check_open()?;
+                b.wait();
+            }
+            return self.post_copy(&mut pending, msg);
+        }
+        // Large messages wait for their receive; the lock keeps earlier buffered sends
+        // ahead of this one (MPI matches in posting order).
         let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
         // SAFETY: `msg` outlives the request: this call waits for it (or cancels it).
         check(
@@ -1069,26 +1120,7 @@ impl Endpoint for MpiEndpoint {
         if pending.len() >= MAX_PENDING_TRY_SENDS {
             return Ok(Progress::WouldBlock);
         }
-        let copy = msg.to_vec();
-        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a Vec's
-        // heap buffer does not move when the Vec does).
-        check(
-            unsafe {
-                ffi::MPI_Isend(
-                    copy.as_ptr().cast(),
-                    copy.len() as c_int,
-                    byte(),
-                    self.peer,
-                    self.tx + KIND_MSG,
-                    world(),
-                    req.as_mut_ptr(),
-                )
-            },
-            "MPI_Isend",
-        )?;
-        // SAFETY: MPI_Isend succeeded.
-        pending.push((unsafe { req.assume_init() }, copy));
+        self.post_copy(&mut pending, msg)?;
         Ok(Progress::Ready(()))
     }
 
@@ -1172,7 +1204,15 @@ impl Endpoint for MpiEndpoint {
                 format!("no window starts at offset {offset:#x} of {}", self.local),
             )
         })?;
-        self.table.publish(&w.0)
+        self.table.publish(&w.0)?;
+        drop(w);
+        if self.peer_table != 0 && !self.peer_closed.load(Ordering::Acquire) {
+            // Tell the peer its copy of our table is stale, before any later message.
+            let one = 1u64.to_ne_bytes();
+            self.put(one.as_ptr(), 8, self.peer_table + STALE_AT as u64)?;
+            self.flush()?;
+        }
+        Ok(())
     }
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
