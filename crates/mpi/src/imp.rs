@@ -55,6 +55,8 @@ pub(crate) struct Mpi {
     attached: Mutex<HashMap<usize, (Arc<Region>, usize)>>,
     /// Closed endpoints whose peer may still reach their memory (see `Grave`).
     graves: Mutex<Vec<Grave>>,
+    /// Regions once attached, never unmapped (see `detach`).
+    retired: Mutex<Vec<Arc<Region>>>,
 }
 
 // SAFETY: the window handle is an opaque MPI handle; MPI was initialized with
@@ -204,6 +206,7 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
         pump: Mutex::new(()),
         attached: Mutex::new(HashMap::new()),
         graves: Mutex::new(Vec::new()),
+        retired: Mutex::new(Vec::new()),
     })
 }
 
@@ -420,7 +423,12 @@ impl Mpi {
             if *n == 0 {
                 // SAFETY: the region was attached by `attach` and is still mapped.
                 unsafe { ffi::MPI_Win_detach(self.win, region.as_ptr().cast()) };
-                a.remove(&key);
+                // Kept mapped for good: Open MPI's osc ucx caches peers' remote keys by
+                // address, and a new mapping at a detached region's address made a peer
+                // unpack a stale key and crash. The cost is memory of views' regions.
+                if let Some((r, _)) = a.remove(&key) {
+                    lock(&self.retired).push(r);
+                }
             }
         }
     }
