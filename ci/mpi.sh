@@ -23,7 +23,7 @@ root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 # UCX on this machine kind needs any transport/device; the dynamic windows of the mpi
 # backend are served by Open MPI's ucx one-sided component.
-MPIRUN=(mpirun "${root[@]}" --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx)
+MPIRUN=(mpirun "${root[@]}" --oversubscribe --mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx)
 
 echo "== build with the mpi feature"
 cargo build --release -p accio-testkit --features mpi --bins
