@@ -24,6 +24,11 @@ pub struct MatrixArgs {
     /// Samples per figure.
     #[arg(long, default_value_t = 5)]
     reps: usize,
+    /// Writes the fastest measured backend of every pair (bandwidth at the largest size,
+    /// both directions summed) as a per-pair config file: point `ACCIO_WORLD_CONFIG` at it
+    /// and the world's rule uses the measured choice.
+    #[arg(long, value_name = "FILE")]
+    write_config: Option<std::path::PathBuf>,
     #[command(flatten)]
     pub(crate) common: CommonArgs,
 }
@@ -111,7 +116,9 @@ fn label(w: &World, r: usize) -> String {
 
 /// Runs the bench as one rank of the world.
 pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
-    let w = World::from_env().context("accio bench matrix: joining the world")?;
+    let mut w = World::from_env().context("accio bench matrix: joining the world")?;
+    // Pairs are measured one after another: a rank may wait for its peer a long time.
+    w.set_timeout(Duration::from_secs(3600));
     let me = w.rank();
     let sizes: Vec<u64> = args
         .common
@@ -196,10 +203,56 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
         }
     }
     print_choices(&w, &cells, &sizes);
+    if let Some(path) = &args.write_config {
+        let text = measured_config(w.size(), &cells, &sizes);
+        std::fs::write(path, text)
+            .with_context(|| format!("writing the measured choices to {}", path.display()))?;
+        eprintln!(
+            "matrix: measured choices written to {} (use ACCIO_WORLD_CONFIG={0})",
+            path.display()
+        );
+    }
     if !args.common.stdout_taken() {
         print!("\n{}", accio_report::markdown(rec.report()));
     }
     Ok(())
+}
+
+/// Per-pair config lines naming each pair's fastest backend at the largest size.
+fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
+    let big = sizes.iter().copied().max().unwrap_or(0);
+    let mut out = format!(
+        "# accio bench matrix: fastest backend per pair, stream bandwidth at {big} B, both directions summed\n"
+    );
+    for a in 0..size {
+        for b in a + 1..size {
+            let mut best: Option<(String, f64)> = None;
+            let schemes: Vec<&str> = cells
+                .iter()
+                .filter(|c| c.src == a && c.dst == b)
+                .map(|c| c.scheme.as_str())
+                .collect();
+            for s in schemes {
+                let sum: f64 = cells
+                    .iter()
+                    .filter(|c| {
+                        ((c.src == a && c.dst == b) || (c.src == b && c.dst == a))
+                            && c.scheme == s
+                            && c.size == big
+                            && c.metric == m::STREAM_BW
+                    })
+                    .map(|c| median(&c.samples))
+                    .sum();
+                if best.as_ref().is_none_or(|(_, v)| sum > *v) {
+                    best = Some((s.to_string(), sum));
+                }
+            }
+            if let Some((s, v)) = best {
+                out.push_str(&format!("{a} {b} {s} # {:.3} GB/s both ways\n", v));
+            }
+        }
+    }
+    out
 }
 
 fn median(v: &[f64]) -> f64 {

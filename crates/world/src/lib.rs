@@ -337,6 +337,13 @@ impl World {
         })
     }
 
+    /// How long [`World::endpoint`] waits for its peer (default: the bootstrap timeout).
+    /// Programs whose ranks reach a pair at very different times (a bench measuring pairs
+    /// one after another) raise it.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
+    }
+
     /// This process's rank.
     pub fn rank(&self) -> usize {
         self.rank
