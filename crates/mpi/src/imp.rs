@@ -173,8 +173,8 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
             return Err("MPI_Win_lock_all failed".into());
         }
     }
-    // SAFETY: when flag is set, MPI stored a pointer to the attribute value.
     let ub = if flag != 0 && !tag_ub.is_null() {
+        // SAFETY: when flag is set, MPI stored a pointer to the attribute value.
         unsafe { *tag_ub }
     } else {
         32767
@@ -230,8 +230,8 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
     let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
-    // SAFETY: out-pointers are valid; MPI is initialized.
     check(
+        // SAFETY: out-pointers are valid; MPI is initialized.
         unsafe {
             ffi::MPI_Improbe(
                 src,
@@ -250,16 +250,16 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
     let mut count: c_int = 0;
     // SAFETY: a matched message's status and handle were written by MPI_Improbe.
     let (mut msg, st) = unsafe { (msg.assume_init(), st.assume_init()) };
-    // SAFETY: `st` is the status of the matched message.
     check(
+        // SAFETY: `st` is the status of the matched message.
         unsafe { ffi::MPI_Get_count(&st, byte(), &mut count) },
         "MPI_Get_count",
     )?;
     let n = count.max(0) as usize;
     buf.clear();
     buf.reserve(n);
-    // SAFETY: `buf` has capacity for `n` bytes; MPI_Mrecv writes exactly the message.
     check(
+        // SAFETY: `buf` has capacity for `n` bytes; MPI_Mrecv writes exactly the message.
         unsafe {
             ffi::MPI_Mrecv(
                 buf.as_mut_ptr().cast(),
@@ -321,8 +321,8 @@ impl Mpi {
         loop {
             let mut flag: c_int = 0;
             let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
-            // SAFETY: out-pointers are valid.
             check(
+                // SAFETY: out-pointers are valid.
                 unsafe {
                     ffi::MPI_Iprobe(
                         ffi::RSMPI_ANY_SOURCE,
@@ -386,8 +386,8 @@ impl Mpi {
             *n += 1;
             return Ok(());
         }
-        // SAFETY: the region stays mapped while `attached` holds it (until detach).
         check(
+            // SAFETY: the region stays mapped while `attached` holds it (until detach).
             unsafe {
                 ffi::MPI_Win_attach(
                     self.win,
@@ -693,6 +693,14 @@ impl Table {
     }
 }
 
+/// An endpoint's own windows (with each one's MPI address), its offset allocator, and the
+/// memory it attached.
+type Own = (
+    WindowTable<(Window, u64)>,
+    OffsetAllocator,
+    Vec<Arc<Region>>,
+);
+
 struct MpiEndpoint {
     m: &'static Mpi,
     peer: c_int,
@@ -703,11 +711,7 @@ struct MpiEndpoint {
     table: Table,
     peer_table: u64,
     refused: bool,
-    windows: Mutex<(
-        WindowTable<(Window, u64)>,
-        OffsetAllocator,
-        Vec<Arc<Region>>,
-    )>,
+    windows: Mutex<Own>,
     peer_windows: Mutex<WindowTable<u64>>,
     send_lock: Mutex<Vec<(ffi::MPI_Request, Vec<u8>)>>,
     recv_lock: Mutex<Vec<u8>>,
@@ -743,8 +747,8 @@ impl MpiEndpoint {
         let (view, _) = m.carve(TABLE_BYTES)?;
         let region = Arc::clone(&m.arena);
         let mut a: ffi::MPI_Aint = 0;
-        // SAFETY: the view is mapped; MPI_Get_address only computes the address.
         check(
+            // SAFETY: the view is mapped; MPI_Get_address only computes the address.
             unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
             "MPI_Get_address",
         )?;
@@ -844,8 +848,8 @@ impl MpiEndpoint {
     }
 
     fn get_raw(&self, dst: *mut u8, len: usize, disp: u64) -> Result<()> {
-        // SAFETY: `dst` has `len` writable bytes; the flush completes the get before return.
         check(
+            // SAFETY: `dst` has `len` writable bytes; the flush completes the get before return.
             unsafe {
                 ffi::MPI_Get(
                     dst.cast(),
@@ -897,9 +901,9 @@ impl MpiEndpoint {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(CHUNK);
-            // SAFETY: `src` has `len` readable bytes until local completion (flushed by the
-            // caller before it returns); `disp` lies in a window of the peer.
             check(
+                // SAFETY: `src` has `len` readable bytes until local completion (flushed by the
+                // caller before it returns); `disp` lies in a window of the peer.
                 unsafe {
                     ffi::MPI_Put(
                         src.add(done).cast(),
@@ -924,8 +928,8 @@ impl MpiEndpoint {
         let mut done = 0;
         while done < len {
             let n = (len - done).min(CHUNK);
-            // SAFETY: `dst` has `len` writable bytes; flushed below before return.
             check(
+                // SAFETY: `dst` has `len` writable bytes; flushed below before return.
                 unsafe {
                     ffi::MPI_Get(
                         dst.add(done).cast(),
@@ -975,9 +979,9 @@ impl MpiEndpoint {
     fn post_copy(&self, pending: &mut Vec<(ffi::MPI_Request, Vec<u8>)>, msg: &[u8]) -> Result<()> {
         let copy = msg.to_vec();
         let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a Vec's
-        // heap buffer does not move when the Vec does).
         check(
+            // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a Vec's
+            // heap buffer does not move when the Vec does).
             unsafe {
                 ffi::MPI_Isend(
                     copy.as_ptr().cast(),
@@ -1003,8 +1007,8 @@ impl MpiEndpoint {
         access: Access,
     ) -> Result<Window> {
         let mut a: ffi::MPI_Aint = 0;
-        // SAFETY: the view is mapped.
         check(
+            // SAFETY: the view is mapped.
             unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
             "MPI_Get_address",
         )?;
@@ -1068,8 +1072,8 @@ impl Endpoint for MpiEndpoint {
         // Large messages wait for their receive; the lock keeps earlier buffered sends
         // ahead of this one (MPI matches in posting order).
         let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        // SAFETY: `msg` outlives the request: this call waits for it (or cancels it).
         check(
+            // SAFETY: `msg` outlives the request: this call waits for it (or cancels it).
             unsafe {
                 ffi::MPI_Isend(
                     msg.as_ptr().cast(),
@@ -1088,8 +1092,8 @@ impl Endpoint for MpiEndpoint {
         let mut b = Backoff(0);
         loop {
             let mut flag: c_int = 0;
-            // SAFETY: active request.
             check(
+                // SAFETY: active request.
                 unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
                 "MPI_Test",
             )?;
@@ -1193,7 +1197,7 @@ impl Endpoint for MpiEndpoint {
         if view.is_empty() {
             return Err(Error::invalid("register_view", "the view is empty"));
         }
-        if (view.as_ptr() as usize) % PAGE != 0 {
+        if !(view.as_ptr() as usize).is_multiple_of(PAGE) {
             return Err(Error::invalid(
                 "register_view",
                 "the view does not start on a page boundary",
@@ -1294,8 +1298,8 @@ impl Endpoint for MpiEndpoint {
             let val = v.to_ne_bytes();
             self.put(val.as_ptr(), 8, d)?;
             // `val` lives on this stack frame: complete locally before it goes.
-            // SAFETY: valid window and rank.
             check(
+                // SAFETY: valid window and rank.
                 unsafe { ffi::MPI_Win_flush_local(self.peer, self.m.win) },
                 "MPI_Win_flush_local",
             )?;
@@ -1358,8 +1362,8 @@ pub(crate) fn allgather(record: &[u8]) -> Result<Vec<Vec<u8>>> {
     let n = m.size as usize;
     let mine = record.len() as c_int;
     let mut lens = vec![0 as c_int; n];
-    // SAFETY: buffers sized for one int per rank.
     check(
+        // SAFETY: buffers sized for one int per rank.
         unsafe {
             ffi::MPI_Allgather(
                 (&mine as *const c_int).cast(),
@@ -1380,8 +1384,8 @@ pub(crate) fn allgather(record: &[u8]) -> Result<Vec<Vec<u8>>> {
         total += *l as usize;
     }
     let mut all = vec![0u8; total];
-    // SAFETY: `all` holds the sum of every rank's length; displacements follow from it.
     check(
+        // SAFETY: `all` holds the sum of every rank's length; displacements follow from it.
         unsafe {
             ffi::MPI_Allgatherv(
                 record.as_ptr().cast(),

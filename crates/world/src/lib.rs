@@ -108,10 +108,16 @@ impl Bootstrap {
     }
 }
 
+/// Accepted endpoints by (peer rank, scheme), oldest first.
+type Accepted = HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>;
+
+/// This rank's listeners, one per scheme.
+pub type Listeners = Vec<(String, Box<dyn Listener>)>;
+
 /// Endpoints accepted but not yet asked for, by (peer rank, scheme).
 #[derive(Default)]
 struct Pending {
-    map: Mutex<HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>>,
+    map: Mutex<Accepted>,
     ready: Condvar,
 }
 
@@ -144,7 +150,7 @@ pub fn listen_all(
     tcp_host: &str,
     node: NodeId,
     rules: Rules,
-) -> Result<(Vec<(String, Box<dyn Listener>)>, Record)> {
+) -> Result<(Listeners, Record)> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -264,7 +270,7 @@ impl World {
     pub fn from_table(
         rank: usize,
         table: Vec<Record>,
-        listeners: Vec<(String, Box<dyn Listener>)>,
+        listeners: Listeners,
         timeout: Duration,
     ) -> Result<World> {
         let size = table.len();
