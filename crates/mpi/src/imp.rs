@@ -97,6 +97,10 @@ fn check(rc: c_int, what: &str) -> Result<()> {
 }
 
 extern "C" fn finalize_at_exit() {
+    PROGRESS_STOP.store(true, Ordering::Release);
+    if let Some(t) = lock(&PROGRESS).take() {
+        let _ = t.join();
+    }
     if let Some(Ok(m)) = STATE.get() {
         let mut done: c_int = 0;
         // SAFETY: plain MPI calls on handles created in `init_mpi`; MPI_Finalized guards
@@ -213,13 +217,65 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
 /// The initialized MPI state (initializing it on first use).
 pub(crate) fn mpi() -> Result<&'static Mpi> {
     STATE
-        .get_or_init(init_mpi)
+        .get_or_init(|| {
+            let m = init_mpi()?;
+            start_progress();
+            Ok(m)
+        })
         .as_ref()
         .map_err(|e| Error::BadAddress {
             addr: "mpi://".into(),
             reason: e.clone(),
         })
 }
+
+/// Starts the progress thread: Open MPI applies a peer's one-sided writes (through UCX) only
+/// while this process makes MPI calls, and a rank waiting for a `fence_signal` on plain
+/// memory (`wait_u64`) makes none. Every `ACCIO_MPI_PROGRESS_US` (default 50; 0 turns the
+/// thread off) it probes for a message, which drives MPI's progress engine without
+/// consuming anything. The price is that thread's wake-ups.
+fn start_progress() {
+    let us: u64 = std::env::var("ACCIO_MPI_PROGRESS_US")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(50);
+    if us == 0 {
+        return;
+    }
+    let t = std::thread::Builder::new()
+        .name("accio-mpi-progress".into())
+        .spawn(move || loop {
+            if PROGRESS_STOP.load(Ordering::Acquire) {
+                return;
+            }
+            let mut flag: c_int = 0;
+            // SAFETY: MPI is initialized with MPI_THREAD_MULTIPLE; the status is ignored.
+            let rc = unsafe {
+                ffi::MPI_Iprobe(
+                    ffi::RSMPI_ANY_SOURCE,
+                    ffi::RSMPI_ANY_TAG,
+                    world(),
+                    &mut flag,
+                    ffi::RSMPI_STATUS_IGNORE,
+                )
+            };
+            let mut done: c_int = 0;
+            // SAFETY: MPI_Finalized may be called at any time.
+            unsafe { ffi::MPI_Finalized(&mut done) };
+            if rc != 0 || done != 0 {
+                return;
+            }
+            std::thread::sleep(Duration::from_micros(us));
+        });
+    if let Ok(t) = t {
+        *lock(&PROGRESS) = Some(t);
+    }
+}
+
+/// Asks the progress thread to stop (before MPI_Finalize).
+static PROGRESS_STOP: AtomicBool = AtomicBool::new(false);
+/// The progress thread, joined at exit.
+static PROGRESS: Mutex<Option<std::thread::JoinHandle<()>>> = Mutex::new(None);
 
 fn tag(conn: u32, dir: u32, kind: c_int) -> c_int {
     TAG_BASE + ((conn * 2 + dir) as c_int) * KINDS + kind
@@ -1297,12 +1353,10 @@ impl Endpoint for MpiEndpoint {
         if let Some((d, v)) = rp {
             let val = v.to_ne_bytes();
             self.put(val.as_ptr(), 8, d)?;
-            // `val` lives on this stack frame: complete locally before it goes.
-            check(
-                // SAFETY: valid window and rank.
-                unsafe { ffi::MPI_Win_flush_local(self.peer, self.m.win) },
-                "MPI_Win_flush_local",
-            )?;
+            // Completed at the peer, not only locally: an MPI library may hold a put in its
+            // queue until the next MPI call, and the caller's next step may be a wait on
+            // plain memory (`wait_u64`) that makes none; `val` also lives on this frame.
+            self.flush()?;
         }
         Ok(())
     }
