@@ -72,6 +72,7 @@ m = lambda v: f"{s.median(v):.3f} ({min(v):.3f}-{max(v):.3f})"
 pb, pl, ab, al = col(0), col(1), col(2), col(3)
 print(f"{sys.argv[1]}: 2 MiB bandwidth GB/s: Open MPI {m(pb)}, accio mpi {m(ab)}, ratio {s.median(ab)/s.median(pb):.2f} (need >= 0.95)")
 lim = 1.1 * s.median(pl) + 0.1
-print(f"{sys.argv[1]}: 8 B one-way latency us: Open MPI {m(pl)}, accio mpi {m(al)}, limit {lim:.2f} -> {\"ok\" if s.median(al) <= lim else \"over\"}")
+verdict = "ok" if s.median(al) <= lim else "over"
+print(f"{sys.argv[1]}: 8 B one-way latency us: Open MPI {m(pl)}, accio mpi {m(al)}, limit {lim:.2f} -> {verdict}")
 ' "$where" "${res[$where]}"
 done
