@@ -49,13 +49,17 @@ declare -A res
 for rep in $(seq "$reps"); do
     for where in node hosts; do
         if [ "$where" = node ]; then
-            p=$(mpirun "${root[@]}" "${FLAGS[@]}" -n 2 "$OUT/mpi_bw_lat" -s 8,2M -r 5 | parse_peer)
-            mpirun "${root[@]}" "${FLAGS[@]}" -n 2 -x ACCIO_TRANSPORT=mpi "${ACCIO[@]}" --json "$OUT/a.json" >/dev/null 2>&1
+            p=$(mpirun "${root[@]}" "${FLAGS[@]}" -n 2 "$OUT/mpi_bw_lat" -s 8,2M -r 5 | parse_peer) \
+                || { echo "rep $rep node: the Open MPI run failed"; continue; }
+            mpirun "${root[@]}" "${FLAGS[@]}" -n 2 "${ACCIO[@]}" --json "$OUT/a.json" >/dev/null 2>&1 \
+                || { echo "rep $rep node: the accio run failed"; continue; }
         else
-            o=$(scripts/netns-world.sh -n 2 "$OUT/mpi_bw_lat" -s 8,2M -r 5)
+            o=$(timeout 300 scripts/netns-world.sh -n 2 "$OUT/mpi_bw_lat" -s 8,2M -r 5 2>&1) \
+                || { echo "rep $rep hosts: the Open MPI run failed: $(tail -3 <<<"$o")"; continue; }
             if grep -q '^skipped:' <<<"$o"; then echo "hosts: $o"; continue; fi
             p=$(parse_peer <<<"$o")
-            scripts/netns-world.sh -n 2 "${ACCIO[@]}" --json "$OUT/a.json" >/dev/null 2>&1
+            timeout 300 scripts/netns-world.sh -n 2 "${ACCIO[@]}" --json "$OUT/a.json" >/dev/null 2>&1 \
+                || { echo "rep $rep hosts: the accio run failed"; continue; }
         fi
         a=$(parse_accio "$OUT/a.json")
         res[$where]+="$p $a;"
