@@ -53,8 +53,17 @@ pub use accio_shm::ShmOptions;
 pub use accio_tcp::TcpOptions;
 
 /// Every backend this build knows, in the order `accio bench` measures them. Adding a
-/// backend is its crate plus one line here.
+/// backend is its crate plus one line here. `mpi` is there when built with the `mpi`
+/// feature (it serves only ranks that MPI launched).
+#[cfg(not(feature = "mpi"))]
 pub static REGISTRY: &[Backend] = &[accio_shm::BACKEND, accio_tcp::BACKEND];
+/// Every backend this build knows (see the build without the `mpi` feature).
+#[cfg(feature = "mpi")]
+pub static REGISTRY: &[Backend] = &[accio_shm::BACKEND, accio_tcp::BACKEND, accio_mpi::BACKEND];
+
+/// The MPI side of the facade: whether MPI launched this process, MPI's own rank and size
+/// (`init`, collective), and an allgather for bootstrapping a world.
+pub use accio_mpi as mpi;
 
 /// The registered backend serving `scheme`.
 pub fn backend(scheme: &str) -> Option<&'static Backend> {
@@ -72,9 +81,14 @@ fn resolve(addr: &str) -> Result<(Addr, &'static Backend)> {
     let b = backend(a.scheme()).ok_or_else(|| Error::BadAddress {
         addr: addr.to_string(),
         reason: format!(
-            "no backend for scheme {:?} in this build (built in: {})",
+            "no backend for scheme {:?} in this build (built in: {}){}",
             a.scheme(),
-            schemes().join(", ")
+            schemes().join(", "),
+            if a.scheme() == "mpi" {
+                "; build accio with `--features mpi` and start the ranks with mpirun"
+            } else {
+                ""
+            }
         ),
     })?;
     Ok((a, b))

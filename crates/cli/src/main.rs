@@ -3,6 +3,7 @@
 
 mod bench_coalesce;
 mod bench_fs;
+mod bench_matrix;
 mod bench_merge;
 mod bench_transport;
 mod common;
@@ -96,6 +97,10 @@ enum BenchCommand {
     Coalesce(bench_coalesce::CoalesceArgs),
     /// Many producers into one file through the merging file service.
     Merge(bench_merge::MergeArgs),
+    /// Latency and bandwidth between every ordered pair of ranks of a world, over every
+    /// backend that can serve the pair, with the transport choice per pair explained. Run
+    /// it as a world's program: `accio run -n 4 accio bench matrix` or under mpirun.
+    Matrix(bench_matrix::MatrixArgs),
 }
 
 /// Exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it).
@@ -176,6 +181,11 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 a.common.inherit(&parent);
                 let mut rec = common::recorder(&a.common)?;
                 bench_coalesce::run(a, &mut rec)
+            }
+            BenchCommand::Matrix(mut a) => {
+                a.common.inherit(&parent);
+                let mut rec = common::recorder(&a.common)?;
+                bench_matrix::run_cmd(a, &mut rec)
             }
             BenchCommand::Merge(mut a) => {
                 a.common.inherit(&parent);

@@ -118,3 +118,52 @@ fn without_a_launcher_the_error_says_how_to_start() {
         "{err}"
     );
 }
+
+#[test]
+fn bench_matrix_measures_every_ordered_pair_and_explains_the_choice() {
+    let dir = std::env::temp_dir().join(format!("accio-matrix-test-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let json = dir.join("m.json");
+    let conf = dir.join("pairs.conf");
+    let (ok, out, err) = accio(
+        &[
+            "run",
+            "-n",
+            "3",
+            ACCIO,
+            "bench",
+            "matrix",
+            "--sizes",
+            "8,64K",
+            "--reps",
+            "2",
+            "--json",
+            json.to_str().unwrap(),
+            "--write-config",
+            conf.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(ok, "{out}\n{err}");
+    for (a, b) in [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)] {
+        assert!(
+            out.contains(&format!("| {a} -> {b} | shm | same node")),
+            "{out}"
+        );
+    }
+    assert!(
+        out.contains("matrix stream_bw backend=tcp size=64K"),
+        "{out}"
+    );
+    let text = std::fs::read_to_string(&json).unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let figs = v["figures"].as_array().unwrap();
+    // 6 ordered pairs x 2 backends x 2 sizes x 2 metrics.
+    assert_eq!(figs.len(), 48, "{text}");
+    assert!(figs
+        .iter()
+        .all(|f| f["params"]["src"].as_str().unwrap().starts_with('r')));
+    let c = std::fs::read_to_string(&conf).unwrap();
+    assert_eq!(c.lines().filter(|l| !l.starts_with('#')).count(), 3, "{c}");
+    std::fs::remove_dir_all(&dir).unwrap();
+}

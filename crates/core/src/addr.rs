@@ -1,4 +1,4 @@
-//! Endpoint addresses: `shm://NAME` and `tcp://HOST:PORT`.
+//! Endpoint addresses: `shm://NAME`, `tcp://HOST:PORT` and `mpi://RANK[:PORT]`.
 
 use std::fmt;
 use std::str::FromStr;
@@ -19,6 +19,14 @@ pub enum Addr {
         /// Port number.
         port: u16,
     },
+    /// MPI: `mpi://RANK` or `mpi://RANK:PORT`, a rank of `MPI_COMM_WORLD` and one of its
+    /// listening ports (default 0), served by the `mpi` backend when it is built in.
+    Mpi {
+        /// The rank in `MPI_COMM_WORLD`.
+        rank: u32,
+        /// The port at that rank (several listeners per rank).
+        port: u32,
+    },
 }
 
 impl Addr {
@@ -27,6 +35,7 @@ impl Addr {
         match self {
             Addr::Shm(_) => "shm",
             Addr::Tcp { .. } => "tcp",
+            Addr::Mpi { .. } => "mpi",
         }
     }
 }
@@ -91,9 +100,24 @@ impl FromStr for Addr {
                     port,
                 })
             }
+            "mpi" => {
+                let (rank, port) = rest.split_once(':').unwrap_or((rest, "0"));
+                let num = |v: &str, what: &str| {
+                    v.parse::<u32>().map_err(|_| {
+                        bad(
+                            s,
+                            format!("{what} {v:?} is not a number (expected mpi://RANK[:PORT])"),
+                        )
+                    })
+                };
+                Ok(Addr::Mpi {
+                    rank: num(rank, "rank")?,
+                    port: num(port, "port")?,
+                })
+            }
             other => Err(bad(
                 s,
-                format!("unknown scheme {other:?} (known: shm, tcp)"),
+                format!("unknown scheme {other:?} (known: shm, tcp, mpi)"),
             )),
         }
     }
@@ -105,6 +129,8 @@ impl fmt::Display for Addr {
             Addr::Shm(name) => write!(f, "shm://{name}"),
             Addr::Tcp { host, port } if host.contains(':') => write!(f, "tcp://[{host}]:{port}"),
             Addr::Tcp { host, port } => write!(f, "tcp://{host}:{port}"),
+            Addr::Mpi { rank, port: 0 } => write!(f, "mpi://{rank}"),
+            Addr::Mpi { rank, port } => write!(f, "mpi://{rank}:{port}"),
         }
     }
 }
@@ -121,6 +147,8 @@ mod tests {
             "tcp://127.0.0.1:0",
             "tcp://[::1]:5000",
             "tcp://localhost:80",
+            "mpi://3",
+            "mpi://0:17",
         ] {
             assert_eq!(s.parse::<Addr>().unwrap().to_string(), s);
         }
@@ -144,6 +172,8 @@ mod tests {
             ("tcp://:80", "empty host"),
             ("tcp://::1:80", "brackets"),
             ("localhost:80", "SCHEME://"),
+            ("mpi://x", "rank \"x\" is not a number"),
+            ("mpi://1:-2", "port \"-2\" is not a number"),
         ] {
             let e = s.parse::<Addr>().unwrap_err();
             assert_eq!(e.kind(), ErrorKind::BadAddress);

@@ -35,6 +35,17 @@ pub mod transport {
     pub const SEED_004_CONNECT_US: (f64, f64) = (750.0, 2230.0);
 }
 
+/// The ping-pong matrix of a rank world (`accio bench matrix`): one figure per ordered pair
+/// of ranks (params `src`, `dst`: rank labels with node and CPU set), backend and size.
+pub mod matrix {
+    /// The `bench` name of every figure this module records.
+    pub const BENCH: &str = "matrix";
+    /// One-way latency (half the median ping-pong round trip), us.
+    pub const LATENCY: &str = "latency";
+    /// Streaming bandwidth from `src` to `dst`, counted when `dst` acknowledged, GB/s.
+    pub const STREAM_BW: &str = "stream_bw";
+}
+
 /// The coalescing bench: small-item rates with and without the communication cache.
 pub mod coalesce {
     /// The `bench` name of every figure this module records.

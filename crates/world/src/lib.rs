@@ -108,10 +108,16 @@ impl Bootstrap {
     }
 }
 
+/// Accepted endpoints by (peer rank, scheme), oldest first.
+type Accepted = HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>;
+
+/// This rank's listeners, one per scheme.
+pub type Listeners = Vec<(String, Box<dyn Listener>)>;
+
 /// Endpoints accepted but not yet asked for, by (peer rank, scheme).
 #[derive(Default)]
 struct Pending {
-    map: Mutex<HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>>,
+    map: Mutex<Accepted>,
     ready: Condvar,
 }
 
@@ -144,7 +150,7 @@ pub fn listen_all(
     tcp_host: &str,
     node: NodeId,
     rules: Rules,
-) -> Result<(Vec<(String, Box<dyn Listener>)>, Record)> {
+) -> Result<(Listeners, Record)> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -185,9 +191,64 @@ pub fn listen_all(
 }
 
 impl World {
-    /// Joins the world `accio run` started (see [`Bootstrap::from_env`]).
+    /// Joins the world this process was started in: `accio run` (see
+    /// [`Bootstrap::from_env`]), or, without `ACCIO_RANK` and when MPI launched it and the
+    /// `mpi` feature is built, MPI's world ([`World::from_mpi`]).
     pub fn from_env() -> Result<World> {
+        if std::env::var_os("ACCIO_RANK").is_none() && accio::mpi::launched_by_mpi() {
+            if accio::mpi::BUILT {
+                return World::from_mpi();
+            }
+            return Err(WorldError::Config {
+                what: "world bootstrap".into(),
+                cause: "launched by MPI, but this build has no MPI (build with `--features mpi`), \
+                        and ACCIO_RANK is not set (start with `accio run -n N` instead)"
+                    .into(),
+            });
+        }
         World::bootstrap(Bootstrap::from_env()?)
+    }
+
+    /// Joins MPI's world (collective: every rank calls it): rank and size from MPI, the
+    /// records exchanged by `MPI_Allgather`. Listeners: shm, tcp on `ACCIO_WORLD_TCP_HOST`
+    /// (default: this host's first non-loopback IPv4 address, so other hosts can reach
+    /// it), and mpi.
+    pub fn from_mpi() -> Result<World> {
+        let (rank, size) = accio::mpi::init().map_err(|e| WorldError::Bootstrap {
+            rank: 0,
+            cause: format!("MPI: {e}"),
+        })?;
+        let timeout = Duration::from_millis(env_num("ACCIO_WORLD_TIMEOUT_MS")?.unwrap_or(10_000));
+        let tcp_host = match env_var("ACCIO_WORLD_TCP_HOST")? {
+            Some(h) => h,
+            None => first_ipv4().unwrap_or_else(|| "127.0.0.1".into()),
+        };
+        let rules = Rules::from_env(true)?;
+        let (mut listeners, mut rec) = listen_all(rank, size, &tcp_host, NodeId::current(), rules)?;
+        let mpi_addr = format!("mpi://{rank}");
+        let l = accio::listen(&mpi_addr).map_err(|e| WorldError::Bootstrap {
+            rank,
+            cause: format!("listening on {mpi_addr}: {e}"),
+        })?;
+        rec.addrs.push(("mpi".into(), mpi_addr));
+        listeners.push(("mpi".into(), l));
+        let bytes = serde_json::to_vec(&rec).map_err(|e| WorldError::Bootstrap {
+            rank,
+            cause: format!("encoding this rank's record: {e}"),
+        })?;
+        let all = accio::mpi::allgather(&bytes).map_err(|e| WorldError::Bootstrap {
+            rank,
+            cause: format!("MPI_Allgather of the records: {e}"),
+        })?;
+        let mut table = Vec::with_capacity(size);
+        for (r, b) in all.iter().enumerate() {
+            let t: Record = serde_json::from_slice(b).map_err(|e| WorldError::Rank {
+                rank: r,
+                cause: format!("sent an unreadable record: {e}"),
+            })?;
+            table.push(t);
+        }
+        World::from_table(rank, table, listeners, timeout)
     }
 
     /// Joins a world through a launcher's rendezvous.
@@ -209,7 +270,7 @@ impl World {
     pub fn from_table(
         rank: usize,
         table: Vec<Record>,
-        listeners: Vec<(String, Box<dyn Listener>)>,
+        listeners: Listeners,
         timeout: Duration,
     ) -> Result<World> {
         let size = table.len();
@@ -280,6 +341,13 @@ impl World {
             stop,
             acceptors,
         })
+    }
+
+    /// How long [`World::endpoint`] waits for its peer (default: the bootstrap timeout).
+    /// Programs whose ranks reach a pair at very different times (a bench measuring pairs
+    /// one after another) raise it.
+    pub fn set_timeout(&mut self, timeout: Duration) {
+        self.timeout = timeout;
     }
 
     /// This process's rank.
@@ -401,6 +469,38 @@ impl World {
                 .0;
         }
     }
+}
+
+/// The first IPv4 address of an interface that is up and not loopback.
+fn first_ipv4() -> Option<String> {
+    let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: getifaddrs fills `list`, freed below with freeifaddrs.
+    if unsafe { libc::getifaddrs(&mut list) } != 0 {
+        return None;
+    }
+    let mut found = None;
+    let mut p = list;
+    while !p.is_null() {
+        // SAFETY: `p` walks the list getifaddrs returned; entries stay valid until freed.
+        let ifa = unsafe { &*p };
+        p = ifa.ifa_next;
+        let up = ifa.ifa_flags & libc::IFF_UP as u32 != 0;
+        let lo = ifa.ifa_flags & libc::IFF_LOOPBACK as u32 != 0;
+        if !up || lo || ifa.ifa_addr.is_null() {
+            continue;
+        }
+        // SAFETY: ifa_addr is non-null; its family says which sockaddr it is.
+        if unsafe { (*ifa.ifa_addr).sa_family } as i32 != libc::AF_INET {
+            continue;
+        }
+        // SAFETY: an AF_INET address is a sockaddr_in.
+        let sin = unsafe { &*(ifa.ifa_addr as *const libc::sockaddr_in) };
+        found = Some(std::net::Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr)).to_string());
+        break;
+    }
+    // SAFETY: `list` came from getifaddrs.
+    unsafe { libc::freeifaddrs(list) };
+    found
 }
 
 fn accept_loop(

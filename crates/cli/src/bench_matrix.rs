@@ -1,0 +1,354 @@
+//! `accio bench matrix`: one-way latency and streaming bandwidth for every ordered pair of
+//! ranks of a world and every backend that can serve the pair, as matrix cells of the
+//! result model (the report draws them as heat maps), with the transport rule's choice per
+//! pair, its reason, and the figure that supports it.
+//!
+//! Run as the program of a world: `accio run -n 4 accio bench matrix` or
+//! `mpirun -n 4 accio bench matrix` (built with `--features mpi`). Pairs are measured one
+//! after another; rank 0 gathers the figures and prints the tables.
+
+use std::time::{Duration, Instant};
+
+use accio::Endpoint;
+use accio_results::metric::matrix as m;
+use accio_results::model::{Figure, Recorder, Unit};
+use accio_world::World;
+use anyhow::{bail, Context};
+use serde::{Deserialize, Serialize};
+
+use crate::common::{self, CommonArgs};
+
+/// Arguments of `accio bench matrix`.
+#[derive(clap::Args, Debug, Clone)]
+pub struct MatrixArgs {
+    /// Samples per figure.
+    #[arg(long, default_value_t = 5)]
+    reps: usize,
+    /// Writes the fastest measured backend of every pair (bandwidth at the largest size,
+    /// both directions summed) as a per-pair config file: point `ACCIO_WORLD_CONFIG` at it
+    /// and the world's rule uses the measured choice.
+    #[arg(long, value_name = "FILE")]
+    write_config: Option<std::path::PathBuf>,
+    #[command(flatten)]
+    pub(crate) common: CommonArgs,
+}
+
+const DEFAULT_SIZES: &[u64] = &[8, 4096, 65536, 2 << 20, 4 << 20];
+const TIMEOUT: Duration = Duration::from_secs(60);
+
+/// One figure measured at a pair's sending rank.
+#[derive(Debug, Serialize, Deserialize)]
+struct Cell {
+    src: usize,
+    dst: usize,
+    scheme: String,
+    size: u64,
+    metric: String,
+    samples: Vec<f64>,
+}
+
+fn recv(ep: &dyn Endpoint, buf: &mut Vec<u8>) -> anyhow::Result<usize> {
+    ep.recv_timeout(buf, Some(TIMEOUT))
+        .with_context(|| format!("receiving from {}", ep.peer_addr()))
+}
+
+/// Ping-pong: `src` measures, `dst` echoes. One sample = half the median round trip.
+fn latency(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::Result<Vec<f64>> {
+    let msg = vec![0x5au8; size];
+    let mut buf = Vec::with_capacity(size);
+    let rounds = if size <= 65536 { 200 } else { 10 };
+    let mut samples = Vec::new();
+    for _ in 0..reps {
+        let mut rtts = Vec::with_capacity(rounds);
+        for _ in 0..rounds + 10 {
+            if src {
+                let t = Instant::now();
+                ep.send(&msg)?;
+                recv(ep, &mut buf)?;
+                rtts.push(t.elapsed().as_secs_f64());
+            } else {
+                recv(ep, &mut buf)?;
+                ep.send(&msg)?;
+            }
+        }
+        if src {
+            // The first rounds warm caches and connections.
+            let mut r = rtts.split_off(10);
+            r.sort_by(f64::total_cmp);
+            samples.push(r[r.len() / 2] / 2.0 * 1e6);
+        }
+    }
+    Ok(samples)
+}
+
+/// Streaming: `src` sends a burst, `dst` acknowledges the last message; GB/s.
+fn bandwidth(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::Result<Vec<f64>> {
+    let msg = vec![0xa5u8; size];
+    let mut buf = Vec::with_capacity(size);
+    let count = ((64usize << 20) / size.max(1)).clamp(16, 4000);
+    let mut samples = Vec::new();
+    for rep in 0..=reps {
+        if src {
+            let t = Instant::now();
+            for _ in 0..count {
+                ep.send(&msg)?;
+            }
+            recv(ep, &mut buf)?;
+            let s = t.elapsed().as_secs_f64();
+            // The first burst warms up (fresh buffers, connection setup).
+            if rep > 0 {
+                samples.push((count * size) as f64 / s / 1e9);
+            }
+        } else {
+            for _ in 0..count {
+                recv(ep, &mut buf)?;
+            }
+            ep.send(b"k")?;
+        }
+    }
+    Ok(samples)
+}
+
+fn label(w: &World, r: usize) -> String {
+    let t = &w.table()[r];
+    format!("r{r} {} [{}]", t.node.host, t.cpus)
+}
+
+/// Runs the bench as one rank of the world.
+pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    let mut w = World::from_env().context("accio bench matrix: joining the world")?;
+    // Pairs are measured one after another: a rank may wait for its peer a long time.
+    w.set_timeout(Duration::from_secs(3600));
+    let me = w.rank();
+    let sizes: Vec<u64> = args
+        .common
+        .sizes
+        .as_ref()
+        .map_or(DEFAULT_SIZES.to_vec(), |s| s.0.clone());
+    if args.reps == 0 {
+        bail!("--reps 0: at least one sample per figure");
+    }
+    let mut mine: Vec<Cell> = Vec::new();
+    for x in 0..w.size() {
+        for y in x + 1..w.size() {
+            if me != x && me != y {
+                continue;
+            }
+            let peer = if me == x { y } else { x };
+            for scheme in w.usable(peer)? {
+                let ep = w.endpoint_via(peer, &scheme)?;
+                for (src, dst) in [(x, y), (y, x)] {
+                    let sending = me == src;
+                    for &size in &sizes {
+                        let lat = latency(&*ep, sending, size as usize, args.reps)
+                            .with_context(|| format!("latency {src}->{dst} over {scheme}"))?;
+                        let bw = bandwidth(&*ep, sending, size as usize, args.reps)
+                            .with_context(|| format!("bandwidth {src}->{dst} over {scheme}"))?;
+                        if sending {
+                            for (metric, samples) in [(m::LATENCY, lat), (m::STREAM_BW, bw)] {
+                                mine.push(Cell {
+                                    src,
+                                    dst,
+                                    scheme: scheme.clone(),
+                                    size,
+                                    metric: metric.into(),
+                                    samples,
+                                });
+                            }
+                        }
+                    }
+                }
+                if me == x {
+                    eprintln!("matrix: ranks {x} and {y} over {scheme} measured");
+                }
+            }
+        }
+    }
+    // Gather at rank 0 over the chosen backends.
+    if me != 0 {
+        let ep = w.endpoint(0)?;
+        ep.send(&serde_json::to_vec(&mine)?)?;
+        let mut buf = Vec::new();
+        recv(&*ep, &mut buf)?;
+        return Ok(());
+    }
+    let mut cells = mine;
+    let mut eps = Vec::new();
+    for r in 1..w.size() {
+        let ep = w.endpoint(r)?;
+        let mut buf = Vec::new();
+        recv(&*ep, &mut buf)?;
+        let theirs: Vec<Cell> =
+            serde_json::from_slice(&buf).with_context(|| format!("figures of rank {r}"))?;
+        cells.extend(theirs);
+        eps.push(ep);
+    }
+    for ep in &eps {
+        ep.send(b"done")?;
+    }
+    for c in &cells {
+        let unit = if c.metric == m::LATENCY {
+            Unit::Micros
+        } else {
+            Unit::GBps
+        };
+        if let Some(f) = Figure::new(m::BENCH, &c.metric, unit, c.samples.clone()) {
+            rec.push(
+                f.param("src", label(&w, c.src))
+                    .param("dst", label(&w, c.dst))
+                    .param("backend", c.scheme.as_str())
+                    .param("size", c.size)
+                    .method("ping-pong (latency: half the median round trip) and bursts acknowledged by the receiver (bandwidth), one pair at a time"),
+            )?;
+        }
+    }
+    print_choices(&w, &cells, &sizes);
+    if let Some(path) = &args.write_config {
+        let text = measured_config(w.size(), &cells, &sizes);
+        std::fs::write(path, text)
+            .with_context(|| format!("writing the measured choices to {}", path.display()))?;
+        eprintln!(
+            "matrix: measured choices written to {} (use ACCIO_WORLD_CONFIG={0})",
+            path.display()
+        );
+    }
+    if !args.common.stdout_taken() {
+        print!("\n{}", accio_report::markdown(rec.report()));
+    }
+    Ok(())
+}
+
+/// Per-pair config lines naming each pair's fastest backend at the largest size.
+fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
+    let big = sizes.iter().copied().max().unwrap_or(0);
+    let mut out = format!(
+        "# accio bench matrix: fastest backend per pair, stream bandwidth at {big} B, both directions summed\n"
+    );
+    for a in 0..size {
+        for b in a + 1..size {
+            let mut best: Option<(String, f64)> = None;
+            let schemes: Vec<&str> = cells
+                .iter()
+                .filter(|c| c.src == a && c.dst == b)
+                .map(|c| c.scheme.as_str())
+                .collect();
+            for s in schemes {
+                let sum: f64 = cells
+                    .iter()
+                    .filter(|c| {
+                        ((c.src == a && c.dst == b) || (c.src == b && c.dst == a))
+                            && c.scheme == s
+                            && c.size == big
+                            && c.metric == m::STREAM_BW
+                    })
+                    .map(|c| median(&c.samples))
+                    .sum();
+                if best.as_ref().is_none_or(|(_, v)| sum > *v) {
+                    best = Some((s.to_string(), sum));
+                }
+            }
+            if let Some((s, v)) = best {
+                out.push_str(&format!("{a} {b} {s} # {:.3} GB/s both ways\n", v));
+            }
+        }
+    }
+    out
+}
+
+fn median(v: &[f64]) -> f64 {
+    let mut s = v.to_vec();
+    s.sort_by(f64::total_cmp);
+    s.get(s.len() / 2).copied().unwrap_or(f64::NAN)
+}
+
+/// The rule's choice per ordered pair with its reason, and the bandwidth at the largest
+/// size of the chosen backend against the best one measured.
+fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
+    let big = sizes.iter().copied().max().unwrap_or(0);
+    let small = sizes.iter().copied().min().unwrap_or(0);
+    println!("\nTransport choice per pair (rank 0's view of the rule; bandwidth at {big} B, latency at {small} B):\n");
+    println!(
+        "| pair | chosen | reason | chosen GB/s | best GB/s (backend) | chosen/best | chosen us |"
+    );
+    println!("|---|---|---|---|---|---|---|");
+    let me = w.rank();
+    for a in 0..w.size() {
+        for b in 0..w.size() {
+            if a == b {
+                continue;
+            }
+            // The choice is symmetric; rank 0 knows its own pairs' choices, and every other
+            // pair's by the same rule (the records of both ranks are in the table).
+            let choice = if a == me {
+                w.choice(b).ok().cloned()
+            } else if b == me {
+                w.choice(a).ok().cloned()
+            } else {
+                w.table()[0]
+                    .rules
+                    .choose(
+                        a.min(b),
+                        a.max(b),
+                        &w.table()[a.min(b)].node,
+                        &w.table()[a.max(b)].node,
+                    )
+                    .ok()
+            };
+            let Some(choice) = choice else { continue };
+            let bw = |s: &str| {
+                cells
+                    .iter()
+                    .find(|c| {
+                        c.src == a
+                            && c.dst == b
+                            && c.scheme == s
+                            && c.size == big
+                            && c.metric == m::STREAM_BW
+                    })
+                    .map(|c| median(&c.samples))
+            };
+            let lat = cells
+                .iter()
+                .find(|c| {
+                    c.src == a
+                        && c.dst == b
+                        && c.scheme == choice.scheme
+                        && c.size == small
+                        && c.metric == m::LATENCY
+                })
+                .map(|c| median(&c.samples));
+            let mut best: Option<(String, f64)> = None;
+            for c in cells
+                .iter()
+                .filter(|c| c.src == a && c.dst == b && c.size == big && c.metric == m::STREAM_BW)
+            {
+                let v = median(&c.samples);
+                if best.as_ref().is_none_or(|(_, b)| v > *b) {
+                    best = Some((c.scheme.clone(), v));
+                }
+            }
+            let chosen = bw(&choice.scheme);
+            let f = |v: Option<f64>| v.map_or("-".into(), |v| format!("{v:.3}"));
+            let ratio = match (chosen, &best) {
+                (Some(c), Some((_, b))) if *b > 0.0 => format!("{:.2}", c / b),
+                _ => "-".into(),
+            };
+            println!(
+                "| {a} -> {b} | {} | {} | {} | {} ({}) | {ratio} | {} |",
+                choice.scheme,
+                choice.reason,
+                f(chosen),
+                f(best.as_ref().map(|b| b.1)),
+                best.as_ref().map_or("-", |b| b.0.as_str()),
+                f(lat)
+            );
+        }
+    }
+}
+
+/// The bench run from main: recorder, then the common exports.
+pub fn run_cmd(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
+    let common = args.common.clone();
+    let r = run(args, rec);
+    common::finish("matrix", &common, rec, r)
+}
