@@ -120,9 +120,14 @@ pub fn run(a: LaplaceArgs) -> anyhow::Result<()> {
 /// Whether a launcher started this process as a rank: `accio run` (ACCIO_RANK), or an MPI
 /// launcher (Open MPI's, or any PMI/PMIx one).
 fn launched() -> bool {
-    ["ACCIO_RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "PMIX_RANK"]
-        .iter()
-        .any(|v| std::env::var_os(v).is_some())
+    [
+        "ACCIO_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some())
 }
 
 /// Starts `accio run -n RANKS` with this same command line.
