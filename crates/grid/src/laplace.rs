@@ -6,7 +6,7 @@
 //! then the ranks exchange halos. The seed times three phases per iteration: compute,
 //! communicate and synchronize; [`run`] records all three for every iteration
 //! ([`StepTimes`]), synchronize being the neighbours' "ghosts free" handshake of
-//! [`HaloExchange`](crate::HaloExchange).
+//! [`HaloExchange`].
 //!
 //! **The kernel streams.** `Y` is never a whole grid: `Y` of one slab (a row in 2D, a plane
 //! in 3D) goes into one of two slab buffers, and `X` of the slab before it is updated as soon

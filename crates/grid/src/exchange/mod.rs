@@ -37,15 +37,22 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, Window, PAGE};
-use bytemuck::{Pod, Zeroable};
+use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, Window};
+use bytemuck::Pod;
 
 use crate::decomp::{Decomposition, Dir};
 use crate::error::{GridError, Result};
 use crate::layout::{Layout, Runs};
 
+mod checked;
 mod messages;
 mod rma;
+mod sections;
+
+use sections::Sections;
+
+pub use checked::Tag;
+use checked::TAG;
 
 /// How faces travel.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -104,26 +111,6 @@ impl Default for ExchangeOptions {
     }
 }
 
-/// The metadata a cell carries in checked mode: who owns it and where it belongs.
-#[repr(C)]
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Pod, Zeroable)]
-pub struct Tag {
-    /// The owning rank (`u32::MAX`: no one wrote this ghost).
-    pub rank: u32,
-    /// Global coordinates `(z, y, x)` (z = 0 in 2D).
-    pub coord: [u32; 3],
-}
-
-impl Tag {
-    /// A ghost no exchange has filled.
-    pub const EMPTY: Tag = Tag {
-        rank: u32::MAX,
-        coord: [u32::MAX; 3],
-    };
-}
-
-const TAG: usize = std::mem::size_of::<Tag>();
-
 /// Time spent in one exchange, by phase.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
 pub struct ExchangeTimes {
@@ -151,63 +138,6 @@ pub struct SideInfo {
     pub elems: usize,
     /// Contiguous runs the face is made of (1: contiguous).
     pub runs: usize,
-}
-
-/// Byte offsets of the parts of a rank's region. Every rank computes its neighbours' from
-/// their layouts, so no offsets but the window's base travel.
-#[derive(Clone, Debug, PartialEq, Eq)]
-struct Sections {
-    data: usize,
-    tags: usize,
-    staging: [usize; 6],
-    flags: usize,
-    len: usize,
-}
-
-impl Sections {
-    fn of(layout: &Layout, ndim: usize, elem: usize, checked: bool) -> Sections {
-        let round = |x: usize| x.div_ceil(PAGE) * PAGE;
-        let per_cell = elem + if checked { TAG } else { 0 };
-        let data = 0;
-        let mut at = round(layout.elems() * elem);
-        let tags = at;
-        if checked {
-            at += round(layout.elems() * TAG);
-        }
-        let mut staging = [0; 6];
-        for d in Dir::all(ndim) {
-            staging[d.index()] = at;
-            let g = layout.ghosts(d);
-            if layout.halo[d.axis] > 0 && !g.is_contiguous() {
-                at += round(g.elems() * per_cell);
-            }
-        }
-        let flags = at;
-        Sections {
-            data,
-            tags,
-            staging,
-            flags,
-            len: at + PAGE,
-        }
-    }
-
-    /// The "ghosts on side `d` are free" counter.
-    fn ready(&self, d: Dir) -> usize {
-        self.flags + 64 * d.index()
-    }
-
-    /// The "ghosts on side `d` are filled" counter.
-    fn filled(&self, d: Dir) -> usize {
-        self.flags + 64 * (6 + d.index())
-    }
-
-    /// The counter of [`HaloExchange::probe`]'s ping-pongs across side `d`: one per side,
-    /// so that a neighbour already probing a later pair cannot satisfy a wait of an earlier
-    /// one.
-    fn probe(&self, d: Dir) -> usize {
-        self.flags + 64 * (12 + d.index())
-    }
 }
 
 struct Peer {
@@ -636,39 +566,6 @@ impl<T: Pod> HaloExchange<T> {
         }
     }
 
-    fn stamp_tags(&mut self) {
-        let (rank, layout, decomp) = (self.rank as u32, self.layout.clone(), self.decomp.clone());
-        // SAFETY: the tag section exists in checked mode; see `field`.
-        let tags: &mut [Tag] = unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), layout.elems())
-        };
-        tags.fill(Tag::EMPTY);
-        let lo = layout.halo;
-        let hi = [0, 1, 2].map(|a| layout.halo[a] + layout.block.len[a]);
-        Layout::for_each_cell(lo, hi, |c| {
-            let g = layout
-                .global_of(&decomp, c)
-                .expect("owned cells are inside the grid");
-            tags[layout.index(c)] = Tag {
-                rank,
-                coord: g.map(|v| v as u32),
-            };
-        });
-    }
-
-    fn clear_ghost_tags(&mut self) {
-        // SAFETY: the tag section exists in checked mode; no neighbour writes before this
-        // rank's ready signal, which follows.
-        let tags: &mut [Tag] = unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), self.layout.elems())
-        };
-        for s in &self.sides {
-            for &(start, n) in s.ghosts.as_slice() {
-                tags[start..start + n].fill(Tag::EMPTY);
-            }
-        }
-    }
-
     /// Spins, then yields; every 1024 rounds checks the timeout and, for a wait on side
     /// `side`, whether its peer is still there.
     fn backoff(&mut self, w: &mut Wait, side: Option<(usize, &'static str)>) -> Result<()> {
@@ -785,47 +682,6 @@ impl<T: Pod> HaloExchange<T> {
         }
         if self.opts.checked {
             self.verify()?;
-        }
-        Ok(())
-    }
-
-    fn verify(&self) -> Result<()> {
-        let tags = self.tags().expect("checked mode has tags");
-        for s in &self.sides {
-            let (lo, hi) = self.layout.slab(s.dir, true);
-            let mut bad = None;
-            Layout::for_each_cell(lo, hi, |c| {
-                if bad.is_some() {
-                    return;
-                }
-                let g = self
-                    .layout
-                    .global_of(&self.decomp, c)
-                    .expect("a side with a neighbour has ghosts inside the grid");
-                let want = Tag {
-                    rank: s.rank as u32,
-                    coord: g.map(|v| v as u32),
-                };
-                let got = tags[self.layout.index(c)];
-                if got != want {
-                    bad = Some((g, got));
-                }
-            });
-            if let Some((g, got)) = bad {
-                let found_at = if got == Tag::EMPTY {
-                    "nothing (no one wrote it)".to_string()
-                } else {
-                    self.decomp.cell_name(got.coord.map(|v| v as usize))
-                };
-                return Err(GridError::Misplaced {
-                    rank: self.rank,
-                    dir: s.dir,
-                    expected_rank: s.rank,
-                    expected_at: self.decomp.cell_name(g),
-                    found_rank: got.rank,
-                    found_at,
-                });
-            }
         }
         Ok(())
     }

@@ -1,0 +1,65 @@
+//! Where the parts of a rank's region lie: its array, its tags (checked mode), a staging
+//! area per strided side, and a page of counters.
+
+use accio_core::PAGE;
+
+use super::TAG;
+use crate::decomp::Dir;
+use crate::layout::Layout;
+
+/// Byte offsets of the parts of a rank's region. Every rank computes its neighbours' from
+/// their layouts, so no offsets but the window's base travel.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub(super) struct Sections {
+    pub(super) data: usize,
+    pub(super) tags: usize,
+    pub(super) staging: [usize; 6],
+    pub(super) flags: usize,
+    pub(super) len: usize,
+}
+
+impl Sections {
+    pub(super) fn of(layout: &Layout, ndim: usize, elem: usize, checked: bool) -> Sections {
+        let round = |x: usize| x.div_ceil(PAGE) * PAGE;
+        let per_cell = elem + if checked { TAG } else { 0 };
+        let data = 0;
+        let mut at = round(layout.elems() * elem);
+        let tags = at;
+        if checked {
+            at += round(layout.elems() * TAG);
+        }
+        let mut staging = [0; 6];
+        for d in Dir::all(ndim) {
+            staging[d.index()] = at;
+            let g = layout.ghosts(d);
+            if layout.halo[d.axis] > 0 && !g.is_contiguous() {
+                at += round(g.elems() * per_cell);
+            }
+        }
+        let flags = at;
+        Sections {
+            data,
+            tags,
+            staging,
+            flags,
+            len: at + PAGE,
+        }
+    }
+
+    /// The "ghosts on side `d` are free" counter.
+    pub(super) fn ready(&self, d: Dir) -> usize {
+        self.flags + 64 * d.index()
+    }
+
+    /// The "ghosts on side `d` are filled" counter.
+    pub(super) fn filled(&self, d: Dir) -> usize {
+        self.flags + 64 * (6 + d.index())
+    }
+
+    /// The counter of [`HaloExchange::probe`]'s ping-pongs across side `d`: one per side,
+    /// so that a neighbour already probing a later pair cannot satisfy a wait of an earlier
+    /// one.
+    pub(super) fn probe(&self, d: Dir) -> usize {
+        self.flags + 64 * (12 + d.index())
+    }
+}
