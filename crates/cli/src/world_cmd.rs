@@ -99,17 +99,28 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
     }
     loop {
         let mut running = 0;
+        let mut failed: Vec<(usize, ExitStatus)> = Vec::new();
         for (r, c) in children.iter_mut().enumerate() {
             match c.try_wait() {
-                Ok(Some(s)) if !s.success() => {
-                    let s = describe(s);
-                    kill_all(&mut children);
-                    bail!("rank {r} exited with {s}; the other ranks were ended");
-                }
+                Ok(Some(s)) if !s.success() => failed.push((r, s)),
                 Ok(Some(_)) => {}
                 Ok(None) => running += 1,
                 Err(e) => bail!("waiting for rank {r}: {e}"),
             }
+        }
+        // A rank killed by a signal is named before ranks that exited with a status: those
+        // usually exited because they found it gone.
+        use std::os::unix::process::ExitStatusExt;
+        if let Some(&(r, s)) = failed
+            .iter()
+            .find(|(_, s)| s.signal().is_some())
+            .or(failed.first())
+        {
+            kill_all(&mut children);
+            bail!(
+                "rank {r} exited with {}; the other ranks were ended",
+                describe(s)
+            );
         }
         if running == 0 {
             return Ok(());
