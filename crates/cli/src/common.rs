@@ -63,6 +63,19 @@ fn parse_backend(s: &str) -> Result<String, String> {
     }
 }
 
+/// The rank a launcher gave this process (`accio run`, or an MPI launcher: Open MPI's, or
+/// any PMI/PMIx one), if any.
+pub fn launched_rank() -> Option<usize> {
+    [
+        "ACCIO_RANK",
+        "OMPI_COMM_WORLD_RANK",
+        "PMI_RANK",
+        "PMIX_RANK",
+    ]
+    .iter()
+    .find_map(|v| std::env::var(v).ok()?.trim().parse().ok())
+}
+
 /// `-`: the path that stands for stdout.
 fn is_stdout(p: &Path) -> bool {
     p == Path::new("-")

@@ -110,24 +110,11 @@ struct RankSummary {
 
 /// Runs the demo: in a world, this rank's part; outside one, starts the world.
 pub fn run(a: LaplaceArgs) -> anyhow::Result<()> {
-    if !launched() {
+    if crate::common::launched_rank().is_none() {
         return launch(&a);
     }
     let w = World::from_env().context("joining the world")?;
     rank_main(&a, &w)
-}
-
-/// Whether a launcher started this process as a rank: `accio run` (ACCIO_RANK), or an MPI
-/// launcher (Open MPI's, or any PMI/PMIx one).
-fn launched() -> bool {
-    [
-        "ACCIO_RANK",
-        "OMPI_COMM_WORLD_RANK",
-        "PMI_RANK",
-        "PMIX_RANK",
-    ]
-    .iter()
-    .any(|v| std::env::var_os(v).is_some())
 }
 
 /// Starts `accio run -n RANKS` with this same command line.

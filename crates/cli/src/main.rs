@@ -184,7 +184,13 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             BenchCommand::Matrix(mut a) => {
                 a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
+                // Every rank parses the same command line; only rank 0 writes the results
+                // file (ranks writing and renaming one file at once lost the race).
+                let mut rec = if common::launched_rank().unwrap_or(0) == 0 {
+                    common::recorder(&a.common)?
+                } else {
+                    accio_results::model::Recorder::new(None)?
+                };
                 bench_matrix::run_cmd(a, &mut rec)
             }
             BenchCommand::Merge(mut a) => {
