@@ -26,6 +26,19 @@ const KINDS: c_int = 3;
 const EPHEMERAL: u32 = 1 << 31;
 /// MPI counts are `int`: larger transfers go in pieces of this size.
 const CHUNK: usize = 1 << 30;
+
+/// Calls `op(offset, n)` over `len` bytes in pieces of at most [`CHUNK`] (MPI counts are
+/// `int`).
+fn in_chunks(len: usize, mut op: impl FnMut(usize, usize) -> Result<()>) -> Result<()> {
+    let mut done = 0;
+    while done < len {
+        let n = (len - done).min(CHUNK);
+        op(done, n)?;
+        done += n;
+    }
+    Ok(())
+}
+
 /// Bytes of the published window table: a header and 32-byte entries.
 const TABLE_BYTES: usize = 64 << 10;
 const TABLE_HEADER: usize = 64;
@@ -954,9 +967,7 @@ impl MpiEndpoint {
     }
 
     fn put(&self, src: *const u8, len: usize, disp: u64) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(CHUNK);
+        in_chunks(len, |done, n| {
             check(
                 // SAFETY: `src` has `len` readable bytes until local completion (flushed by the
                 // caller before it returns); `disp` lies in a window of the peer.
@@ -973,17 +984,14 @@ impl MpiEndpoint {
                     )
                 },
                 "MPI_Put",
-            )?;
-            done += n;
-        }
+            )
+        })?;
         self.issued.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     fn get(&self, dst: *mut u8, len: usize, disp: u64) -> Result<()> {
-        let mut done = 0;
-        while done < len {
-            let n = (len - done).min(CHUNK);
+        in_chunks(len, |done, n| {
             check(
                 // SAFETY: `dst` has `len` writable bytes; flushed below before return.
                 unsafe {
@@ -999,9 +1007,8 @@ impl MpiEndpoint {
                     )
                 },
                 "MPI_Get",
-            )?;
-            done += n;
-        }
+            )
+        })?;
         self.flush()
     }
 
