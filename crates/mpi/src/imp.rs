@@ -14,6 +14,8 @@ use accio_core::{
 };
 use mpi::ffi;
 
+use crate::sendq::{SendQueue, MAX_PENDING_BYTES};
+
 /// Tag of connection requests (`[port u32, conn u32, table address u64]`).
 const CONNECT_TAG: c_int = 1;
 /// First tag of the per-connection tags.
@@ -45,7 +47,14 @@ const TABLE_HEADER: usize = 64;
 /// Where in an endpoint's table block the peer flags a withdrawn window.
 const STALE_AT: usize = 16;
 const MAX_TRY_SEND: usize = 64 << 10;
-const MAX_PENDING_TRY_SENDS: usize = 64;
+/// Messages up to this size are sent from a copy and kept in flight; larger ones block until
+/// received, without a copy.
+const MAX_BUFFERED: usize = MAX_PENDING_BYTES;
+/// How often the hot paths (`send`, a `recv` that waits) probe for the peer's close: the
+/// contract gives a second, and each probe is a round of MPI's progress engine.
+const CLOSE_PROBE_EVERY: Duration = Duration::from_millis(1);
+/// Misses of a waiting `recv` between two probes for the peer's close.
+const CLOSE_PROBE_MISSES: u32 = 64;
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -87,17 +96,17 @@ struct Request {
 
 static STATE: OnceLock<std::result::Result<Mpi, String>> = OnceLock::new();
 
-fn world() -> ffi::MPI_Comm {
+pub(crate) fn world() -> ffi::MPI_Comm {
     // SAFETY: reading an initialized extern static of the MPI shim.
     unsafe { ffi::RSMPI_COMM_WORLD }
 }
 
-fn byte() -> ffi::MPI_Datatype {
+pub(crate) fn byte() -> ffi::MPI_Datatype {
     // SAFETY: as above.
     unsafe { ffi::RSMPI_UINT8_T }
 }
 
-fn check(rc: c_int, what: &str) -> Result<()> {
+pub(crate) fn check(rc: c_int, what: &str) -> Result<()> {
     if rc == 0 {
         Ok(())
     } else {
@@ -246,7 +255,8 @@ pub(crate) fn mpi() -> Result<&'static Mpi> {
 /// while this process makes MPI calls, and a rank waiting for a `fence_signal` on plain
 /// memory (`wait_u64`) makes none. Every `ACCIO_MPI_PROGRESS_US` (default 50; 0 turns the
 /// thread off) it probes for a message, which drives MPI's progress engine without
-/// consuming anything. The price is that thread's wake-ups.
+/// consuming anything. The price is that thread's wake-ups; while application threads poll
+/// for messages themselves, it only checks every 20 intervals that they still do.
 fn start_progress() {
     let us: u64 = std::env::var("ACCIO_MPI_PROGRESS_US")
         .ok()
@@ -257,34 +267,47 @@ fn start_progress() {
     }
     let t = std::thread::Builder::new()
         .name("accio-mpi-progress".into())
-        .spawn(move || loop {
-            if PROGRESS_STOP.load(Ordering::Acquire) {
-                return;
+        .spawn(move || {
+            let mut seen = POLLS.load(Ordering::Relaxed);
+            loop {
+                if PROGRESS_STOP.load(Ordering::Acquire) {
+                    return;
+                }
+                // While the application polls MPI itself its calls drive progress: probing too
+                // would only contend for the library's locks on a machine with few cores.
+                let calls = POLLS.load(Ordering::Relaxed);
+                if calls != seen {
+                    seen = calls;
+                    std::thread::sleep(Duration::from_micros(us * 20));
+                    continue;
+                }
+                let mut flag: c_int = 0;
+                // SAFETY: MPI is initialized with MPI_THREAD_MULTIPLE; the status is ignored.
+                let rc = unsafe {
+                    ffi::MPI_Iprobe(
+                        ffi::RSMPI_ANY_SOURCE,
+                        ffi::RSMPI_ANY_TAG,
+                        world(),
+                        &mut flag,
+                        ffi::RSMPI_STATUS_IGNORE,
+                    )
+                };
+                let mut done: c_int = 0;
+                // SAFETY: MPI_Finalized may be called at any time.
+                unsafe { ffi::MPI_Finalized(&mut done) };
+                if rc != 0 || done != 0 {
+                    return;
+                }
+                std::thread::sleep(Duration::from_micros(us));
             }
-            let mut flag: c_int = 0;
-            // SAFETY: MPI is initialized with MPI_THREAD_MULTIPLE; the status is ignored.
-            let rc = unsafe {
-                ffi::MPI_Iprobe(
-                    ffi::RSMPI_ANY_SOURCE,
-                    ffi::RSMPI_ANY_TAG,
-                    world(),
-                    &mut flag,
-                    ffi::RSMPI_STATUS_IGNORE,
-                )
-            };
-            let mut done: c_int = 0;
-            // SAFETY: MPI_Finalized may be called at any time.
-            unsafe { ffi::MPI_Finalized(&mut done) };
-            if rc != 0 || done != 0 {
-                return;
-            }
-            std::thread::sleep(Duration::from_micros(us));
         });
     if let Ok(t) = t {
         *lock(&PROGRESS) = Some(t);
     }
 }
 
+/// Counts the message polls of application threads (see `start_progress`).
+static POLLS: AtomicU64 = AtomicU64::new(0);
 /// Asks the progress thread to stop (before MPI_Finalize).
 static PROGRESS_STOP: AtomicBool = AtomicBool::new(false);
 /// The progress thread, joined at exit.
@@ -296,6 +319,7 @@ fn tag(conn: u32, dir: u32, kind: c_int) -> c_int {
 
 /// Non-blocking probe-and-receive of one message from `src` with `tag`.
 fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> {
+    POLLS.fetch_add(1, Ordering::Relaxed);
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
     let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -375,6 +399,18 @@ impl Backoff {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    /// For waits off the message path (a listener waiting for connections): a short spin,
+    /// then sleeps, so an idle acceptor thread neither takes a core nor contends for MPI's
+    /// locks with the threads that move data.
+    fn wait_idle(&mut self) {
+        self.0 += 1;
+        if self.0 < 100 {
+            std::thread::yield_now();
+        } else {
+            std::thread::sleep(Duration::from_micros(500));
         }
     }
 }
@@ -633,7 +669,7 @@ impl Listener for MpiListener {
                     });
                 }
             }
-            b.wait();
+            b.wait_idle();
         }
     }
 }
@@ -782,9 +818,11 @@ struct MpiEndpoint {
     refused: bool,
     windows: Mutex<Own>,
     peer_windows: Mutex<WindowTable<u64>>,
-    send_lock: Mutex<Vec<(ffi::MPI_Request, Vec<u8>)>>,
+    send_lock: Mutex<SendQueue>,
     recv_lock: Mutex<Vec<u8>>,
     peer_closed: AtomicBool,
+    /// When the hot paths probe for the peer's close next (see [`CLOSE_PROBE_EVERY`]).
+    close_probe_at: Mutex<Instant>,
     issued: AtomicU64,
 }
 
@@ -840,9 +878,10 @@ impl MpiEndpoint {
                 vec![region],
             )),
             peer_windows: Mutex::new(WindowTable::default()),
-            send_lock: Mutex::new(Vec::new()),
+            send_lock: Mutex::new(SendQueue::default()),
             recv_lock: Mutex::new(Vec::new()),
             peer_closed: AtomicBool::new(false),
+            close_probe_at: Mutex::new(Instant::now()),
             issued: AtomicU64::new(0),
         })
     }
@@ -865,6 +904,24 @@ impl MpiEndpoint {
             return Err(self.gone());
         }
         Ok(())
+    }
+
+    /// As [`check_open`](Self::check_open), but probes MPI at most every
+    /// [`CLOSE_PROBE_EVERY`]: for the paths a message takes, where a probe per call would
+    /// double the MPI calls of a small message.
+    fn check_open_soon(&self) -> Result<()> {
+        if self.peer_closed.load(Ordering::Acquire) {
+            return Err(self.gone());
+        }
+        let now = Instant::now();
+        {
+            let mut at = lock(&self.close_probe_at);
+            if now < *at {
+                return Ok(());
+            }
+            *at = now + CLOSE_PROBE_EVERY;
+        }
+        self.check_open()
     }
 
     fn flush(&self) -> Result<()> {
@@ -1024,45 +1081,6 @@ impl MpiEndpoint {
         }
     }
 
-    fn reap_try_sends(pending: &mut Vec<(ffi::MPI_Request, Vec<u8>)>) -> Result<()> {
-        let mut err = Ok(());
-        pending.retain_mut(|(req, _)| {
-            let mut flag: c_int = 0;
-            // SAFETY: `req` is an active request whose buffer lives in the same entry.
-            let rc = unsafe { ffi::MPI_Test(req, &mut flag, ffi::RSMPI_STATUS_IGNORE) };
-            if rc != 0 {
-                err = check(rc, "MPI_Test");
-            }
-            flag == 0
-        });
-        err
-    }
-
-    /// Posts a send of a copy of `msg`, kept in `pending` until MPI completes it.
-    fn post_copy(&self, pending: &mut Vec<(ffi::MPI_Request, Vec<u8>)>, msg: &[u8]) -> Result<()> {
-        let copy = msg.to_vec();
-        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        check(
-            // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a Vec's
-            // heap buffer does not move when the Vec does).
-            unsafe {
-                ffi::MPI_Isend(
-                    copy.as_ptr().cast(),
-                    copy.len() as c_int,
-                    byte(),
-                    self.peer,
-                    self.tx + KIND_MSG,
-                    world(),
-                    req.as_mut_ptr(),
-                )
-            },
-            "MPI_Isend",
-        )?;
-        // SAFETY: MPI_Isend succeeded.
-        pending.push((unsafe { req.assume_init() }, copy));
-        Ok(())
-    }
-
     fn register_region(
         &self,
         region: Arc<Region>,
@@ -1116,23 +1134,24 @@ impl Endpoint for MpiEndpoint {
                 limit: i32::MAX as usize,
             });
         }
-        let mut pending = lock(&self.send_lock);
-        self.check_open()?;
-        if msg.len() <= MAX_TRY_SEND {
-            // Small messages are buffered (a copy travels with the request), so a sender
-            // never waits for a receiver that is busy elsewhere, as the contract asks.
+        let mut q = lock(&self.send_lock);
+        self.check_open_soon()?;
+        if msg.len() <= MAX_BUFFERED {
+            // Buffered (a copy travels with the request): a sender never waits for a receiver
+            // that is busy elsewhere, as the contract asks, and several messages stay in
+            // flight (see `sendq`).
             let mut b = Backoff(0);
             loop {
-                Self::reap_try_sends(&mut pending)?;
-                if pending.len() < MAX_PENDING_TRY_SENDS {
+                q.reap()?;
+                if q.has_room(msg.len()) {
                     break;
                 }
-                self.check_open()?;
+                self.check_open_soon()?;
                 b.wait();
             }
-            return self.post_copy(&mut pending, msg);
+            return q.post_copy(msg, self.peer, self.tx + KIND_MSG);
         }
-        // Large messages wait for their receive; the lock keeps earlier buffered sends
+        // Larger messages wait for their receive; the lock keeps earlier buffered sends
         // ahead of this one (MPI matches in posting order).
         let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
         check(
@@ -1163,7 +1182,7 @@ impl Endpoint for MpiEndpoint {
             if flag != 0 {
                 return Ok(());
             }
-            if let Err(e) = self.check_open() {
+            if let Err(e) = self.check_open_soon() {
                 // SAFETY: the request is active; cancel then wait frees it, so `msg` is
                 // no longer referenced by MPI when we return.
                 unsafe {
@@ -1185,17 +1204,17 @@ impl Endpoint for MpiEndpoint {
                 limit: MAX_TRY_SEND,
             });
         }
-        let mut pending = match self.send_lock.try_lock() {
+        let mut q = match self.send_lock.try_lock() {
             Ok(p) => p,
             Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
             Err(std::sync::TryLockError::WouldBlock) => return Ok(Progress::WouldBlock),
         };
-        self.check_open()?;
-        Self::reap_try_sends(&mut pending)?;
-        if pending.len() >= MAX_PENDING_TRY_SENDS {
+        self.check_open_soon()?;
+        q.reap()?;
+        if !q.has_room(msg.len()) {
             return Ok(Progress::WouldBlock);
         }
-        self.post_copy(&mut pending, msg)?;
+        q.post_copy(msg, self.peer, self.tx + KIND_MSG)?;
         Ok(Progress::Ready(()))
     }
 
@@ -1203,9 +1222,15 @@ impl Endpoint for MpiEndpoint {
         let _g = lock(&self.recv_lock);
         let t0 = Instant::now();
         let mut b = Backoff(0);
+        let mut misses = 0u32;
         loop {
             if let Some(n) = try_take(self.peer, self.rx + KIND_MSG, buf)? {
                 return Ok(n);
+            }
+            misses += 1;
+            if !misses.is_multiple_of(CLOSE_PROBE_MISSES) {
+                b.wait();
+                continue;
             }
             if self.check_open().is_err() {
                 // Messages sent before the close still arrive.
@@ -1379,17 +1404,15 @@ impl Endpoint for MpiEndpoint {
 impl Drop for MpiEndpoint {
     fn drop(&mut self) {
         {
-            let mut pending = lock(&self.send_lock);
+            let mut q = lock(&self.send_lock);
             let t0 = Instant::now();
-            while !pending.is_empty() && t0.elapsed() < Duration::from_secs(1) {
-                let _ = Self::reap_try_sends(&mut pending);
+            while !q.is_empty() && t0.elapsed() < Duration::from_secs(1) {
+                let _ = q.reap();
                 std::thread::yield_now();
             }
             // Requests never completed keep their buffers: leak them rather than free memory
             // MPI may still read.
-            for p in pending.drain(..) {
-                std::mem::forget(p.1);
-            }
+            q.abandon();
         }
         if !self.refused {
             let _ = send_blocking(&[], self.peer, self.tx + KIND_CLOSE);
