@@ -29,6 +29,10 @@ pub struct MatrixArgs {
     /// and the world's rule uses the measured choice.
     #[arg(long, value_name = "FILE")]
     write_config: Option<std::path::PathBuf>,
+    /// Measures only these backends (comma-separated, e.g. `mpi`); default: every backend
+    /// that can serve a pair.
+    #[arg(long, value_delimiter = ',', value_name = "SCHEMES")]
+    backends: Vec<String>,
     #[command(flatten)]
     pub(crate) common: CommonArgs,
 }
@@ -135,7 +139,9 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
                 continue;
             }
             let peer = if me == x { y } else { x };
-            for scheme in w.usable(peer)? {
+            let schemes = w.usable(peer)?.into_iter();
+            let schemes = schemes.filter(|s| args.backends.is_empty() || args.backends.contains(s));
+            for scheme in schemes {
                 let ep = w.endpoint_via(peer, &scheme)?;
                 for (src, dst) in [(x, y), (y, x)] {
                     let sending = me == src;
