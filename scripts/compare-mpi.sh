@@ -19,7 +19,7 @@ mpicc -O2 -Wall -o "$OUT/mpi_bw_lat" benches/peers/mpi_bw_lat.c
 root=()
 [ "$(id -u)" = 0 ] && root=(--allow-run-as-root)
 FLAGS=(--mca pml_ucx_tls any --mca pml_ucx_devices any --mca osc ucx)
-ACCIO=(target/release/accio bench matrix --sizes 8,2M --reps 5)
+ACCIO=(target/release/accio bench matrix --backends mpi --sizes 8,2M --reps 5)
 
 # "BW LAT": medians of mpi_bw_lat's samples at 2 MiB and 8 B, from its output on stdin.
 parse_peer() {

@@ -29,6 +29,10 @@ pub struct MatrixArgs {
     /// and the world's rule uses the measured choice.
     #[arg(long, value_name = "FILE")]
     write_config: Option<std::path::PathBuf>,
+    /// Measures only these backends (comma-separated, e.g. `mpi`); default: every backend
+    /// that can serve a pair.
+    #[arg(long, value_delimiter = ',', value_name = "SCHEMES")]
+    backends: Vec<String>,
     #[command(flatten)]
     pub(crate) common: CommonArgs,
 }
@@ -135,7 +139,9 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
                 continue;
             }
             let peer = if me == x { y } else { x };
-            for scheme in w.usable(peer)? {
+            let schemes = w.usable(peer)?.into_iter();
+            let schemes = schemes.filter(|s| args.backends.is_empty() || args.backends.contains(s));
+            for scheme in schemes {
                 let ep = w.endpoint_via(peer, &scheme)?;
                 for (src, dst) in [(x, y), (y, x)] {
                     let sending = me == src;
@@ -218,6 +224,25 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every backend measured for the unordered pair `a`, `b` with its stream bandwidth at
+/// `big` bytes, both directions summed (medians), fastest first.
+fn measured(cells: &[Cell], a: usize, b: usize, big: u64) -> Vec<(String, f64)> {
+    let mut out: Vec<(String, f64)> = Vec::new();
+    for c in cells.iter().filter(|c| {
+        ((c.src == a && c.dst == b) || (c.src == b && c.dst == a))
+            && c.size == big
+            && c.metric == m::STREAM_BW
+    }) {
+        let v = median(&c.samples);
+        match out.iter_mut().find(|(s, _)| *s == c.scheme) {
+            Some(e) => e.1 += v,
+            None => out.push((c.scheme.clone(), v)),
+        }
+    }
+    out.sort_by(|x, y| y.1.total_cmp(&x.1));
+    out
+}
+
 /// Per-pair config lines naming each pair's fastest backend at the largest size.
 fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
     let big = sizes.iter().copied().max().unwrap_or(0);
@@ -226,29 +251,8 @@ fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
     );
     for a in 0..size {
         for b in a + 1..size {
-            let mut best: Option<(String, f64)> = None;
-            let schemes: Vec<&str> = cells
-                .iter()
-                .filter(|c| c.src == a && c.dst == b)
-                .map(|c| c.scheme.as_str())
-                .collect();
-            for s in schemes {
-                let sum: f64 = cells
-                    .iter()
-                    .filter(|c| {
-                        ((c.src == a && c.dst == b) || (c.src == b && c.dst == a))
-                            && c.scheme == s
-                            && c.size == big
-                            && c.metric == m::STREAM_BW
-                    })
-                    .map(|c| median(&c.samples))
-                    .sum();
-                if best.as_ref().is_none_or(|(_, v)| sum > *v) {
-                    best = Some((s.to_string(), sum));
-                }
-            }
-            if let Some((s, v)) = best {
-                out.push_str(&format!("{a} {b} {s} # {:.3} GB/s both ways\n", v));
+            if let Some((s, v)) = measured(cells, a, b, big).first() {
+                out.push_str(&format!("{a} {b} {s} # {v:.3} GB/s both ways\n"));
             }
         }
     }
@@ -266,7 +270,7 @@ fn median(v: &[f64]) -> f64 {
 fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
     let big = sizes.iter().copied().max().unwrap_or(0);
     let small = sizes.iter().copied().min().unwrap_or(0);
-    println!("\nTransport choice per pair (rank 0's view of the rule; bandwidth at {big} B, latency at {small} B):\n");
+    println!("\nTransport choice per pair (the fastest measured unless the pair is set by ACCIO_WORLD_CONFIG or ACCIO_TRANSPORT; bandwidth at {big} B, latency at {small} B; `--write-config` makes the world use these choices):\n");
     println!(
         "| pair | chosen | reason | chosen GB/s | best GB/s (backend) | chosen/best | chosen us |"
     );
@@ -294,7 +298,35 @@ fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
                     )
                     .ok()
             };
-            let Some(choice) = choice else { continue };
+            let Some(rule) = choice else { continue };
+            // The rule's last step is "the fastest measured": here it was measured, so unless
+            // the user set the pair (config line, ACCIO_TRANSPORT), the fastest one is chosen.
+            let rules = &w.table()[0].rules;
+            let set = rules.forced.is_some() || rules.pairs.lookup(a, b).is_some();
+            let fastest = measured(cells, a, b, big);
+            let choice = match fastest.first() {
+                Some((s, v)) if !set => {
+                    let others: Vec<String> = fastest[1..]
+                        .iter()
+                        .map(|(s, v)| format!("{s} {v:.2}"))
+                        .collect();
+                    let without = if *s == rule.scheme {
+                        String::new()
+                    } else {
+                        format!("; without measurements: {}", rule.scheme)
+                    };
+                    accio_world::Choice {
+                        scheme: s.clone(),
+                        reason: format!(
+                            "fastest measured: {s} {v:.2} GB/s both ways{}{} ({}){without}",
+                            if others.is_empty() { "" } else { " vs " },
+                            others.join(", "),
+                            rule.reason
+                        ),
+                    }
+                }
+                _ => rule,
+            };
             let bw = |s: &str| {
                 cells
                     .iter()

@@ -27,6 +27,8 @@
 
 #[cfg(feature = "mpi")]
 mod imp;
+#[cfg(feature = "mpi")]
+mod sendq;
 
 use accio_core::{Addr, Backend, Endpoint, Error, Listener, Options, Result};
 use std::time::Duration;

@@ -1,0 +1,686 @@
+//! The endpoint: messages on the connection's tags, RMA through the dynamic window,
+//! the published window table, close and its grave.
+
+use super::*;
+
+// ---- endpoint -------------------------------------------------------------------------
+
+/// The window table an endpoint publishes in attached memory for its peer to read.
+pub(super) struct Table {
+    view: MemView,
+    pub(super) addr: u64,
+}
+
+impl Table {
+    fn publish(&self, windows: &WindowTable<(Window, u64)>) -> Result<()> {
+        let max = (TABLE_BYTES - TABLE_HEADER) / 32;
+        if windows.len() > max {
+            return Err(Error::invalid(
+                "register",
+                format!("more than {max} windows on one mpi endpoint"),
+            ));
+        }
+        let base = self.view.as_ptr().cast::<u64>();
+        // SAFETY: `base` points to TABLE_BYTES of mapped, 8-aligned memory; the peer reads it
+        // with MPI_Get under the sequence protocol (odd = being written).
+        unsafe {
+            let seq = ptr::read_volatile(base);
+            ptr::write_volatile(base, seq + 1);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            let mut e = base.add(TABLE_HEADER / 8);
+            for (d, (_, addr)) in windows.iter() {
+                ptr::write_volatile(e, d.offset);
+                ptr::write_volatile(e.add(1), d.len);
+                ptr::write_volatile(e.add(2), d.access.bits() as u64);
+                ptr::write_volatile(e.add(3), *addr);
+                e = e.add(4);
+            }
+            ptr::write_volatile(base.add(1), windows.len() as u64);
+            std::sync::atomic::fence(Ordering::SeqCst);
+            ptr::write_volatile(base, seq + 2);
+        }
+        Ok(())
+    }
+}
+
+/// An endpoint's own windows (with each one's MPI address), its offset allocator, and the
+/// memory it attached.
+type Own = (
+    WindowTable<(Window, u64)>,
+    OffsetAllocator,
+    Vec<Arc<Region>>,
+);
+
+pub(super) struct MpiEndpoint {
+    m: &'static Mpi,
+    peer: c_int,
+    local: Addr,
+    peer_addr: Addr,
+    tx: c_int,
+    rx: c_int,
+    pub(super) table: Table,
+    pub(super) peer_table: u64,
+    pub(super) refused: bool,
+    windows: Mutex<Own>,
+    peer_windows: Mutex<WindowTable<u64>>,
+    send_lock: Mutex<SendQueue>,
+    recv_lock: Mutex<Vec<u8>>,
+    peer_closed: AtomicBool,
+    /// When the hot paths probe for the peer's close next (see [`CLOSE_PROBE_EVERY`]).
+    close_probe_at: Mutex<Instant>,
+    issued: AtomicU64,
+}
+
+// SAFETY: MPI request handles are opaque and used under `send_lock`; MPI allows any thread
+// (MPI_THREAD_MULTIPLE).
+unsafe impl Send for MpiEndpoint {}
+// SAFETY: as for Send; shared state is behind mutexes and atomics.
+unsafe impl Sync for MpiEndpoint {}
+
+impl std::fmt::Debug for MpiEndpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MpiEndpoint")
+            .field("local", &self.local.to_string())
+            .field("peer", &self.peer_addr.to_string())
+            .finish_non_exhaustive()
+    }
+}
+
+impl MpiEndpoint {
+    pub(super) fn new(
+        m: &'static Mpi,
+        peer: c_int,
+        local: Addr,
+        peer_addr: Addr,
+        tx: c_int,
+        rx: c_int,
+        peer_table: u64,
+    ) -> Result<MpiEndpoint> {
+        let (view, _) = m.carve(TABLE_BYTES)?;
+        let region = Arc::clone(&m.arena);
+        let mut a: ffi::MPI_Aint = 0;
+        check(
+            // SAFETY: the view is mapped; MPI_Get_address only computes the address.
+            unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
+            "MPI_Get_address",
+        )?;
+        Ok(MpiEndpoint {
+            m,
+            peer,
+            local,
+            peer_addr,
+            tx,
+            rx,
+            table: Table {
+                view,
+                addr: a as u64,
+            },
+            peer_table,
+            refused: false,
+            windows: Mutex::new((
+                WindowTable::default(),
+                OffsetAllocator::default(),
+                vec![region],
+            )),
+            peer_windows: Mutex::new(WindowTable::default()),
+            send_lock: Mutex::new(SendQueue::default()),
+            recv_lock: Mutex::new(Vec::new()),
+            peer_closed: AtomicBool::new(false),
+            close_probe_at: Mutex::new(Instant::now()),
+            issued: AtomicU64::new(0),
+        })
+    }
+
+    fn gone(&self) -> Error {
+        Error::PeerGone {
+            peer: self.peer_addr.to_string(),
+            cause: "the peer closed the connection".into(),
+        }
+    }
+
+    /// Fails with PeerGone once the peer's close arrived (checking for it without waiting).
+    fn check_open(&self) -> Result<()> {
+        if self.peer_closed.load(Ordering::Acquire) {
+            return Err(self.gone());
+        }
+        let mut buf = Vec::new();
+        if try_take(self.peer, self.rx + KIND_CLOSE, &mut buf)?.is_some() {
+            self.peer_closed.store(true, Ordering::Release);
+            return Err(self.gone());
+        }
+        Ok(())
+    }
+
+    /// As [`check_open`](Self::check_open), but probes MPI at most every
+    /// [`CLOSE_PROBE_EVERY`]: for the paths a message takes, where a probe per call would
+    /// double the MPI calls of a small message.
+    fn check_open_soon(&self) -> Result<()> {
+        if self.peer_closed.load(Ordering::Acquire) {
+            return Err(self.gone());
+        }
+        let now = Instant::now();
+        {
+            let mut at = lock(&self.close_probe_at);
+            if now < *at {
+                return Ok(());
+            }
+            *at = now + CLOSE_PROBE_EVERY;
+        }
+        self.check_open()
+    }
+
+    fn flush(&self) -> Result<()> {
+        // SAFETY: valid window and rank.
+        check(
+            unsafe { ffi::MPI_Win_flush(self.peer, self.m.win) },
+            "MPI_Win_flush",
+        )
+    }
+
+    /// Re-reads the peer's published window table.
+    fn refresh_peer(&self) -> Result<()> {
+        let mut head = [0u64; 2];
+        for _ in 0..1000 {
+            self.get_raw(head.as_mut_ptr().cast(), 16, self.peer_table)?;
+            if head[0] % 2 == 1 {
+                std::thread::yield_now();
+                continue;
+            }
+            let n = head[1] as usize;
+            let mut entries = vec![0u64; n * 4];
+            if n > 0 {
+                self.get_raw(
+                    entries.as_mut_ptr().cast(),
+                    n * 32,
+                    self.peer_table + TABLE_HEADER as u64,
+                )?;
+            }
+            let mut again = [0u64; 1];
+            self.get_raw(again.as_mut_ptr().cast(), 8, self.peer_table)?;
+            if again[0] != head[0] {
+                continue;
+            }
+            let mut t = WindowTable::default();
+            for e in entries.chunks(4) {
+                let desc = WindowDesc {
+                    offset: e[0],
+                    len: e[1],
+                    access: Access::from_bits(e[2] as u8).unwrap_or(Access::NONE),
+                };
+                t.insert(desc, e[3])?;
+            }
+            *lock(&self.peer_windows) = t;
+            return Ok(());
+        }
+        Err(Error::Protocol {
+            peer: self.peer_addr.to_string(),
+            reason: "its window table kept changing while being read".into(),
+        })
+    }
+
+    fn get_raw(&self, dst: *mut u8, len: usize, disp: u64) -> Result<()> {
+        check(
+            // SAFETY: `dst` has `len` writable bytes; the flush completes the get before return.
+            unsafe {
+                ffi::MPI_Get(
+                    dst.cast(),
+                    len as c_int,
+                    byte(),
+                    self.peer,
+                    disp as ffi::MPI_Aint,
+                    len as c_int,
+                    byte(),
+                    self.m.win,
+                )
+            },
+            "MPI_Get",
+        )?;
+        self.flush()
+    }
+
+    /// The peer's address (MPI displacement) for `[off, off+len)` with rights `need`.
+    fn remote(&self, off: u64, len: usize, need: Access) -> Result<u64> {
+        // The peer sets our stale word (before its unregister returns) when it withdrew a
+        // window: re-read its table before trusting the copy.
+        // SAFETY: the stale word lies in this endpoint's table view, 8-aligned.
+        let stale = unsafe { &*self.table.view.as_ptr().add(STALE_AT).cast::<AtomicU64>() };
+        if stale.load(Ordering::Acquire) != 0 {
+            stale.store(0, Ordering::Release);
+            self.refresh_peer()?;
+        }
+        let find = |t: &WindowTable<u64>| {
+            t.find(off, len as u64, need, Side::Remote, &self.peer_addr)
+                .map(|(d, a)| a + (off - d.offset))
+        };
+        if let Ok(a) = find(&lock(&self.peer_windows)) {
+            return Ok(a);
+        }
+        self.refresh_peer()?;
+        find(&lock(&self.peer_windows))
+    }
+
+    /// The local address of `[off, off+len)` in this endpoint's windows.
+    fn local_ptr(&self, off: u64, len: usize) -> Result<*mut u8> {
+        let w = lock(&self.windows);
+        let (d, (win, _)) =
+            w.0.find(off, len as u64, Access::NONE, Side::Local, &self.local)?;
+        // SAFETY: the range lies inside the window's view.
+        Ok(unsafe { win.view().as_ptr().add((off - d.offset) as usize) })
+    }
+
+    fn put(&self, src: *const u8, len: usize, disp: u64) -> Result<()> {
+        in_chunks(len, |done, n| {
+            check(
+                // SAFETY: `src` has `len` readable bytes until local completion (flushed by the
+                // caller before it returns); `disp` lies in a window of the peer.
+                unsafe {
+                    ffi::MPI_Put(
+                        src.add(done).cast(),
+                        n as c_int,
+                        byte(),
+                        self.peer,
+                        (disp + done as u64) as ffi::MPI_Aint,
+                        n as c_int,
+                        byte(),
+                        self.m.win,
+                    )
+                },
+                "MPI_Put",
+            )
+        })?;
+        self.issued.fetch_add(1, Ordering::AcqRel);
+        Ok(())
+    }
+
+    fn get(&self, dst: *mut u8, len: usize, disp: u64) -> Result<()> {
+        in_chunks(len, |done, n| {
+            check(
+                // SAFETY: `dst` has `len` writable bytes; flushed below before return.
+                unsafe {
+                    ffi::MPI_Get(
+                        dst.add(done).cast(),
+                        n as c_int,
+                        byte(),
+                        self.peer,
+                        (disp + done as u64) as ffi::MPI_Aint,
+                        n as c_int,
+                        byte(),
+                        self.m.win,
+                    )
+                },
+                "MPI_Get",
+            )
+        })?;
+        self.flush()
+    }
+
+    fn complete_write(&self, flags: RmaFlags) -> Result<()> {
+        if flags == RmaFlags::SYNC {
+            self.flush()
+        } else {
+            // SAFETY: valid window and rank.
+            check(
+                unsafe { ffi::MPI_Win_flush_local(self.peer, self.m.win) },
+                "MPI_Win_flush_local",
+            )
+        }
+    }
+
+    fn register_region(
+        &self,
+        region: Arc<Region>,
+        view: MemView,
+        access: Access,
+    ) -> Result<Window> {
+        let mut a: ffi::MPI_Aint = 0;
+        check(
+            // SAFETY: the view is mapped.
+            unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
+            "MPI_Get_address",
+        )?;
+        self.m.attach(&region)?;
+        let mut w = lock(&self.windows);
+        let off = w.1.allocate(view.len());
+        let win = Window::new(view, off, access);
+        w.0.insert(win.desc(), (win.clone(), a as u64))?;
+        w.2.push(region);
+        self.table.publish(&w.0)?;
+        Ok(win)
+    }
+}
+
+impl Endpoint for MpiEndpoint {
+    fn backend(&self) -> &'static str {
+        "mpi"
+    }
+
+    fn local_addr(&self) -> &Addr {
+        &self.local
+    }
+
+    fn peer_addr(&self) -> &Addr {
+        &self.peer_addr
+    }
+
+    fn capabilities(&self) -> Capabilities {
+        Capabilities {
+            map_remote: false,
+            cpu_free_rma: false,
+            max_try_send: MAX_TRY_SEND,
+        }
+    }
+
+    fn send(&self, msg: &[u8]) -> Result<()> {
+        if msg.len() > i32::MAX as usize {
+            return Err(Error::MessageTooLarge {
+                op: "send",
+                endpoint: self.peer_addr.to_string(),
+                len: msg.len(),
+                limit: i32::MAX as usize,
+            });
+        }
+        let mut q = lock(&self.send_lock);
+        self.check_open_soon()?;
+        if msg.len() <= MAX_BUFFERED {
+            // Buffered (a copy travels with the request): a sender never waits for a receiver
+            // that is busy elsewhere, as the contract asks, and several messages stay in
+            // flight (see `sendq`).
+            let mut b = Backoff(0);
+            loop {
+                q.reap()?;
+                if q.has_room(msg.len()) {
+                    break;
+                }
+                self.check_open_soon()?;
+                b.wait();
+            }
+            return q.post_copy(msg, self.peer, self.tx + KIND_MSG);
+        }
+        // Larger messages wait for their receive; the lock keeps earlier buffered sends
+        // ahead of this one (MPI matches in posting order).
+        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
+        check(
+            // SAFETY: `msg` outlives the request: this call waits for it (or cancels it).
+            unsafe {
+                ffi::MPI_Isend(
+                    msg.as_ptr().cast(),
+                    msg.len() as c_int,
+                    byte(),
+                    self.peer,
+                    self.tx + KIND_MSG,
+                    world(),
+                    req.as_mut_ptr(),
+                )
+            },
+            "MPI_Isend",
+        )?;
+        // SAFETY: MPI_Isend succeeded and wrote the request.
+        let mut req = unsafe { req.assume_init() };
+        let mut b = Backoff(0);
+        loop {
+            let mut flag: c_int = 0;
+            check(
+                // SAFETY: active request.
+                unsafe { ffi::MPI_Test(&mut req, &mut flag, ffi::RSMPI_STATUS_IGNORE) },
+                "MPI_Test",
+            )?;
+            if flag != 0 {
+                return Ok(());
+            }
+            if let Err(e) = self.check_open_soon() {
+                // SAFETY: the request is active; cancel then wait frees it, so `msg` is
+                // no longer referenced by MPI when we return.
+                unsafe {
+                    ffi::MPI_Cancel(&mut req);
+                    ffi::MPI_Wait(&mut req, ffi::RSMPI_STATUS_IGNORE);
+                }
+                return Err(e);
+            }
+            b.wait();
+        }
+    }
+
+    fn try_send(&self, msg: &[u8]) -> Result<Progress<()>> {
+        if msg.len() > MAX_TRY_SEND {
+            return Err(Error::MessageTooLarge {
+                op: "try_send",
+                endpoint: self.peer_addr.to_string(),
+                len: msg.len(),
+                limit: MAX_TRY_SEND,
+            });
+        }
+        let mut q = match self.send_lock.try_lock() {
+            Ok(p) => p,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(Progress::WouldBlock),
+        };
+        self.check_open_soon()?;
+        q.reap()?;
+        if !q.has_room(msg.len()) {
+            return Ok(Progress::WouldBlock);
+        }
+        q.post_copy(msg, self.peer, self.tx + KIND_MSG)?;
+        Ok(Progress::Ready(()))
+    }
+
+    fn recv_timeout(&self, buf: &mut Vec<u8>, timeout: Option<Duration>) -> Result<usize> {
+        let _g = lock(&self.recv_lock);
+        let t0 = Instant::now();
+        let mut b = Backoff(0);
+        let mut misses = 0u32;
+        loop {
+            if let Some(n) = try_take(self.peer, self.rx + KIND_MSG, buf)? {
+                return Ok(n);
+            }
+            misses += 1;
+            if !misses.is_multiple_of(CLOSE_PROBE_MISSES) {
+                b.wait();
+                continue;
+            }
+            if self.check_open().is_err() {
+                // Messages sent before the close still arrive.
+                if let Some(n) = try_take(self.peer, self.rx + KIND_MSG, buf)? {
+                    return Ok(n);
+                }
+                return Err(self.gone());
+            }
+            if let Some(t) = timeout {
+                if t0.elapsed() >= t {
+                    return Err(Error::Timeout {
+                        op: "recv",
+                        resource: self.peer_addr.to_string(),
+                        after: t,
+                    });
+                }
+            }
+            b.wait();
+        }
+    }
+
+    fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>> {
+        let _g = match self.recv_lock.try_lock() {
+            Ok(g) => g,
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(std::sync::TryLockError::WouldBlock) => return Ok(Progress::WouldBlock),
+        };
+        if let Some(n) = try_take(self.peer, self.rx + KIND_MSG, buf)? {
+            return Ok(Progress::Ready(n));
+        }
+        if self.check_open().is_err() {
+            if let Some(n) = try_take(self.peer, self.rx + KIND_MSG, buf)? {
+                return Ok(Progress::Ready(n));
+            }
+            return Err(self.gone());
+        }
+        Ok(Progress::WouldBlock)
+    }
+
+    fn register(&self, len: usize, access: Access) -> Result<Window> {
+        if len == 0 {
+            return Err(Error::invalid(
+                "register",
+                "a window needs at least one byte",
+            ));
+        }
+        let (view, _) = self.m.carve(len)?;
+        self.register_region(Arc::clone(&self.m.arena), view, access)
+    }
+
+    fn register_view(&self, view: &MemView, access: Access) -> Result<Window> {
+        if view.is_empty() {
+            return Err(Error::invalid("register_view", "the view is empty"));
+        }
+        if !(view.as_ptr() as usize).is_multiple_of(PAGE) {
+            return Err(Error::invalid(
+                "register_view",
+                "the view does not start on a page boundary",
+            ));
+        }
+        self.register_region(Arc::clone(view.region()), view.clone(), access)
+    }
+
+    fn unregister(&self, offset: u64) -> Result<()> {
+        let mut w = lock(&self.windows);
+        // The memory stays attached (the peer may have RMA in flight) until the endpoint
+        // closes; only the published table forgets it, so later peer RMA is refused.
+        w.0.remove(offset).ok_or_else(|| {
+            Error::invalid(
+                "unregister",
+                format!("no window starts at offset {offset:#x} of {}", self.local),
+            )
+        })?;
+        self.table.publish(&w.0)?;
+        drop(w);
+        if self.peer_table != 0 && !self.peer_closed.load(Ordering::Acquire) {
+            // Tell the peer its copy of our table is stale, before any later message.
+            let one = 1u64.to_ne_bytes();
+            self.put(one.as_ptr(), 8, self.peer_table + STALE_AT as u64)?;
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
+        let src = self.local_ptr(local_off, len)?;
+        let disp = self.remote(remote_off, len, Access::WRITE)?;
+        self.check_open()?;
+        self.put(src, len, disp)?;
+        self.complete_write(flags)
+    }
+
+    fn read_from(
+        &self,
+        local_off: u64,
+        len: usize,
+        remote_off: u64,
+        _flags: RmaFlags,
+    ) -> Result<()> {
+        let dst = self.local_ptr(local_off, len)?;
+        let disp = self.remote(remote_off, len, Access::READ)?;
+        self.check_open()?;
+        self.get(dst, len, disp)
+    }
+
+    fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
+        let disp = self.remote(remote_off, src.len(), Access::WRITE)?;
+        self.check_open()?;
+        self.put(src.as_ptr(), src.len(), disp)?;
+        // `src` is borrowed only for this call: at least local completion before returning.
+        self.complete_write(flags)
+    }
+
+    fn vread_from(&self, dst: &mut [u8], remote_off: u64, _flags: RmaFlags) -> Result<()> {
+        let disp = self.remote(remote_off, dst.len(), Access::READ)?;
+        self.check_open()?;
+        self.get(dst.as_mut_ptr(), dst.len(), disp)
+    }
+
+    fn fence_mark(&self) -> Result<Mark> {
+        Ok(Mark(self.issued.load(Ordering::Acquire)))
+    }
+
+    fn fence_wait(&self, _mark: Mark) -> Result<()> {
+        // One flush completes every RMA issued to the peer, the marked ones included.
+        self.flush()
+    }
+
+    fn fence_signal(&self, local: Option<(u64, u64)>, remote: Option<(u64, u64)>) -> Result<()> {
+        for (off, _) in local.iter().chain(remote.iter()) {
+            if off % 8 != 0 {
+                return Err(Error::invalid(
+                    "fence_signal",
+                    format!("offset {off:#x} is not 8-byte aligned"),
+                ));
+            }
+        }
+        let lp = local
+            .map(|(off, v)| self.local_ptr(off, 8).map(|p| (p, v)))
+            .transpose()?;
+        let rp = remote
+            .map(|(off, v)| self.remote(off, 8, Access::WRITE).map(|d| (d, v)))
+            .transpose()?;
+        self.check_open()?;
+        // Every earlier RMA completes at the peer before either value is stored.
+        self.flush()?;
+        if let Some((p, v)) = lp {
+            // SAFETY: `p` is 8-aligned (window bases are page aligned, the offset is 8-aligned)
+            // and inside a local window.
+            unsafe { (*p.cast::<std::sync::atomic::AtomicU64>()).store(v, Ordering::Release) };
+        }
+        if let Some((d, v)) = rp {
+            let val = v.to_ne_bytes();
+            self.put(val.as_ptr(), 8, d)?;
+            // Completed at the peer, not only locally: an MPI library may hold a put in its
+            // queue until the next MPI call, and the caller's next step may be a wait on
+            // plain memory (`wait_u64`) that makes none; `val` also lives on this frame.
+            self.flush()?;
+        }
+        Ok(())
+    }
+
+    fn map_remote(&self, _remote_off: u64, _len: usize) -> Result<RemoteMap> {
+        Err(Error::Unsupported {
+            op: "map_remote",
+            backend: "mpi",
+        })
+    }
+}
+
+impl Drop for MpiEndpoint {
+    fn drop(&mut self) {
+        {
+            let mut q = lock(&self.send_lock);
+            let t0 = Instant::now();
+            while !q.is_empty() && t0.elapsed() < Duration::from_secs(1) {
+                let _ = q.reap();
+                std::thread::yield_now();
+            }
+            // Requests never completed keep their buffers: leak them rather than free memory
+            // MPI may still read.
+            q.abandon();
+        }
+        if !self.refused {
+            let _ = send_blocking(&[], self.peer, self.tx + KIND_CLOSE);
+        }
+        let mut buf = Vec::new();
+        let peer_closed = self.refused
+            || self.peer_closed.load(Ordering::Acquire)
+            || matches!(
+                try_take(self.peer, self.rx + KIND_CLOSE, &mut buf),
+                Ok(Some(_))
+            );
+        let regions: Vec<Arc<Region>> = lock(&self.windows).2.drain(..).collect();
+        if peer_closed {
+            for r in &regions {
+                self.m.detach(r);
+            }
+        } else {
+            lock(&self.m.graves).push(Grave {
+                peer: self.peer,
+                close_tag: self.rx + KIND_CLOSE,
+                peer_closed: false,
+                regions,
+            });
+        }
+    }
+}
