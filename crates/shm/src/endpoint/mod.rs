@@ -22,8 +22,9 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use accio_core::{Addr, Error, Region, Result};
@@ -109,7 +110,12 @@ pub struct ShmEndpoint {
     /// generation are looked up again.
     local_gen: AtomicU64,
     ctl: Mutex<Ctl>,
-    gone: Gone,
+    /// Set once the peer is known gone; shared with the hang-up watcher thread.
+    gone: Arc<Gone>,
+    /// Whether the hang-up watcher runs (see `liveness`): then calls that do not wait learn
+    /// of a vanished peer from `gone` alone, with no clock read and no `poll`.
+    watched: AtomicBool,
+    watcher: Mutex<Option<JoinHandle<()>>>,
     rma_issued: AtomicU64,
     /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
@@ -227,7 +233,9 @@ impl ShmEndpoint {
             id: windows::next_endpoint_id(),
             local_gen: AtomicU64::new(0),
             ctl: Mutex::new(Ctl::default()),
-            gone: Gone::new(),
+            gone: Arc::new(Gone::new()),
+            watched: AtomicBool::new(false),
+            watcher: Mutex::new(None),
             rma_issued: AtomicU64::new(0),
             probed: AtomicU64::new(0),
         })
@@ -252,5 +260,9 @@ impl Drop for ShmEndpoint {
         sys::futex_wake(self.link.ring(self.side).consumer_wait());
         sys::futex_wake(self.link.ring(1 - self.side).producer_wait());
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        // The shutdown hangs up the watcher's `poll` too.
+        if let Some(w) = self.watcher.get_mut().ok().and_then(Option::take) {
+            let _ = w.join();
+        }
     }
 }
