@@ -39,7 +39,7 @@ use self::windows::{Ctl, LocalSpace, PeerWin};
 /// Tuning of shm endpoints. The connecting side's choice is used by both ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmOptions {
-    /// Data bytes of each message ring, a power of two (default 4 MiB).
+    /// Data bytes of each message ring, a power of two from 64 KiB to 1 GiB (default 4 MiB).
     pub ring_bytes: usize,
     /// Largest record: messages longer than this are split (default 256 KiB, at most a
     /// quarter of the ring, so producer and consumer copy different records at once).
@@ -78,9 +78,10 @@ impl ShmOptions {
     }
 }
 
-/// First bytes of the connect hello. The `2` names the ring layout (control words 128 bytes apart since version 2): peers
-/// of different layouts refuse each other.
-const HELLO: &[u8; 8] = b"ACCIOSH2";
+/// First bytes of the connect hello. The digit names the ring layout (2: control words 128
+/// bytes apart; 3: records published by a stamp in their header): peers of different
+/// layouts refuse each other.
+const HELLO: &[u8; 8] = b"ACCIOSH3";
 
 fn socket_name(name: &str) -> Vec<u8> {
     format!("accio.{}.{}", sys::euid(), name).into_bytes()
@@ -137,13 +138,13 @@ impl ShmEndpoint {
         };
         let what = addr.to_string();
         if !opts.ring_bytes.is_power_of_two()
-            || opts.ring_bytes < 16 * 4096
+            || !(16 * 4096..=crate::ring::MAX_CAP).contains(&opts.ring_bytes)
             || opts.chunk_bytes == 0
             || opts.chunk_bytes > opts.ring_bytes / 4
         {
             return Err(Error::invalid(
                 "connect",
-                format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two of at least 64 KiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
+                format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two from 64 KiB to 1 GiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
             ));
         }
         let sa = SocketAddr::from_abstract_name(socket_name(name))
