@@ -108,7 +108,7 @@ impl Link {
         let ring_cap = probe.u64_at(16).load(Ordering::Relaxed) as usize;
         let max_chunk = probe.u64_at(24).load(Ordering::Relaxed) as usize;
         if !ring_cap.is_power_of_two()
-            || ring_cap < 4 * PAGE
+            || !(4 * PAGE..=crate::ring::MAX_CAP).contains(&ring_cap)
             || max_chunk == 0
             || max_chunk > ring_cap / 4
         {

@@ -1,21 +1,30 @@
 //! A single-producer single-consumer message ring in shared memory.
 //!
 //! Layout: a 4 KiB control page (`head` and `tail` byte counters and two futex words, each
-//! on its own 128-byte pair of cache lines) followed by `cap` bytes of data (`cap` a power of two). Messages
-//! are split into records of at most `max_chunk` payload bytes; each record starts on a
-//! 64-byte boundary with a 16-byte header:
+//! on its own 128-byte pair of cache lines) followed by `cap` bytes of data (`cap` a power
+//! of two). Messages are split into records of at most `max_chunk` payload bytes; each
+//! record starts on a 64-byte boundary with a 16-byte header:
 //!
 //! ```text
-//! u32 chunk_len | u32 flags (FIRST, MORE, PAD) | u64 total message length (on FIRST)
+//! u32 chunk_len | u32 stamp: (record line number + 1) << 3 | flags (FIRST, MORE, PAD)
+//!               | u64 total message length (on FIRST)
 //! ```
 //!
 //! Payloads of up to 48 bytes sit in the header's cache line (an 8-byte message moves as
 //! one line); longer payloads start on the next line, so they are 64-byte aligned.
 //! A record never wraps: when it does not fit before the end, a PAD record fills the gap.
 //!
-//! Publication is the usual release/acquire pair on `head` (producer) and `tail`
-//! (consumer). Each side caches the other's counter and re-reads it only when it runs
-//! out, so a steady stream touches each shared line once per record.
+//! Publication: the producer writes a record, then stores its stamp with Release; the
+//! consumer polls the stamp at its `tail` with Acquire. The stamp names the record's
+//! position (its line number, modulo 2^29: a stale stamp from an earlier lap differs
+//! unless the ring holds 2^29 lines, 32 GiB), so zeroed or old memory never reads as
+//! published. A small message therefore costs the consumer one cache-line transfer (the
+//! header line, which also carries up to 48 payload bytes) where polling `head` first
+//! cost two dependent ones: the host moves this VM's vCPUs apart for seconds at a time
+//! (`MACHINE_NOTES.md`, trait 7), and then every transfer costs several times more. The
+//! consumer releases space with a Release store of `tail`, which the producer caches and
+//! re-reads only when it runs out of room; `head` is still stored (for a reader of the
+//! control page) but nobody waits on it.
 //!
 //! The consumer checks every header it reads (lengths, flags, bounds) before copying, so a
 //! corrupted ring — a buggy or malicious peer — is a protocol error, not a wild copy.
@@ -43,6 +52,18 @@ const LINE: usize = 64;
 const FIRST: u32 = 1;
 const MORE: u32 = 2;
 const PAD: u32 = 4;
+/// Bits of the stamp word that hold flags; the rest is the line number + 1.
+const FLAG_BITS: u32 = 3;
+/// Offset of the stamp word in a record header.
+const STAMP: usize = 4;
+/// Largest ring: its lines must number fewer than the stamp's 2^29 line numbers, so that a
+/// stale stamp of an earlier lap never reads as current (1 GiB keeps a wide margin).
+pub const MAX_CAP: usize = 1 << 30;
+
+/// The stamp a record starting at ring position `pos` carries, without flags.
+fn stamp_of(pos: u64) -> u32 {
+    ((pos / LINE as u64) as u32).wrapping_add(1) << FLAG_BITS
+}
 
 /// Size of the record that carries `len` payload bytes.
 pub fn record_bytes(len: usize) -> usize {
@@ -78,8 +99,11 @@ impl RingMem {
         #[cfg(not(loom))]
         let extra = 0;
         // Under loom, one access-tracking cell per data line follows the data.
+        // and one model atomic per line for the stamps (the header's own word otherwise).
         #[cfg(loom)]
-        let extra = (cap / LINE * std::mem::size_of::<sync::LineCell>()).next_multiple_of(LINE);
+        let extra = (cap / LINE
+            * (std::mem::size_of::<sync::LineCell>() + std::mem::size_of::<AtomicU32>()))
+        .next_multiple_of(LINE);
         CTL_BYTES + cap + extra
     }
 
@@ -99,6 +123,11 @@ impl RingMem {
                 sync::place_u32(base.add(at), 0);
             }
             sync::place_cells(base.add(CTL_BYTES + cap), cap / LINE);
+            let stamps =
+                base.add(CTL_BYTES + cap + cap / LINE * std::mem::size_of::<sync::LineCell>());
+            for line in 0..cap / LINE {
+                sync::place_u32(stamps.add(line * std::mem::size_of::<AtomicU32>()), 0);
+            }
         }
     }
 
@@ -152,6 +181,26 @@ impl RingMem {
                 }
             }
         }
+    }
+
+    /// The stamp word of the record at ring position `pos` (64-byte aligned).
+    fn stamp(&self, pos: u64) -> &AtomicU32 {
+        let line = pos as usize & (self.cap - 1);
+        #[cfg(not(loom))]
+        // SAFETY: `line` is a 64-byte aligned offset inside the data area; the stamp is
+        // the 4-byte aligned word at STAMP in the header there.
+        let w = unsafe { sync::u32_at(self.base.add(CTL_BYTES + line + STAMP)) };
+        #[cfg(loom)]
+        // SAFETY: `place` put `cap / LINE` model atomics after the line cells.
+        let w = unsafe {
+            sync::u32_at(self.base.add(
+                CTL_BYTES
+                    + self.cap
+                    + self.cap / LINE * std::mem::size_of::<sync::LineCell>()
+                    + line / LINE * std::mem::size_of::<AtomicU32>(),
+            ))
+        };
+        w
     }
 
     fn data(&self, pos: u64) -> *mut u8 {
@@ -271,7 +320,10 @@ impl Producer {
             self.ring.touch(at, HDR, true);
             // SAFETY: `off` is 64-byte aligned and at least one line remains before the
             // end of the data area, which the consumer has released (checked by `fits`).
-            unsafe { write_header(at, 0, PAD, 0) };
+            unsafe { write_header(at, 0, 0) };
+            self.ring
+                .stamp(self.head)
+                .store(stamp_of(self.head) | PAD, Ordering::Release);
             self.head += (self.ring.cap - off) as u64;
         }
         let flags = if first { FIRST } else { 0 } | if more { MORE } else { 0 };
@@ -280,13 +332,17 @@ impl Producer {
         // SAFETY: the record's `rec` bytes at `at` are free (checked above) and do not wrap;
         // `chunk` is caller memory, distinct from the ring.
         unsafe {
-            write_header(at, chunk.len() as u32, flags, total);
+            write_header(at, chunk.len() as u32, total);
             copy_bytes(
                 at.add(payload_offset(chunk.len())),
                 chunk.as_ptr(),
                 chunk.len(),
             );
         }
+        // Publishes the record: the consumer acquires this word before it reads the rest.
+        self.ring
+            .stamp(self.head)
+            .store(stamp_of(self.head) | flags, Ordering::Release);
         self.head += rec as u64;
         self.ring.word64(HEAD).store(self.head, Ordering::Release);
         wake(self.ring.consumer_wait());
@@ -294,13 +350,14 @@ impl Producer {
     }
 }
 
+/// Writes a header's length and total; the stamp between them is stored last, atomically.
+///
 /// # Safety
 /// `at` must be 16 writable bytes inside a free part of the ring.
-unsafe fn write_header(at: *mut u8, len: u32, flags: u32, total: u64) {
+unsafe fn write_header(at: *mut u8, len: u32, total: u64) {
     // SAFETY: forwarded; `at` is 64-byte aligned so the u32/u64 writes are aligned.
     unsafe {
         (at as *mut u32).write(len);
-        (at.add(4) as *mut u32).write(flags);
         (at.add(8) as *mut u64).write(total);
     }
 }
@@ -329,7 +386,6 @@ pub struct CorruptRecord(pub String);
 pub struct Consumer {
     ring: RingMem,
     tail: u64,
-    head: u64,
     max_chunk: usize,
 }
 
@@ -340,7 +396,6 @@ impl Consumer {
         Consumer {
             ring,
             tail,
-            head: tail,
             max_chunk,
         }
     }
@@ -350,37 +405,41 @@ impl Consumer {
         &self.ring
     }
 
-    /// True if a record is available (re-reading the producer's counter when needed).
+    /// True if a record is available: the stamp at `tail` names `tail` (one load, of the
+    /// line that holds the record itself).
     pub fn ready(&mut self) -> bool {
-        if self.head == self.tail {
-            self.head = self.ring.word64(HEAD).load(Ordering::Acquire);
-        }
-        self.head != self.tail
+        self.published().is_some()
+    }
+
+    /// The flags of the record at `tail` if it is published. Acquire: pairs with the
+    /// producer's Release store of the stamp, after its writes of the record.
+    fn published(&self) -> Option<u32> {
+        let w = self.ring.stamp(self.tail).load(Ordering::Acquire);
+        let mask = (1u32 << FLAG_BITS) - 1;
+        (w & !mask == stamp_of(self.tail)).then_some(w & mask)
     }
 
     /// The next record, if any, after checking its header.
     pub fn peek(&mut self) -> Result<Option<Record>, CorruptRecord> {
         loop {
-            if !self.ready() {
-                return Ok(None);
-            }
-            let avail = self.head.wrapping_sub(self.tail);
-            let off = self.tail as usize & (self.ring.cap - 1);
-            let contiguous = self.ring.cap - off;
-            if avail > self.ring.cap as u64 || !self.tail.is_multiple_of(LINE as u64) {
+            if !self.tail.is_multiple_of(LINE as u64) {
                 return Err(CorruptRecord(format!(
-                    "ring counters out of range (head {}, tail {})",
-                    self.head, self.tail
+                    "ring counter out of range (tail {})",
+                    self.tail
                 )));
             }
+            let Some(flags) = self.published() else {
+                return Ok(None);
+            };
+            let off = self.tail as usize & (self.ring.cap - 1);
+            let contiguous = self.ring.cap - off;
             let at = self.ring.data(self.tail);
             self.ring.touch(at, HDR, false);
-            // SAFETY: the producer published at least one line at `tail` (avail > 0 and
-            // records are whole lines); `at` is 64-byte aligned.
-            let (len, flags, total) = unsafe {
+            // SAFETY: the producer published the record at `tail` (its stamp, acquired
+            // above); `at` is 64-byte aligned.
+            let (len, total) = unsafe {
                 (
                     (at as *const u32).read() as usize,
-                    (at.add(4) as *const u32).read(),
                     (at.add(8) as *const u64).read(),
                 )
             };
@@ -400,7 +459,7 @@ impl Consumer {
                 )));
             }
             let bytes = record_bytes(len);
-            if bytes > contiguous || bytes as u64 > avail {
+            if bytes > contiguous {
                 return Err(CorruptRecord(format!(
                     "record of {len} bytes at {off:#x} runs past the published data"
                 )));
@@ -537,6 +596,15 @@ mod tests {
             };
             m.0[HEAD / 8] = head;
             m.0[TAIL / 8] = tail;
+            // Random words rarely read as published: stamp the record at `tail` half the
+            // time, with random flags, so that its random header gets checked.
+            if next() % 2 == 0 && tail.is_multiple_of(LINE as u64) {
+                let at = (CTL_BYTES + (tail as usize & (cap - 1)) + STAMP) / 4;
+                let words = m.0.as_mut_ptr() as *mut u32;
+                let w = stamp_of(tail) | (next() as u32 & ((1 << FLAG_BITS) - 1));
+                // SAFETY: `at` indexes a u32 inside the test buffer.
+                unsafe { words.add(at).write(w) };
+            }
             let mut c = Consumer::new(r, 1024);
             for _ in 0..4 {
                 match c.peek() {

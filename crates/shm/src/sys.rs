@@ -205,6 +205,27 @@ pub fn hung_up(sock: RawFd) -> bool {
     n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0
 }
 
+/// Blocks until the peer of socket `sock` hangs up (or this side shuts it down). Data
+/// arriving on the socket does not wake it: only hang-up events are asked for. False if
+/// `poll` fails for another reason than a signal.
+pub fn wait_hung_up(sock: RawFd) -> bool {
+    loop {
+        let mut p = libc::pollfd {
+            fd: sock,
+            events: libc::POLLRDHUP,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd, no timeout.
+        let n = unsafe { libc::poll(&mut p, 1, -1) };
+        if n > 0 {
+            return p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+        }
+        if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
+            return false;
+        }
+    }
+}
+
 /// Waits until `sock` is readable (or hung up), at most `timeout`. Returns false on timeout.
 pub fn wait_readable(sock: RawFd, timeout: Option<Duration>) -> io::Result<bool> {
     // Round up: poll counts whole milliseconds and must not return before the deadline.

@@ -205,14 +205,12 @@ impl Endpoint for ShmEndpoint {
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        self.with_local(local_off, len, |src| {
-            self.with_peer(remote_off, len, Access::WRITE, |dst| {
-                // SAFETY: both ranges were checked against their windows, which stay
-                // mapped during the call; they are different mappings (ours and the
-                // peer's), so they do not overlap.
-                unsafe { copy_bytes(dst, src, len) }
-            })
-        })??;
+        self.with_both(local_off, remote_off, len, Access::WRITE, |src, dst| {
+            // SAFETY: both ranges were checked against their windows, which stay mapped
+            // during the call; they are different mappings (ours and the peer's), so they
+            // do not overlap.
+            unsafe { copy_bytes(dst, src, len) }
+        })?;
         self.finish_rma(flags)
     }
 
@@ -224,12 +222,10 @@ impl Endpoint for ShmEndpoint {
         flags: RmaFlags,
     ) -> Result<()> {
         self.check_not_gone()?;
-        self.with_local(local_off, len, |dst| {
-            self.with_peer(remote_off, len, Access::READ, |src| {
-                // SAFETY: as in write_to, with the roles swapped.
-                unsafe { copy_bytes(dst, src, len) }
-            })
-        })??;
+        self.with_both(local_off, remote_off, len, Access::READ, |dst, src| {
+            // SAFETY: as in write_to, with the roles swapped.
+            unsafe { copy_bytes(dst, src, len) }
+        })?;
         self.finish_rma(flags)
     }
 

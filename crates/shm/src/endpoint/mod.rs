@@ -22,8 +22,9 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 use accio_core::{Addr, Error, Region, Result};
@@ -38,7 +39,7 @@ use self::windows::{Ctl, LocalSpace, PeerWin};
 /// Tuning of shm endpoints. The connecting side's choice is used by both ends.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ShmOptions {
-    /// Data bytes of each message ring, a power of two (default 4 MiB).
+    /// Data bytes of each message ring, a power of two from 64 KiB to 1 GiB (default 4 MiB).
     pub ring_bytes: usize,
     /// Largest record: messages longer than this are split (default 256 KiB, at most a
     /// quarter of the ring, so producer and consumer copy different records at once).
@@ -77,9 +78,10 @@ impl ShmOptions {
     }
 }
 
-/// First bytes of the connect hello. The `2` names the ring layout (control words 128 bytes apart since version 2): peers
-/// of different layouts refuse each other.
-const HELLO: &[u8; 8] = b"ACCIOSH2";
+/// First bytes of the connect hello. The digit names the ring layout (2: control words 128
+/// bytes apart; 3: records published by a stamp in their header): peers of different
+/// layouts refuse each other.
+const HELLO: &[u8; 8] = b"ACCIOSH3";
 
 fn socket_name(name: &str) -> Vec<u8> {
     format!("accio.{}.{}", sys::euid(), name).into_bytes()
@@ -109,7 +111,12 @@ pub struct ShmEndpoint {
     /// generation are looked up again.
     local_gen: AtomicU64,
     ctl: Mutex<Ctl>,
-    gone: Gone,
+    /// Set once the peer is known gone; shared with the hang-up watcher thread.
+    gone: Arc<Gone>,
+    /// Whether the hang-up watcher runs (see `liveness`): then calls that do not wait learn
+    /// of a vanished peer from `gone` alone, with no clock read and no `poll`.
+    watched: AtomicBool,
+    watcher: Mutex<Option<JoinHandle<()>>>,
     rma_issued: AtomicU64,
     /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
@@ -131,13 +138,13 @@ impl ShmEndpoint {
         };
         let what = addr.to_string();
         if !opts.ring_bytes.is_power_of_two()
-            || opts.ring_bytes < 16 * 4096
+            || !(16 * 4096..=crate::ring::MAX_CAP).contains(&opts.ring_bytes)
             || opts.chunk_bytes == 0
             || opts.chunk_bytes > opts.ring_bytes / 4
         {
             return Err(Error::invalid(
                 "connect",
-                format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two of at least 64 KiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
+                format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two from 64 KiB to 1 GiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
             ));
         }
         let sa = SocketAddr::from_abstract_name(socket_name(name))
@@ -227,7 +234,9 @@ impl ShmEndpoint {
             id: windows::next_endpoint_id(),
             local_gen: AtomicU64::new(0),
             ctl: Mutex::new(Ctl::default()),
-            gone: Gone::new(),
+            gone: Arc::new(Gone::new()),
+            watched: AtomicBool::new(false),
+            watcher: Mutex::new(None),
             rma_issued: AtomicU64::new(0),
             probed: AtomicU64::new(0),
         })
@@ -252,5 +261,9 @@ impl Drop for ShmEndpoint {
         sys::futex_wake(self.link.ring(self.side).consumer_wait());
         sys::futex_wake(self.link.ring(1 - self.side).producer_wait());
         let _ = self.sock.shutdown(std::net::Shutdown::Both);
+        // The shutdown hangs up the watcher's `poll` too.
+        if let Some(w) = self.watcher.get_mut().ok().and_then(Option::take) {
+            let _ = w.join();
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Window tables: ours (what we registered) and the peer's (read from its shared table,
 //! mapped on first use), and the control-socket records that carry window memory.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
@@ -58,7 +58,15 @@ pub(super) struct Ctl {
 /// dropping thread's cache at once, and every other thread's at its next shm RMA call
 /// (any endpoint) or its exit: until then such a thread keeps at most one peer and one
 /// local window of the closed endpoint mapped.
+///
+/// The entries are plain values in a thread-local without a destructor (an access is one
+/// address computation: no lazy-registration check, no borrow flag, ~30 of the ~190
+/// instructions a 64 B `write_to` took with a `RefCell` of entries that held their
+/// mappings); the mappings they point into are held apart, in [`KEEP`], whose destructor
+/// empties the entries first.
+#[derive(Clone, Copy)]
 struct Hot {
+    /// 0: empty (endpoint ids start at 1).
     endpoint: u64,
     /// [`DROPS`] when filled.
     drops: u64,
@@ -69,8 +77,18 @@ struct Hot {
     end: u64,
     access: Access,
     base: *mut u8,
-    _keep: Arc<Region>,
 }
+
+const EMPTY: Hot = Hot {
+    endpoint: 0,
+    drops: 0,
+    version: 0,
+    slot: 0,
+    start: 0,
+    end: 0,
+    access: Access::NONE,
+    base: std::ptr::null_mut(),
+};
 
 impl Hot {
     fn at(&self, endpoint: u64, offset: u64, len: usize) -> Option<*mut u8> {
@@ -78,24 +96,52 @@ impl Hot {
         if self.endpoint != endpoint || offset < self.start || end > self.end {
             return None;
         }
-        // SAFETY: offset..end lies inside the window, which `_keep` keeps mapped.
+        // SAFETY: offset..end lies inside the window, which this thread's [`KEEP`] keeps
+        // mapped while the entry is filled.
         Some(unsafe { self.base.add((offset - self.start) as usize) })
     }
 }
 
+/// This thread's entries: the last peer window and the last local window.
 struct HotCache {
-    peer: Option<Hot>,
-    local: Option<Hot>,
+    peer: Cell<Hot>,
+    local: Cell<Hot>,
+}
+
+impl HotCache {
+    fn entry(&self, peer: bool) -> &Cell<Hot> {
+        if peer {
+            &self.peer
+        } else {
+            &self.local
+        }
+    }
+
+    fn clear(&self) {
+        self.peer.set(EMPTY);
+        self.local.set(EMPTY);
+    }
+}
+
+/// The mappings of this thread's [`HOT`] entries: `[local, peer]`.
+struct Keep(RefCell<[Option<Arc<Region>>; 2]>);
+
+impl Drop for Keep {
+    fn drop(&mut self) {
+        // The entries must not outlive the mappings they point into.
+        let _ = HOT.try_with(HotCache::clear);
+    }
 }
 
 thread_local! {
-    // `const`: no lazy-initialization check on every access.
-    static HOT: RefCell<HotCache> = const {
-        RefCell::new(HotCache {
-            peer: None,
-            local: None,
-        })
+    // `const` and no destructor: no lazy-initialization check on every access.
+    static HOT: HotCache = const {
+        HotCache {
+            peer: Cell::new(EMPTY),
+            local: Cell::new(EMPTY),
+        }
     };
+    static KEEP: Keep = const { Keep(RefCell::new([None, None])) };
 }
 
 static NEXT_ENDPOINT_ID: AtomicU64 = AtomicU64::new(1);
@@ -108,37 +154,52 @@ static DROPS: AtomicU64 = AtomicU64::new(0);
 /// theirs (see [`Hot`]); called when the endpoint is dropped.
 pub(super) fn forget_endpoint(endpoint: u64) {
     DROPS.fetch_add(1, Ordering::Release);
-    // `try_with`: the thread may be exiting, its cache already gone.
-    let _ = HOT.try_with(|h| {
-        let mut h = h.borrow_mut();
-        if h.peer.as_ref().is_some_and(|e| e.endpoint == endpoint) {
-            h.peer = None;
+    for peer in [false, true] {
+        if HOT.with(|h| h.entry(peer).get().endpoint) == endpoint {
+            HOT.with(|h| h.entry(peer).set(EMPTY));
+            // `try_with`: the thread may be exiting, its mappings already let go.
+            let _ = KEEP.try_with(|k| k.0.borrow_mut()[peer as usize] = None);
         }
-        if h.local.as_ref().is_some_and(|e| e.endpoint == endpoint) {
-            h.local = None;
-        }
-    });
+    }
 }
 
-/// Looks up this thread's cache entry (`peer` or `local`) with `hit`; empties the cache
-/// first if an endpoint was dropped since it was filled.
+/// Fills this thread's `peer` or `local` entry with `hot`, holding `keep` (the mapping it
+/// points into). Not cached when the thread is exiting.
+fn hot_fill(peer: bool, hot: Hot, keep: Arc<Region>) {
+    HOT.with(|h| h.entry(peer).set(EMPTY));
+    let kept = KEEP
+        .try_with(|k| k.0.borrow_mut()[peer as usize] = Some(keep))
+        .is_ok();
+    if kept {
+        HOT.with(|h| h.entry(peer).set(hot));
+    }
+}
+
+/// This thread's entry (`peer` or `local`), or `None`: empty, or filled before an
+/// endpoint was dropped (then the cache is emptied first).
+#[inline]
+fn hot_entry(peer: bool) -> Option<Hot> {
+    let e = HOT.with(|h| h.entry(peer).get());
+    if e.endpoint == 0 {
+        return None;
+    }
+    if e.drops != DROPS.load(Ordering::Relaxed) {
+        hot_clear();
+        return None;
+    }
+    Some(e)
+}
+
+#[cold]
+fn hot_clear() {
+    HOT.with(HotCache::clear);
+    let _ = KEEP.try_with(|k| *k.0.borrow_mut() = [None, None]);
+}
+
+/// Looks up this thread's cache entry (`peer` or `local`) with `hit`.
+#[inline]
 fn hot_lookup(peer: bool, hit: impl FnOnce(&Hot) -> Option<*mut u8>) -> Option<*mut u8> {
-    HOT.with(|h| {
-        let drops = DROPS.load(Ordering::Relaxed);
-        {
-            let c = h.borrow();
-            let e = if peer { &c.peer } else { &c.local };
-            match e {
-                Some(e) if e.drops == drops => return hit(e),
-                None => return None,
-                Some(_) => {}
-            }
-        }
-        let mut c = h.borrow_mut();
-        c.peer = None;
-        c.local = None;
-        None
-    })
+    hit(&hot_entry(peer)?)
 }
 
 pub(super) fn next_endpoint_id() -> u64 {
@@ -204,13 +265,52 @@ impl ShmEndpoint {
             end: d.offset + d.len,
             access: d.access,
             base: view.as_ptr(),
-            _keep: view.region().clone(),
         };
         // SAFETY: the range was checked against the window, which the read guard
         // keeps registered (and its memory mapped) while `f` runs.
         let p = unsafe { view.as_ptr().add((offset - d.offset) as usize) };
-        HOT.with(|h| h.borrow_mut().local = Some(hot));
+        hot_fill(false, hot, view.region().clone());
         Ok(f(p))
+    }
+
+    /// Runs `f` on the addresses of local window bytes `local_off..+len` and peer bytes
+    /// `remote_off..+len` (checked for `need`): `write_to` and `read_from`. When this
+    /// thread's cache holds both windows, one look at it serves both (one load of
+    /// [`DROPS`]); otherwise [`ShmEndpoint::with_local`]
+    /// and [`ShmEndpoint::with_peer`] fill it.
+    pub(super) fn with_both<R>(
+        &self,
+        local_off: u64,
+        remote_off: u64,
+        len: usize,
+        need: Access,
+        f: impl FnOnce(*mut u8, *mut u8) -> R,
+    ) -> Result<R> {
+        let gen = self.local_gen.load(Ordering::Acquire);
+        let table = self.link.table(1 - self.side);
+        let hit = (|| {
+            let (l, p) = HOT.with(|h| (h.local.get(), h.peer.get()));
+            let drops = DROPS.load(Ordering::Relaxed);
+            if l.drops != drops
+                || p.drops != drops
+                || l.version != gen
+                || !p.access.contains(need)
+                || table.stamp(p.slot) != p.version
+            {
+                return None;
+            }
+            // An empty entry has endpoint 0, which no endpoint has: `at` refuses it.
+            Some((
+                l.at(self.id, local_off, len)?,
+                p.at(self.id, remote_off, len)?,
+            ))
+        })();
+        if let Some((l, p)) = hit {
+            return Ok(f(l, p));
+        }
+        self.with_local(local_off, len, |l| {
+            self.with_peer(remote_off, len, need, |p| f(l, p))
+        })?
     }
 
     /// Runs `f` on the address of `len` bytes of the peer's space at `offset`, checked for
@@ -268,9 +368,8 @@ impl ShmEndpoint {
                         end: d.offset + d.len,
                         access: d.access,
                         base: pw.view.as_ptr(),
-                        _keep: pw.view.region().clone(),
                     };
-                    HOT.with(|h| h.borrow_mut().peer = Some(hot));
+                    hot_fill(true, hot, pw.view.region().clone());
                     let start = (offset - d.offset) as usize;
                     // SAFETY: `covers` checked the range against the window, whose
                     // mapping the read guard keeps alive while `f` runs.
@@ -357,6 +456,10 @@ impl ShmEndpoint {
                 region
             }
         };
+        drop(cache);
+        // This endpoint does RMA: from now on its calls learn of a vanished peer from a
+        // flag (see `liveness`).
+        self.watch_hang_up();
         let start = (offset - entry.desc.offset) as usize;
         Ok(MemView::sub(region, start, len).expect("inside the window"))
     }
