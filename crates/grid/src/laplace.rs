@@ -192,8 +192,8 @@ pub struct Kernel {
     hi: [usize; 3],
     /// `Y` of the slab swept last, waiting to be added to its `X`.
     slab: Vec<f64>,
-    /// The CPU has AVX2: the loops run in a copy compiled for 256-bit vectors.
-    avx2: bool,
+    /// The widest vectors the CPU has: the loops run in a copy compiled for them.
+    simd: Simd,
     /// Slabs are swept from the last to the first (see [`Kernel::set_descending`]).
     descending: bool,
 }
@@ -223,10 +223,7 @@ impl Kernel {
             lo,
             hi,
             slab: vec![0.0; slab],
-            #[cfg(target_arch = "x86_64")]
-            avx2: std::arch::is_x86_feature_detected!("avx2"),
-            #[cfg(not(target_arch = "x86_64"))]
-            avx2: false,
+            simd: Simd::detect(),
             descending: false,
         }
     }
@@ -259,12 +256,25 @@ impl Kernel {
             x.len(),
             self.layout.elems()
         );
-        #[cfg(target_arch = "x86_64")]
-        if self.avx2 {
-            // SAFETY: `avx2` is set only where the CPU reports AVX2.
-            unsafe { self.step_avx2(x, coef) };
-            return;
+        match self.simd {
+            // SAFETY: `Simd::detect` picks AVX-512 only where the CPU reports AVX512F.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx512 => unsafe { self.step_avx512(x, coef) },
+            // SAFETY: `Simd::detect` picks AVX2 only where the CPU reports AVX2.
+            #[cfg(target_arch = "x86_64")]
+            Simd::Avx2 => unsafe { self.step_avx2(x, coef) },
+            Simd::Baseline => self.step_body(x, coef),
         }
+    }
+
+    /// [`step`](Self::step) compiled for AVX-512 (512-bit vectors, as `gcc -march=native`
+    /// compiles the MPI reference's kernel on such a CPU; same expressions, same bits).
+    ///
+    /// # Safety
+    /// The CPU must support AVX512F.
+    #[cfg(target_arch = "x86_64")]
+    #[target_feature(enable = "avx512f")]
+    unsafe fn step_avx512(&mut self, x: &mut [f64], coef: f64) {
         self.step_body(x, coef);
     }
 
@@ -423,6 +433,31 @@ impl Kernel {
                 *xv += coef * yv;
             }
         }
+    }
+}
+
+/// The vector width a [`Kernel`] is compiled for, chosen at run time.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Simd {
+    Baseline,
+    #[cfg(target_arch = "x86_64")]
+    Avx2,
+    #[cfg(target_arch = "x86_64")]
+    Avx512,
+}
+
+impl Simd {
+    fn detect() -> Simd {
+        #[cfg(target_arch = "x86_64")]
+        {
+            if std::arch::is_x86_feature_detected!("avx512f") {
+                return Simd::Avx512;
+            }
+            if std::arch::is_x86_feature_detected!("avx2") {
+                return Simd::Avx2;
+            }
+        }
+        Simd::Baseline
     }
 }
 
