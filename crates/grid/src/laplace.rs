@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::decomp::Decomposition;
 use crate::error::Result;
 use crate::exchange::HaloExchange;
-use crate::layout::Layout;
+use crate::layout::{Layout, Runs};
 
 /// Parameters of a run.
 #[derive(Clone, Debug)]
@@ -160,10 +160,15 @@ pub fn run(ex: &mut HaloExchange<f64>, opts: &LaplaceOptions) -> Result<RankRun>
             .any(|s| s.dir.axis == slow && s.dir.up == up && s.peer != ex.rank())
     };
     kernel.set_descending(face(false) && !face(true));
+    // Strided faces are packed in the sweep, where their cells are hot.
+    if kernel.pack_faces(&ex.packable_faces()) {
+        ex.pack_in_compute();
+    }
     let mut steps = Vec::with_capacity(opts.iters);
     for _ in 0..opts.iters {
         let t = Instant::now();
-        kernel.step(ex.field_mut(), c);
+        let (field, mut faces) = ex.field_and_packed_faces_mut();
+        kernel.step_packing(field, c, &mut faces);
         let compute = t.elapsed();
         let x = ex.exchange()?;
         steps.push(StepTimes {
@@ -196,6 +201,8 @@ pub struct Kernel {
     simd: Simd,
     /// Slabs are swept from the last to the first (see [`Kernel::set_descending`]).
     descending: bool,
+    /// The columns of the faces packed in the sweep (see [`Kernel::pack_faces`]).
+    face_cols: Vec<usize>,
 }
 
 impl Kernel {
@@ -225,6 +232,7 @@ impl Kernel {
             slab: vec![0.0; slab],
             simd: Simd::detect(),
             descending: false,
+            face_cols: Vec::new(),
         }
     }
 
@@ -234,6 +242,55 @@ impl Kernel {
     /// cache when the exchange sends it.
     pub fn set_descending(&mut self, descending: bool) {
         self.descending = descending;
+    }
+
+    /// Packs these faces during the sweep: each updated cell of a face is also written into
+    /// that face's buffer (given to [`step_packing`](Self::step_packing)) right after its
+    /// update, while its line is in cache. A face can be packed so when it is one column of
+    /// the owned cells (the contiguous axis, halo 1): one element per row, rows in order.
+    /// Returns false, and packs nothing, when one of `faces` is not such a column.
+    pub fn pack_faces(&mut self, faces: &[Runs]) -> bool {
+        let l = &self.layout;
+        let mut cols = Vec::new();
+        for f in faces {
+            let Some(&(first, _)) = f.as_slice().first() else {
+                return false;
+            };
+            let col = first % l.alloc[2];
+            let mut want = Vec::new();
+            for z in l.halo[0]..l.halo[0] + l.block.len[0] {
+                for y in l.halo[1]..l.halo[1] + l.block.len[1] {
+                    want.push((l.index([z, y, col]), 1));
+                }
+            }
+            if f.as_slice() != want.as_slice() {
+                return false;
+            }
+            cols.push(col);
+        }
+        self.face_cols = cols;
+        true
+    }
+
+    /// [`step`](Self::step), also writing the faces set by [`pack_faces`](Self::pack_faces)
+    /// into `faces` (one buffer per face, in the same order, each 8 bytes per face cell).
+    ///
+    /// # Panics
+    /// If `faces` does not match the faces set, or a buffer is too short.
+    pub fn step_packing(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+        assert_eq!(
+            faces.len(),
+            self.face_cols.len(),
+            "one buffer per packed face"
+        );
+        let l = &self.layout;
+        for f in faces.iter() {
+            assert!(
+                f.len() >= l.block.len[0] * l.block.len[1] * 8,
+                "a face buffer is short"
+            );
+        }
+        self.step_inner(x, coef, faces);
     }
 
     /// Cells updated per step.
@@ -247,6 +304,10 @@ impl Kernel {
     /// # Panics
     /// If `x` is shorter than the layout's allocation.
     pub fn step(&mut self, x: &mut [f64], coef: f64) {
+        self.step_inner(x, coef, &mut []);
+    }
+
+    fn step_inner(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
         if self.updated() == 0 {
             return;
         }
@@ -259,11 +320,11 @@ impl Kernel {
         match self.simd {
             // SAFETY: `Simd::detect` picks AVX-512 only where the CPU reports AVX512F.
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx512 => unsafe { self.step_avx512(x, coef) },
+            Simd::Avx512 => unsafe { self.step_avx512(x, coef, faces) },
             // SAFETY: `Simd::detect` picks AVX2 only where the CPU reports AVX2.
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => unsafe { self.step_avx2(x, coef) },
-            Simd::Baseline => self.step_body(x, coef),
+            Simd::Avx2 => unsafe { self.step_avx2(x, coef, faces) },
+            Simd::Baseline => self.step_body(x, coef, faces),
         }
     }
 
@@ -274,8 +335,8 @@ impl Kernel {
     /// The CPU must support AVX512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn step_avx512(&mut self, x: &mut [f64], coef: f64) {
-        self.step_body(x, coef);
+    unsafe fn step_avx512(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+        self.step_body(x, coef, faces);
     }
 
     /// [`step`](Self::step) compiled for AVX2 (the same expressions: Rust never fuses a
@@ -285,8 +346,8 @@ impl Kernel {
     /// The CPU must support AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn step_avx2(&mut self, x: &mut [f64], coef: f64) {
-        self.step_body(x, coef);
+    unsafe fn step_avx2(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+        self.step_body(x, coef, faces);
     }
 
     /// One pass over the slabs. `Y` of the first slab goes into the slab buffer; then each
@@ -299,22 +360,22 @@ impl Kernel {
     /// `Y` of a whole slab and then the update as a second loop, ran 15-25% slower here: the
     /// update pass reloaded the slab and its `X` from L2.)
     #[inline(always)]
-    fn step_body(&mut self, x: &mut [f64], coef: f64) {
+    fn step_body(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
         let s_axis = 3 - self.ndim;
         let (first, last) = (self.lo[s_axis], self.hi[s_axis]);
         let mut y = std::mem::take(&mut self.slab);
         if self.descending {
             self.laplacian(x, last - 1, &mut y);
             for s in (first..last - 1).rev() {
-                self.fused(x, s, &mut y, coef);
+                self.fused(x, s, &mut y, coef, faces);
             }
-            self.update(x, first, &y, coef);
+            self.update(x, first, &y, coef, faces);
         } else {
             self.laplacian(x, first, &mut y);
             for s in first + 1..last {
-                self.fused(x, s, &mut y, coef);
+                self.fused(x, s, &mut y, coef, faces);
             }
-            self.update(x, last - 1, &y, coef);
+            self.update(x, last - 1, &y, coef, faces);
         }
         self.slab = y;
     }
@@ -362,7 +423,7 @@ impl Kernel {
     /// `Y` of slab `s`, and in the same loop `X += coef · y` on the slab swept before it
     /// (`s - 1`, or `s + 1` when descending), `y` then taking slab `s`'s `Y`.
     #[inline(always)]
-    fn fused(&self, x: &mut [f64], s: usize, y: &mut [f64], coef: f64) {
+    fn fused(&self, x: &mut [f64], s: usize, y: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
         let w = self.hi[2] - self.lo[2];
         let (row, plane) = self.strides();
         // The slab before, seen from a cell of this one.
@@ -419,12 +480,20 @@ impl Kernel {
                     }
                 }
             }
+            // The row of the slab before, just updated.
+            let done = if self.descending { yy + 1 } else { yy - 1 };
+            if self.ndim == 2 {
+                self.pack_row(x, zz, done, faces);
+            } else {
+                let dz = if self.descending { zz + 1 } else { zz - 1 };
+                self.pack_row(x, dz, yy, faces);
+            }
         }
     }
 
     /// `X += coef · y` on slab `s`.
     #[inline(always)]
-    fn update(&self, x: &mut [f64], s: usize, y: &[f64], coef: f64) {
+    fn update(&self, x: &mut [f64], s: usize, y: &[f64], coef: f64, faces: &mut [&mut [u8]]) {
         let w = self.hi[2] - self.lo[2];
         for (k, (zz, yy)) in self.rows(s).enumerate() {
             let m = self.layout.index([zz, yy, self.lo[2]]);
@@ -432,6 +501,17 @@ impl Kernel {
             for (xv, yv) in xs.iter_mut().zip(ys) {
                 *xv += coef * yv;
             }
+            self.pack_row(x, zz, yy, faces);
+        }
+    }
+
+    /// Copies the face cells of row (`zz`, `yy`) into the face buffers.
+    #[inline(always)]
+    fn pack_row(&self, x: &[f64], zz: usize, yy: usize, faces: &mut [&mut [u8]]) {
+        let l = &self.layout;
+        let j = (zz - l.halo[0]) * l.block.len[1] + (yy - l.halo[1]);
+        for (f, &col) in faces.iter_mut().zip(&self.face_cols) {
+            f[j * 8..j * 8 + 8].copy_from_slice(&x[l.index([zz, yy, col])].to_ne_bytes());
         }
     }
 }
