@@ -161,14 +161,18 @@ pub fn run(ex: &mut HaloExchange<f64>, opts: &LaplaceOptions) -> Result<RankRun>
     };
     kernel.set_descending(face(false) && !face(true));
     // Strided faces are packed in the sweep, where their cells are hot.
+    // and their ghosts unpacked in it, each row's just before its stencil.
     if kernel.pack_faces(&ex.packable_faces()) {
         ex.pack_in_compute();
+    }
+    if kernel.unpack_ghosts(&ex.unpackable_ghosts()) {
+        ex.unpack_in_compute();
     }
     let mut steps = Vec::with_capacity(opts.iters);
     for _ in 0..opts.iters {
         let t = Instant::now();
-        let (field, mut faces) = ex.field_and_packed_faces_mut();
-        kernel.step_packing(field, c, &mut faces);
+        let (field, mut faces, staged) = ex.field_and_packed_faces_mut();
+        kernel.step_packing(field, c, &mut faces, &staged);
         let compute = t.elapsed();
         let x = ex.exchange()?;
         steps.push(StepTimes {
@@ -177,6 +181,8 @@ pub fn run(ex: &mut HaloExchange<f64>, opts: &LaplaceOptions) -> Result<RankRun>
             communicate: x.communicate,
         });
     }
+    // The ghosts the sweep would have filled next, so the array is whole again.
+    ex.unpack_staged();
     Ok(RankRun {
         rank: ex.rank(),
         cells: ex.layout().block.cells(),
@@ -203,6 +209,8 @@ pub struct Kernel {
     descending: bool,
     /// The columns of the faces packed in the sweep (see [`Kernel::pack_faces`]).
     face_cols: Vec<usize>,
+    /// The columns of the ghosts unpacked in the sweep (see [`Kernel::unpack_ghosts`]).
+    ghost_cols: Vec<usize>,
 }
 
 impl Kernel {
@@ -233,6 +241,7 @@ impl Kernel {
             simd: Simd::detect(),
             descending: false,
             face_cols: Vec::new(),
+            ghost_cols: Vec::new(),
         }
     }
 
@@ -250,12 +259,34 @@ impl Kernel {
     /// the owned cells (the contiguous axis, halo 1): one element per row, rows in order.
     /// Returns false, and packs nothing, when one of `faces` is not such a column.
     pub fn pack_faces(&mut self, faces: &[Runs]) -> bool {
+        match self.columns(faces) {
+            Some(cols) => {
+                self.face_cols = cols;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// Fills these ghosts during the sweep, each row's just before its stencil, from the
+    /// staged data given to [`step_packing`](Self::step_packing); the same condition as
+    /// [`pack_faces`](Self::pack_faces).
+    pub fn unpack_ghosts(&mut self, ghosts: &[Runs]) -> bool {
+        match self.columns(ghosts) {
+            Some(cols) => {
+                self.ghost_cols = cols;
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The column of each of `sets`, if each is one column over the owned rows.
+    fn columns(&self, sets: &[Runs]) -> Option<Vec<usize>> {
         let l = &self.layout;
         let mut cols = Vec::new();
-        for f in faces {
-            let Some(&(first, _)) = f.as_slice().first() else {
-                return false;
-            };
+        for f in sets {
+            let &(first, _) = f.as_slice().first()?;
             let col = first % l.alloc[2];
             let mut want = Vec::new();
             for z in l.halo[0]..l.halo[0] + l.block.len[0] {
@@ -264,33 +295,46 @@ impl Kernel {
                 }
             }
             if f.as_slice() != want.as_slice() {
-                return false;
+                return None;
             }
             cols.push(col);
         }
-        self.face_cols = cols;
-        true
+        Some(cols)
     }
 
     /// [`step`](Self::step), also writing the faces set by [`pack_faces`](Self::pack_faces)
-    /// into `faces` (one buffer per face, in the same order, each 8 bytes per face cell).
+    /// into `faces` (one buffer per face, in the same order, each 8 bytes per face cell)
+    /// and filling the ghosts set by [`unpack_ghosts`](Self::unpack_ghosts) from `ghosts`
+    /// (likewise).
     ///
     /// # Panics
     /// If `faces` does not match the faces set, or a buffer is too short.
-    pub fn step_packing(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+    pub fn step_packing(
+        &mut self,
+        x: &mut [f64],
+        coef: f64,
+        faces: &mut [&mut [u8]],
+        ghosts: &[&[u8]],
+    ) {
         assert_eq!(
             faces.len(),
             self.face_cols.len(),
             "one buffer per packed face"
         );
+        assert_eq!(
+            ghosts.len(),
+            self.ghost_cols.len(),
+            "one staging per unpacked ghost"
+        );
         let l = &self.layout;
+        let n = l.block.len[0] * l.block.len[1] * 8;
         for f in faces.iter() {
-            assert!(
-                f.len() >= l.block.len[0] * l.block.len[1] * 8,
-                "a face buffer is short"
-            );
+            assert!(f.len() >= n, "a face buffer is short");
         }
-        self.step_inner(x, coef, faces);
+        for g in ghosts {
+            assert!(g.len() >= n, "a staging area is short");
+        }
+        self.step_inner(x, coef, faces, ghosts);
     }
 
     /// Cells updated per step.
@@ -304,10 +348,10 @@ impl Kernel {
     /// # Panics
     /// If `x` is shorter than the layout's allocation.
     pub fn step(&mut self, x: &mut [f64], coef: f64) {
-        self.step_inner(x, coef, &mut []);
+        self.step_inner(x, coef, &mut [], &[]);
     }
 
-    fn step_inner(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+    fn step_inner(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]], ghosts: &[&[u8]]) {
         if self.updated() == 0 {
             return;
         }
@@ -320,11 +364,11 @@ impl Kernel {
         match self.simd {
             // SAFETY: `Simd::detect` picks AVX-512 only where the CPU reports AVX512F.
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx512 => unsafe { self.step_avx512(x, coef, faces) },
+            Simd::Avx512 => unsafe { self.step_avx512(x, coef, faces, ghosts) },
             // SAFETY: `Simd::detect` picks AVX2 only where the CPU reports AVX2.
             #[cfg(target_arch = "x86_64")]
-            Simd::Avx2 => unsafe { self.step_avx2(x, coef, faces) },
-            Simd::Baseline => self.step_body(x, coef, faces),
+            Simd::Avx2 => unsafe { self.step_avx2(x, coef, faces, ghosts) },
+            Simd::Baseline => self.step_body(x, coef, faces, ghosts),
         }
     }
 
@@ -335,8 +379,14 @@ impl Kernel {
     /// The CPU must support AVX512F.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx512f")]
-    unsafe fn step_avx512(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
-        self.step_body(x, coef, faces);
+    unsafe fn step_avx512(
+        &mut self,
+        x: &mut [f64],
+        coef: f64,
+        faces: &mut [&mut [u8]],
+        ghosts: &[&[u8]],
+    ) {
+        self.step_body(x, coef, faces, ghosts);
     }
 
     /// [`step`](Self::step) compiled for AVX2 (the same expressions: Rust never fuses a
@@ -346,8 +396,14 @@ impl Kernel {
     /// The CPU must support AVX2.
     #[cfg(target_arch = "x86_64")]
     #[target_feature(enable = "avx2")]
-    unsafe fn step_avx2(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
-        self.step_body(x, coef, faces);
+    unsafe fn step_avx2(
+        &mut self,
+        x: &mut [f64],
+        coef: f64,
+        faces: &mut [&mut [u8]],
+        ghosts: &[&[u8]],
+    ) {
+        self.step_body(x, coef, faces, ghosts);
     }
 
     /// One pass over the slabs. `Y` of the first slab goes into the slab buffer; then each
@@ -360,20 +416,20 @@ impl Kernel {
     /// `Y` of a whole slab and then the update as a second loop, ran 15-25% slower here: the
     /// update pass reloaded the slab and its `X` from L2.)
     #[inline(always)]
-    fn step_body(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+    fn step_body(&mut self, x: &mut [f64], coef: f64, faces: &mut [&mut [u8]], ghosts: &[&[u8]]) {
         let s_axis = 3 - self.ndim;
         let (first, last) = (self.lo[s_axis], self.hi[s_axis]);
         let mut y = std::mem::take(&mut self.slab);
         if self.descending {
-            self.laplacian(x, last - 1, &mut y);
+            self.laplacian(x, last - 1, &mut y, ghosts);
             for s in (first..last - 1).rev() {
-                self.fused(x, s, &mut y, coef, faces);
+                self.fused(x, s, &mut y, coef, faces, ghosts);
             }
             self.update(x, first, &y, coef, faces);
         } else {
-            self.laplacian(x, first, &mut y);
+            self.laplacian(x, first, &mut y, ghosts);
             for s in first + 1..last {
-                self.fused(x, s, &mut y, coef, faces);
+                self.fused(x, s, &mut y, coef, faces, ghosts);
             }
             self.update(x, last - 1, &y, coef, faces);
         }
@@ -398,10 +454,11 @@ impl Kernel {
 
     /// `Y` of slab `s` into `y`.
     #[inline(always)]
-    fn laplacian(&self, x: &[f64], s: usize, y: &mut [f64]) {
+    fn laplacian(&self, x: &mut [f64], s: usize, y: &mut [f64], ghosts: &[&[u8]]) {
         let w = self.hi[2] - self.lo[2];
         let (row, plane) = self.strides();
         for (k, (zz, yy)) in self.rows(s).enumerate() {
+            self.unpack_row(x, zz, yy, ghosts);
             let m = self.layout.index([zz, yy, self.lo[2]]);
             let out = &mut y[k * w..(k + 1) * w];
             let (left, mid, right) = (&x[m - 1..m - 1 + w], &x[m..m + w], &x[m + 1..m + 1 + w]);
@@ -423,12 +480,21 @@ impl Kernel {
     /// `Y` of slab `s`, and in the same loop `X += coef · y` on the slab swept before it
     /// (`s - 1`, or `s + 1` when descending), `y` then taking slab `s`'s `Y`.
     #[inline(always)]
-    fn fused(&self, x: &mut [f64], s: usize, y: &mut [f64], coef: f64, faces: &mut [&mut [u8]]) {
+    fn fused(
+        &self,
+        x: &mut [f64],
+        s: usize,
+        y: &mut [f64],
+        coef: f64,
+        faces: &mut [&mut [u8]],
+        ghosts: &[&[u8]],
+    ) {
         let w = self.hi[2] - self.lo[2];
         let (row, plane) = self.strides();
         // The slab before, seen from a cell of this one.
         let back = if self.ndim == 2 { row } else { plane };
         for (k, (zz, yy)) in self.rows(s).enumerate() {
+            self.unpack_row(x, zz, yy, ghosts);
             let m = self.layout.index([zz, yy, self.lo[2]]);
             let ys = &mut y[k * w..(k + 1) * w];
             // The row updated is one of the stencil's operands (up/down in 2D, front/back in
@@ -502,6 +568,17 @@ impl Kernel {
                 *xv += coef * yv;
             }
             self.pack_row(x, zz, yy, faces);
+        }
+    }
+
+    /// Copies the ghost cells of row (`zz`, `yy`) from their staged data.
+    #[inline(always)]
+    fn unpack_row(&self, x: &mut [f64], zz: usize, yy: usize, ghosts: &[&[u8]]) {
+        let l = &self.layout;
+        let j = (zz - l.halo[0]) * l.block.len[1] + (yy - l.halo[1]);
+        for (g, &col) in ghosts.iter().zip(&self.ghost_cols) {
+            let v: [u8; 8] = g[j * 8..j * 8 + 8].try_into().expect("8 bytes");
+            x[l.index([zz, yy, col])] = f64::from_ne_bytes(v);
         }
     }
 

@@ -392,8 +392,8 @@ fn a_neighbour_that_finishes_first_and_leaves_is_no_failure() {
     }
 }
 
-/// Strided faces on the RMA path are packed by the kernel's sweep (the grids above agree
-/// with one rank while it does): every such face is one the kernel can pack, so
+/// Strided faces on the RMA path are packed, and their ghosts unpacked, by the kernel's
+/// sweep (the grids above agree with one rank while it does): every such face is one the kernel can pack, so
 /// `laplace::run` takes that path; contiguous faces, checked mode and messages do not.
 #[test]
 fn strided_faces_are_packed_in_the_sweep_on_the_rma_path_only() {
