@@ -15,6 +15,15 @@
 //! ceiling [`run`]'s caller reports beside it. The inner loops are plain loops over
 //! equal-length slices, which the compiler vectorizes.
 //!
+//! **Strided faces are packed and unpacked in the sweep.** On the RMA path a face one
+//! element per row (a split of the contiguous axis) would cost the exchange one cache and
+//! TLB miss per element to gather, and the neighbour as many to scatter (seed 001, section
+//! 6.3). [`run`] lets the kernel do both where the lines are hot: each face cell is copied
+//! into the face's send buffer right after its update, and each ghost cell is copied from
+//! the staged data the neighbour wrote just before the stencil that reads it
+//! ([`HaloExchange::pack_in_compute`], [`HaloExchange::unpack_in_compute`]). The exchange
+//! then only moves the packed bytes; the copies are timed as compute.
+//!
 //! **Results do not depend on the decomposition.** Every cell is computed by the same
 //! expression with its operands in the same order, whichever rank owns it, so an N-rank run
 //! equals a 1-rank run bit for bit ([`digest`] summarizes a rank's cells independently of
