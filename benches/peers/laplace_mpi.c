@@ -8,8 +8,9 @@
  *     (the first n % d ranks of an axis get one cell more), ghost layers only on axes with
  *     neighbours;
  *   - halos with MPI_Sendrecv of MPI_Type_create_subarray faces (MPI packs strided faces);
- *   - per iteration: compute (the stencil and the update, streamed over two slab buffers as
- *     accio's kernel is, same expression order), synchronize (MPI_Barrier), communicate
+ *   - per iteration: compute (the stencil and the update, streamed over one slab buffer as
+ *     accio's kernel is: Y of a slab computed in the loop that adds Y of the slab before to
+ *     its X; same expression order), synchronize (MPI_Barrier), communicate
  *     (the Sendrecvs) -- the phases in accio's order, so the barrier absorbs load imbalance
  *     in both;
  *   - the same initial values and the same digest of the final grid (a wrapping sum of a
@@ -168,9 +169,8 @@ int main(int argc, char **argv) {
     long w = hi[2] - lo[2];
     int s_axis = 3 - ng;
     long rows = ng == 3 ? hi[1] - lo[1] : 1;
-    double *slab[2];
-    if (posix_memalign((void **)&slab[0], 4096, (size_t)(rows * w + 1) * sizeof(double)) ||
-        posix_memalign((void **)&slab[1], 4096, (size_t)(rows * w + 1) * sizeof(double)))
+    double *y = NULL; /* Y of one slab */
+    if (posix_memalign((void **)&y, 4096, (size_t)(rows * w + 1) * sizeof(double)))
         MPI_Abort(MPI_COMM_WORLD, 1);
     const size_t row = (size_t)alloc[2], plane = (size_t)(alloc[1] * alloc[2]);
 
@@ -178,31 +178,43 @@ int main(int argc, char **argv) {
     for (int it = -1; it < iters; it++) {
         double t0 = MPI_Wtime();
         if (it >= 0 && w > 0 && rows > 0 && hi[s_axis] > lo[s_axis]) {
+            /* Y of the first slab into the buffer; then per next slab s, in one loop per row:
+             * Y of s, X += coef * Y of s - 1 (the buffer), the buffer takes Y of s. The cell
+             * of s - 1 is read by no later stencil, so it may be updated right there. */
+            const size_t back = ng == 2 ? row : plane;
             for (long s = lo[s_axis]; s <= hi[s_axis]; s++) {
-                if (s < hi[s_axis]) { /* Y of slab s */
-                    double *y = slab[(s - lo[s_axis]) % 2];
-                    for (long k = 0; k < rows; k++) {
-                        long zz = ng == 3 ? s : lo[0], yy = ng == 3 ? lo[1] + k : s;
-                        const double *m = x + IDX(zz, yy, lo[2]);
-                        double *out = y + k * w;
-                        if (ng == 2) {
-                            for (long i = 0; i < w; i++)
-                                out[i] = (m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]) - 4.0 * m[i];
-                        } else {
-                            for (long i = 0; i < w; i++)
-                                out[i] = ((m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]))
-                                    + (m[i - plane] + m[i + plane]) - 6.0 * m[i];
-                        }
+                for (long k = 0; k < rows; k++) {
+                    long zz = ng == 3 ? (s < hi[s_axis] ? s : s - 1) : lo[0];
+                    long yy = ng == 3 ? lo[1] + k : (s < hi[s_axis] ? s : s - 1);
+                    double *m = x + IDX(zz, yy, lo[2]);
+                    double *ys = y + k * w;
+                    if (s == hi[s_axis]) { /* the last slab's update */
+                        for (long i = 0; i < w; i++) m[i] += coef * ys[i];
+                        continue;
                     }
-                }
-                if (s > lo[s_axis]) { /* X += coef * Y of slab s - 1 */
-                    long t = s - 1;
-                    const double *y = slab[(t - lo[s_axis]) % 2];
-                    for (long k = 0; k < rows; k++) {
-                        long zz = ng == 3 ? t : lo[0], yy = ng == 3 ? lo[1] + k : t;
-                        double *xs = x + IDX(zz, yy, lo[2]);
-                        const double *ys = y + k * w;
-                        for (long i = 0; i < w; i++) xs[i] += coef * ys[i];
+                    if (s == lo[s_axis]) { /* the first slab's Y */
+                        for (long i = 0; i < w; i++)
+                            ys[i] = ng == 2
+                                ? (m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]) - 4.0 * m[i]
+                                : ((m[i - 1] + m[i + 1]) + (m[i - row] + m[i + row]))
+                                      + (m[i - plane] + m[i + plane]) - 6.0 * m[i];
+                        continue;
+                    }
+                    double *restrict done = m - back;
+                    const double *restrict c = m;
+                    if (ng == 2) {
+                        for (long i = 0; i < w; i++) {
+                            double v = (c[i - 1] + c[i + 1]) + (done[i] + c[i + row]) - 4.0 * c[i];
+                            done[i] += coef * ys[i];
+                            ys[i] = v;
+                        }
+                    } else {
+                        for (long i = 0; i < w; i++) {
+                            double v = ((c[i - 1] + c[i + 1]) + (c[i - row] + c[i + row]))
+                                + (done[i] + c[i + plane]) - 6.0 * c[i];
+                            done[i] += coef * ys[i];
+                            ys[i] = v;
+                        }
                     }
                 }
             }

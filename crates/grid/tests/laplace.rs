@@ -391,3 +391,66 @@ fn a_neighbour_that_finishes_first_and_leaves_is_no_failure() {
         }
     }
 }
+
+/// Strided faces on the RMA path are packed, and their ghosts unpacked, by the kernel's
+/// sweep (the grids above agree with one rank while it does): every such face is one the kernel can pack, so
+/// `laplace::run` takes that path; contiguous faces, checked mode and messages do not.
+#[test]
+fn strided_faces_are_packed_in_the_sweep_on_the_rma_path_only() {
+    for (shape, dims) in [
+        (&[21usize, 19][..], &[1usize, 2][..]),
+        (&[9, 8, 10], &[1, 1, 2]),
+    ] {
+        let d = Decomposition::new(shape, dims.iter().product(), Some(dims), &[], 1).unwrap();
+        for (path, checked, want) in [
+            (Path::Rma, false, true),
+            (Path::Rma, true, false),
+            (Path::Messages, false, false),
+        ] {
+            let opts = ExchangeOptions {
+                path,
+                checked,
+                ..Default::default()
+            };
+            for r in on_ranks(&d, "shm", opts, |ex| {
+                let faces = ex.packable_faces();
+                let mut k = laplace::Kernel::new(ex.decomposition(), ex.layout());
+                (faces.len(), k.pack_faces(&faces))
+            }) {
+                let (n, packs) = r.unwrap();
+                assert_eq!(n > 0, want, "{dims:?} {path:?} checked {checked}");
+                assert!(
+                    packs,
+                    "{dims:?} {path:?}: the kernel refused a strided face"
+                );
+            }
+        }
+    }
+    // A face along a middle axis of a 3D grid is strided but not one column: the kernel
+    // refuses, so that rank packs in the exchange as before.
+    let d = Decomposition::new(&[9, 8, 10], 4, Some(&[1, 2, 2]), &[], 1).unwrap();
+    for r in on_ranks(&d, "shm", ExchangeOptions::default(), |ex| {
+        let mut k = laplace::Kernel::new(ex.decomposition(), ex.layout());
+        k.pack_faces(&ex.packable_faces())
+    }) {
+        assert!(!r.unwrap());
+    }
+    // Split by rows only: every face is contiguous and goes by direct RMA.
+    let d = Decomposition::new(&[21, 19], 2, Some(&[2, 1]), &[], 1).unwrap();
+    for r in on_ranks(&d, "shm", ExchangeOptions::default(), |ex| {
+        ex.packable_faces().len()
+    }) {
+        assert_eq!(r.unwrap(), 0);
+    }
+}
+
+#[test]
+fn periodic_grids_with_faces_packed_in_the_sweep_agree_with_one_rank() {
+    let shape = [10, 12];
+    let periodic = [true, true];
+    let one = jacobi(&shape, None, &periodic, "shm", Path::Rma, false);
+    for dims in [[1, 2], [2, 2], [1, 3]] {
+        let n = jacobi(&shape, Some(&dims), &periodic, "shm", Path::Rma, false);
+        assert_same_bits(&n, &one, &format!("periodic dims {dims:?} rma, unchecked"));
+    }
+}
