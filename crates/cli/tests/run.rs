@@ -147,7 +147,7 @@ fn bench_matrix_measures_every_ordered_pair_and_explains_the_choice() {
     assert!(ok, "{out}\n{err}");
     for (a, b) in [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)] {
         assert!(
-            out.contains(&format!("| {a} -> {b} | shm | same node")),
+            out.contains(&format!("| {a} -> {b} | shm | fastest measured: shm ")),
             "{out}"
         );
     }
