@@ -182,6 +182,14 @@ struct Side {
     recv_buf: Vec<u8>,
 }
 
+impl Side {
+    /// Goes to another rank and is not one run each way (its face is packed, its ghosts
+    /// are filled from a staging area).
+    fn strided_to_peer(&self) -> bool {
+        self.peer.is_some() && !self.direct
+    }
+}
+
 /// A rank's part of a grid and the machinery to exchange its halos. See the module docs.
 pub struct HaloExchange<T: Pod> {
     decomp: Decomposition,
@@ -410,14 +418,19 @@ impl<T: Pod> HaloExchange<T> {
     /// buffers: every side whose face is strided and goes to another rank by the RMA path,
     /// unchecked.
     pub fn packable_faces(&self) -> Vec<Runs> {
-        if self.opts.path != Path::Rma || self.opts.checked || self.fault.is_some() {
-            return Vec::new();
-        }
-        self.sides
-            .iter()
-            .filter(|s| s.peer.is_some() && !s.direct)
+        self.sides_packed_in_compute()
             .map(|s| s.face.clone())
             .collect()
+    }
+
+    /// The sides whose strided faces the caller may pack (and whose ghosts it may unpack)
+    /// while it computes: on the RMA path, unchecked, without an injected fault, every side
+    /// that goes to another rank and is not one contiguous run.
+    fn sides_packed_in_compute(&self) -> impl Iterator<Item = &Side> {
+        let eligible = self.opts.path == Path::Rma && !self.opts.checked && self.fault.is_none();
+        self.sides
+            .iter()
+            .filter(move |s| eligible && s.strided_to_peer())
     }
 
     /// Lets the caller pack the [`packable_faces`](Self::packable_faces) itself while it
@@ -436,7 +449,7 @@ impl<T: Pod> HaloExchange<T> {
         }
         self.pack_faces(true);
         for s in &mut self.sides {
-            s.caller_packs = s.peer.is_some() && !s.direct;
+            s.caller_packs = s.strided_to_peer();
         }
     }
 
@@ -444,12 +457,7 @@ impl<T: Pod> HaloExchange<T> {
     /// [`field_and_packed_faces_mut`](Self::field_and_packed_faces_mut) returns their staged
     /// data: the ghosts of the [`packable_faces`](Self::packable_faces)' sides.
     pub fn unpackable_ghosts(&self) -> Vec<Runs> {
-        if self.packable_faces().is_empty() {
-            return Vec::new();
-        }
-        self.sides
-            .iter()
-            .filter(|s| s.peer.is_some() && !s.direct)
+        self.sides_packed_in_compute()
             .map(|s| s.ghosts.clone())
             .collect()
     }
@@ -467,7 +475,7 @@ impl<T: Pod> HaloExchange<T> {
             return;
         }
         for s in &mut self.sides {
-            s.caller_unpacks = s.peer.is_some() && !s.direct;
+            s.caller_unpacks = s.strided_to_peer();
         }
     }
 
