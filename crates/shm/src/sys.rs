@@ -206,9 +206,10 @@ pub fn hung_up(sock: RawFd) -> bool {
 }
 
 /// Blocks until the peer of socket `sock` hangs up (or this side shuts it down). Data
-/// arriving on the socket does not wake it: only hang-up events are asked for. False if
-/// `poll` fails for another reason than a signal.
-pub fn wait_hung_up(sock: RawFd) -> bool {
+/// arriving on the socket does not wake it: only hang-up events are asked for. A failing
+/// `poll` (out of memory) is retried after a pause rather than given up: the caller's
+/// liveness rests on this returning once the peer is gone.
+pub fn wait_hung_up(sock: RawFd) {
     loop {
         let mut p = libc::pollfd {
             fd: sock,
@@ -217,11 +218,11 @@ pub fn wait_hung_up(sock: RawFd) -> bool {
         };
         // SAFETY: one valid pollfd, no timeout.
         let n = unsafe { libc::poll(&mut p, 1, -1) };
-        if n > 0 {
-            return p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0;
+        if n > 0 && p.revents & (libc::POLLRDHUP | libc::POLLHUP | libc::POLLERR) != 0 {
+            return;
         }
         if n < 0 && io::Error::last_os_error().kind() != io::ErrorKind::Interrupted {
-            return false;
+            std::thread::sleep(Duration::from_millis(10));
         }
     }
 }

@@ -102,9 +102,8 @@ impl ShmEndpoint {
             .name("accio-shm-watch".into())
             .stack_size(64 << 10)
             .spawn(move || {
-                if sys::wait_hung_up(sock.as_raw_fd()) {
-                    gone.set();
-                }
+                sys::wait_hung_up(sock.as_raw_fd());
+                gone.set();
             });
         if let Ok(handle) = started {
             *slot = Some(handle);
