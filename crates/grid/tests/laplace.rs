@@ -233,8 +233,14 @@ fn checked_mode_catches_a_wrong_offset_and_names_ranks_side_and_cells() {
             ..Default::default()
         };
         let results = on_ranks(&d, "shm", opts, |mut ex| {
-            if ex.rank() == 0 {
-                ex.inject_misplacement(Dir { axis: 1, up: true }, 1);
+            // The bug sits with the rank that moves rank 0's +y face: rank 0 itself, or
+            // rank 1 where it reads the face out of rank 0.
+            let down = Dir { axis: 1, up: false };
+            let pulled = ex.sides().iter().any(|s| s.dir == down && s.pulled);
+            match ex.rank() {
+                0 if !pulled => ex.inject_misplacement(Dir { axis: 1, up: true }, 1),
+                1 if pulled => ex.inject_misplacement(down, 1),
+                _ => {}
             }
             ex.exchange()
         });
@@ -452,5 +458,45 @@ fn periodic_grids_with_faces_packed_in_the_sweep_agree_with_one_rank() {
     for dims in [[1, 2], [2, 2], [1, 3]] {
         let n = jacobi(&shape, Some(&dims), &periodic, "shm", Path::Rma, false);
         assert_same_bits(&n, &one, &format!("periodic dims {dims:?} rma, unchecked"));
+    }
+}
+
+#[test]
+fn ranks_read_faces_where_they_can_load_from_the_neighbour_and_write_them_elsewhere() {
+    // Contiguous and strided faces both ways (2x2), over a backend with `map_remote` (shm:
+    // the receiver reads) and one without (tcp: the sender writes); the messages path
+    // never pulls. The grids themselves are checked bit for bit by the tests above.
+    let d = Decomposition::new(&[8, 8], 4, Some(&[2, 2]), &[], 1).unwrap();
+    for (scheme, path, pulled) in [
+        ("shm", Path::Rma, true),
+        ("tcp", Path::Rma, false),
+        ("shm", Path::Messages, false),
+    ] {
+        let opts = ExchangeOptions {
+            path,
+            checked: true,
+            ..Default::default()
+        };
+        let results = on_ranks(&d, scheme, opts, |mut ex| {
+            ex.exchange().unwrap();
+            let mut probe = ex.probe(3).unwrap();
+            probe.sort_by_key(|(s, _)| s.dir.index());
+            (ex.sides(), probe)
+        });
+        for r in results {
+            let (sides, probe) = r.unwrap();
+            assert_eq!(sides.len(), 2, "{scheme} {path:?}");
+            for s in &sides {
+                assert_eq!(s.pulled, pulled, "{scheme} {path:?} side {}", s.dir);
+            }
+            // Every rank times the sides toward its higher neighbours.
+            for (s, t) in probe {
+                assert!(
+                    s.dir.up && t > Duration::ZERO,
+                    "{scheme} {path:?} {}",
+                    s.dir
+                );
+            }
+        }
     }
 }

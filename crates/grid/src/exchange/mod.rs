@@ -12,13 +12,22 @@
 //!    - [`Path::Messages`]: pack each face into a buffer, send it, receive the neighbour's,
 //!      unpack it (the `MPI_Sendrecv` way). Sends and receives progress together with
 //!      `try_send`/`try_recv` in chunks the backend accepts, so no face size can deadlock.
-//!    - [`Path::Rma`]: write each face straight into the neighbour's ghost cells with
-//!      `vwrite_to`, then `fence_signal` a per-side counter there (the SCIF way); the
-//!      receiver waits for the counter and has nothing else to do. A face that is not one
+//!    - [`Path::Rma`]: one-sided copies between the face and the neighbour's ghost cells,
+//!      then `fence_signal` of a per-side counter (the SCIF way). A face that is not one
 //!      contiguous run (the faces normal to the contiguous axis: one element per row) is
-//!      packed first, written into a staging area of the neighbour's region, and unpacked
-//!      there: the copy section 6.3 of the seed measured, reported apart by
-//!      [`HaloExchange::sides`].
+//!      packed first into an outbox, moved into a staging area of the receiving rank and
+//!      unpacked there: the copy section 6.3 of the seed measured, reported apart by
+//!      [`HaloExchange::sides`]. Who copies depends on the backend:
+//!      - where a rank can load from its neighbour's memory (`map_remote`: shm), each
+//!        rank *reads* the neighbour's face into its own ghosts (`vread_from`), then
+//!        tells the neighbour its face is taken. The face lines were just written by the
+//!        neighbour's sweep, and a read moves them at the speed of a local copy; a write
+//!        into the neighbour's ghosts would first have to take each ghost line back from
+//!        the neighbour's cache (it just read them), 5-10x slower for a 32 KiB face on
+//!        the machines of `MACHINE_NOTES.md`.
+//!      - elsewhere (tcp, mpi) each rank *writes* its face into the neighbour's ghosts
+//!        (`vwrite_to`) and signals them filled: one trip instead of a request and an
+//!        answer.
 //!
 //! In the synchronize phase the RMA path writes a "ghosts free" counter into each
 //! neighbour's region; the messages path sends an empty message. Counters only grow, one
@@ -138,6 +147,9 @@ pub struct SideInfo {
     pub elems: usize,
     /// Contiguous runs the face is made of (1: contiguous).
     pub runs: usize,
+    /// On the RMA path, this rank reads the ghosts of this side out of the neighbour rather
+    /// than the neighbour writing them (backends with `map_remote`, see the module docs).
+    pub pulled: bool,
 }
 
 struct Peer {
@@ -147,6 +159,11 @@ struct Peer {
     _window: Option<Window>,
     /// The peer's region in its window space.
     remote_base: u64,
+    /// RMA reads the peer's faces rather than the peer writing ours: where this rank can
+    /// load from the peer's memory (`map_remote`), a read pulls lines the peer just wrote,
+    /// while a write would first have to take the ghost lines back from the peer's cache
+    /// (5-10x slower for a 32 KiB face on the machines of `MACHINE_NOTES.md`).
+    pull: bool,
     chunk: usize,
     /// Sides of this rank whose faces go to this peer, in send order.
     sends: Vec<usize>,
@@ -162,8 +179,11 @@ struct Side {
     peer: Option<usize>,
     face: Runs,
     ghosts: Runs,
-    /// RMA straight into the neighbour's ghosts (both are one run).
+    /// RMA straight between the face and the ghosts (each is one run on both ranks).
     direct: bool,
+    /// The RMA path reads this side's ghosts out of the neighbour instead of the neighbour
+    /// writing them (see the module docs). Decided per endpoint, agreed in the greeting.
+    pull: bool,
     /// Where the face lands in the neighbour's region: its ghost cells (direct) or its
     /// staging area, and their tags.
     remote_data: u64,
@@ -171,9 +191,13 @@ struct Side {
     remote_ready: u64,
     remote_filled: u64,
     remote_probe: u64,
-    /// Packed face (messages, or RMA of a strided face).
+    /// Where this side's ghosts come from in the neighbour's region when pulled: its face
+    /// (direct) or its outbox (strided), and their tags.
+    remote_src: u64,
+    remote_src_tags: u64,
+    /// Packed face of the messages path (the RMA path packs into the region's outbox).
     send_buf: Vec<u8>,
-    /// The caller keeps `send_buf` up to date while it computes (see
+    /// The caller keeps the packed face up to date while it computes (see
     /// [`HaloExchange::pack_in_compute`]): `start` does not pack it.
     caller_packs: bool,
     /// The caller unpacks the staging area into the ghosts while it computes (see
@@ -265,30 +289,42 @@ impl<T: Pod> HaloExchange<T> {
             let peer_layout = Layout::of(decomp, peer);
             let peer_secs = Sections::of(&peer_layout, ndim, elem, opts.checked);
             let face = layout.face(dir);
+            let ghosts = layout.ghosts(dir);
+            let remote_face = peer_layout.face(dir.opposite());
             let remote_ghosts = peer_layout.ghosts(dir.opposite());
-            let direct = face.is_contiguous() && remote_ghosts.is_contiguous();
-            let (remote_data, remote_tags) = if direct {
-                let first = remote_ghosts.as_slice()[0].0;
+            let direct = [&face, &ghosts, &remote_face, &remote_ghosts]
+                .iter()
+                .all(|r| r.is_contiguous());
+            // Offsets in the neighbour's region of a run's first cell and its tag.
+            let cell = |runs: &Runs| {
+                let first = runs.as_slice()[0].0;
                 (
                     (peer_secs.data + first * elem) as u64,
                     (peer_secs.tags + first * TAG) as u64,
                 )
+            };
+            let packed = |at: usize| (at as u64, (at + face.elems() * elem) as u64);
+            let ((remote_data, remote_tags), (remote_src, remote_src_tags)) = if direct {
+                (cell(&remote_ghosts), cell(&remote_face))
             } else {
-                let s = peer_secs.staging[dir.opposite().index()];
-                (s as u64, (s + face.elems() * elem) as u64)
+                let o = dir.opposite().index();
+                (packed(peer_secs.staging[o]), packed(peer_secs.outbox[o]))
             };
             sides.push(Side {
                 dir,
                 rank: peer,
                 peer: None,
-                ghosts: layout.ghosts(dir),
+                ghosts,
                 face,
                 direct,
+                pull: false,
                 remote_data,
                 remote_tags,
                 remote_ready: peer_secs.ready(dir.opposite()) as u64,
                 remote_filled: peer_secs.filled(dir.opposite()) as u64,
                 remote_probe: peer_secs.probe(dir.opposite()) as u64,
+                remote_src,
+                remote_src_tags,
                 send_buf: Vec::new(),
                 caller_packs: false,
                 caller_unpacks: false,
@@ -328,10 +364,12 @@ impl<T: Pod> HaloExchange<T> {
                         .position(|s| s.dir == e.opposite() && s.rank == p)
                 })
                 .collect();
+            let pull = opts.path == Path::Rma && ep.capabilities().map_remote;
             peers.push(Peer {
                 rank: p,
                 ep,
                 remote_base: 0,
+                pull,
                 _window: window,
                 chunk,
                 sends,
@@ -340,6 +378,7 @@ impl<T: Pod> HaloExchange<T> {
         }
         for s in &mut sides {
             s.peer = peers.iter().position(|p| p.rank == s.rank);
+            s.pull = s.peer.is_some_and(|i| peers[i].pull);
         }
 
         let mut ex = HaloExchange {
@@ -468,8 +507,9 @@ impl<T: Pod> HaloExchange<T> {
     /// now on, after an exchange those ghosts hold old values until the caller copies them
     /// from the staged data (the `j`-th element of the ghosts' runs at bytes
     /// `j · size_of::<T>()`); [`unpack_staged`](Self::unpack_staged) copies them all and
-    /// ends this mode. The neighbour writes the staged data again only after this rank's
-    /// next `start`, so it stays valid through the compute between two exchanges.
+    /// ends this mode. The staged data changes only in this rank's next exchange (the
+    /// neighbour writes it, or this rank reads it in, after this rank's next `start`), so
+    /// it stays valid through the compute between two exchanges.
     pub fn unpack_in_compute(&mut self) {
         if self.unpackable_ghosts().is_empty() {
             return;
@@ -496,8 +536,7 @@ impl<T: Pod> HaloExchange<T> {
     pub fn field_and_packed_faces_mut(&mut self) -> (&mut [T], Vec<&mut [u8]>, Vec<&[u8]>) {
         let elem = self.elem();
         // SAFETY: as in `field_mut`; the slice covers the data section of the region, which
-        // neither the buffers (heap vectors) nor the staging areas (their own sections)
-        // overlap.
+        // neither the outboxes nor the staging areas (their own sections) overlap.
         let field = unsafe {
             std::slice::from_raw_parts_mut(self.ptr(self.secs.data).cast(), self.layout.elems())
         };
@@ -507,8 +546,8 @@ impl<T: Pod> HaloExchange<T> {
             .filter(|s| s.caller_unpacks)
             .map(|s| {
                 // SAFETY: the staging area of a side holds its ghosts' elements (sized in
-                // `Sections::of`); the neighbour writes it only after this rank's next
-                // `start`, which needs `&mut self`, so not while this borrow lives.
+                // `Sections::of`); it changes only after this rank's next `start`, which
+                // needs `&mut self`, so not while this borrow lives.
                 unsafe {
                     std::slice::from_raw_parts(
                         self.ptr(self.secs.staging[s.dir.index()]),
@@ -519,9 +558,19 @@ impl<T: Pod> HaloExchange<T> {
             .collect();
         let bufs = self
             .sides
-            .iter_mut()
+            .iter()
             .filter(|s| s.caller_packs)
-            .map(|s| &mut s.send_buf[..])
+            .map(|s| {
+                // SAFETY: the outbox of a side holds its face's elements (`Sections::of`),
+                // one per side; a neighbour reads it only between this rank's next `start`
+                // and the end of that exchange, which need `&mut self`.
+                unsafe {
+                    std::slice::from_raw_parts_mut(
+                        self.ptr(self.secs.outbox[s.dir.index()]),
+                        s.face.elems() * elem,
+                    )
+                }
+            })
             .collect();
         (field, bufs, staged)
     }
@@ -535,6 +584,7 @@ impl<T: Pod> HaloExchange<T> {
                 peer: s.rank,
                 elems: s.face.elems(),
                 runs: s.face.as_slice().len(),
+                pulled: s.pull,
             })
             .collect()
     }
@@ -548,9 +598,11 @@ impl<T: Pod> HaloExchange<T> {
             .sum()
     }
 
-    /// Fault injection for tests of checked mode: from now on the face sent across `dir`
-    /// is taken from `delta` elements off (messages, packed RMA) or lands `delta` elements
-    /// off in the neighbour (direct RMA), as an indexing bug would.
+    /// Fault injection for tests of checked mode, as an indexing bug would do it: from now
+    /// on the face sent across `dir` is taken from `delta` elements off (messages, packed
+    /// RMA) or lands `delta` elements off in the neighbour (direct RMA written by this
+    /// rank); on a direct side this rank reads ([`SideInfo::pulled`]), the ghosts across
+    /// `dir` are read from `delta` elements off in the neighbour.
     pub fn inject_misplacement(&mut self, dir: Dir, delta: isize) {
         self.fault = Some((dir, delta));
     }
@@ -569,15 +621,22 @@ impl<T: Pod> HaloExchange<T> {
         if self.opts.checked {
             self.clear_ghost_tags();
         }
+        // Strided faces are packed before the neighbours hear "ready": one that pulls
+        // may read the outbox right after (timed as communication).
+        let packing = Instant::now();
+        if self.opts.path == Path::Rma {
+            self.pack_faces(true);
+        }
+        let packing = packing.elapsed();
         match self.opts.path {
             Path::Rma => self.sync_rma()?,
             Path::Messages => self.sync_messages()?,
         }
-        let sync = t0.elapsed();
+        let sync = t0.elapsed().saturating_sub(packing);
         let t1 = Instant::now();
         self.copy_to_self();
         if self.opts.path == Path::Rma {
-            self.put_faces()?;
+            self.move_faces()?;
         } else {
             self.pack_faces(false);
         }
@@ -585,6 +644,7 @@ impl<T: Pod> HaloExchange<T> {
             ex: self,
             sync,
             started: t1,
+            packing,
         })
     }
 
@@ -596,6 +656,11 @@ impl<T: Pod> HaloExchange<T> {
 
     fn elem(&self) -> usize {
         std::mem::size_of::<T>()
+    }
+
+    /// Bytes a cell takes in a packed face: its element, and its tag in checked mode.
+    fn per_cell(&self) -> usize {
+        self.elem() + if self.opts.checked { TAG } else { 0 }
     }
 
     fn face_runs(&self, side: &Side) -> Runs {
@@ -647,6 +712,7 @@ impl<T: Pod> HaloExchange<T> {
             let mut msg: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let base = self.peers[i]._window.as_ref().map_or(0, |w| w.offset());
             msg.extend(base.to_le_bytes());
+            msg.extend(u64::from(self.peers[i].pull).to_le_bytes());
             let p = &self.peers[i];
             p.ep.send(&msg)
                 .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
@@ -661,11 +727,11 @@ impl<T: Pod> HaloExchange<T> {
                 peer: p.rank,
                 reason,
             };
-            if buf.len() != (words.len() + 1) * 8 {
+            if buf.len() != (words.len() + 2) * 8 {
                 return Err(mismatch(format!(
                     "its greeting is {} bytes, not {}",
                     buf.len(),
-                    (words.len() + 1) * 8
+                    (words.len() + 2) * 8
                 )));
             }
             let theirs: Vec<u64> = buf
@@ -680,6 +746,15 @@ impl<T: Pod> HaloExchange<T> {
                         expected, theirs[k]
                     )));
                 }
+            }
+            let yes_no = |b: bool| if b { "yes" } else { "no" };
+            let pull = theirs[words.len() + 1] != 0;
+            if pull != p.pull {
+                return Err(mismatch(format!(
+                    "faces read by the receiver: {} here, {} there",
+                    yes_no(p.pull),
+                    yes_no(pull)
+                )));
             }
             let base = theirs[words.len()];
             self.peers[i].remote_base = base;
@@ -773,23 +848,41 @@ impl<T: Pod> HaloExchange<T> {
     /// Packs the faces that go to other ranks (with `strided_only`, those a direct RMA
     /// cannot move).
     fn pack_faces(&mut self, strided_only: bool) {
-        let elem = self.elem();
         for i in 0..self.sides.len() {
             let s = &self.sides[i];
-            if s.peer.is_none() || (strided_only && s.direct) || s.caller_packs {
-                continue;
+            if s.peer.is_some() && !(strided_only && s.direct) && !s.caller_packs {
+                self.pack_side(i);
             }
-            let face = self.face_runs(&self.sides[i]);
-            let (data, tags, checked) = (self.secs.data, self.secs.tags, self.opts.checked);
-            let (pd, pt) = (self.ptr(data), self.ptr(tags));
-            let buf = &mut self.sides[i].send_buf;
-            buf.clear();
-            // SAFETY: face runs lie inside the data (and tag) sections.
+        }
+    }
+
+    /// Packs side `i`'s face: into its outbox on the RMA path, where a neighbour can read
+    /// it, into its send buffer on the messages path.
+    fn pack_side(&mut self, i: usize) {
+        let elem = self.elem();
+        let face = self.face_runs(&self.sides[i]);
+        let (pd, pt) = (self.ptr(self.secs.data), self.ptr(self.secs.tags));
+        let checked = self.opts.checked;
+        if self.opts.path == Path::Rma {
+            let out = self.ptr(self.secs.outbox[self.sides[i].dir.index()]);
+            // SAFETY: face runs lie inside the data (and tag) sections; the outbox of a
+            // strided side holds its face's elements and tags (`Sections::of`) and
+            // overlaps neither.
             unsafe {
-                pack(pd, &face, elem, buf);
+                let n = pack_into(pd, &face, elem, out);
                 if checked {
-                    pack(pt, &face, TAG, buf);
+                    pack_into(pt, &face, TAG, out.add(n));
                 }
+            }
+            return;
+        }
+        let buf = &mut self.sides[i].send_buf;
+        buf.clear();
+        // SAFETY: face runs lie inside the data (and tag) sections.
+        unsafe {
+            pack(pd, &face, elem, buf);
+            if checked {
+                pack(pt, &face, TAG, buf);
             }
         }
     }
@@ -802,7 +895,12 @@ impl<T: Pod> HaloExchange<T> {
                         continue;
                     }
                     let at = self.secs.filled(self.sides[i].dir);
-                    self.wait_counter(i, at, "fill its ghosts")?;
+                    let what = if self.sides[i].pull {
+                        "take this rank's face"
+                    } else {
+                        "fill its ghosts"
+                    };
+                    self.wait_counter(i, at, what)?;
                     if !self.sides[i].direct && !self.sides[i].caller_unpacks {
                         self.unpack_staging(i);
                     }
@@ -841,6 +939,8 @@ pub struct Pending<'a, T: Pod> {
     ex: &'a mut HaloExchange<T>,
     sync: Duration,
     started: Instant,
+    /// Packing done before the synchronization, counted as communication.
+    packing: Duration,
 }
 
 impl<T: Pod> Pending<'_, T> {
@@ -849,7 +949,7 @@ impl<T: Pod> Pending<'_, T> {
         self.ex.finish()?;
         Ok(ExchangeTimes {
             sync: self.sync,
-            communicate: self.started.elapsed(),
+            communicate: self.started.elapsed() + self.packing,
         })
     }
 }
@@ -865,6 +965,23 @@ unsafe fn pack(base: *const u8, runs: &Runs, size: usize, out: &mut Vec<u8>) {
         let src = unsafe { std::slice::from_raw_parts(base.add(start * size), n * size) };
         out.extend_from_slice(src);
     }
+}
+
+/// Copies the elements of `runs` (of `size` bytes each) at `base` to `out`, one after
+/// another; returns the bytes copied.
+///
+/// # Safety
+/// Every run must lie inside memory valid for reads at `base`; `out` must be valid for
+/// writes of every element and overlap none of them.
+unsafe fn pack_into(base: *const u8, runs: &Runs, size: usize, out: *mut u8) -> usize {
+    let mut at = 0;
+    for &(start, n) in runs.as_slice() {
+        let len = n * size;
+        // SAFETY: the caller guarantees both ranges.
+        unsafe { std::ptr::copy_nonoverlapping(base.add(start * size), out.add(at), len) };
+        at += len;
+    }
+    at
 }
 
 /// Scatters `src` over the elements of `runs` (of `size` bytes each) at `base`.

@@ -59,16 +59,29 @@ impl<T: Pod> HaloExchange<T> {
         Ok(())
     }
 
-    /// RMA: writes every face into the neighbour's ghosts (or staging), then signals.
-    pub(super) fn put_faces(&mut self) -> Result<()> {
-        self.pack_faces(true);
+    /// RMA: moves every face (strided ones packed already): reads the neighbour's into
+    /// this rank's ghosts (or staging) where this rank can, writes this rank's into the
+    /// neighbour's elsewhere; then signals the neighbour ("taken", "filled").
+    pub(super) fn move_faces(&mut self) -> Result<()> {
         for i in 0..self.sides.len() {
-            if self.sides[i].peer.is_some() {
-                let s = &self.sides[i];
-                self.put_side(i, s.remote_filled, self.generation)?;
+            let s = &self.sides[i];
+            if s.peer.is_some() {
+                if s.pull {
+                    self.take_side(i, s.remote_filled, self.generation)?;
+                } else {
+                    self.put_side(i, s.remote_filled, self.generation)?;
+                }
             }
         }
         Ok(())
+    }
+
+    /// An injected fault's shift of side `i`'s remote offsets, in elements.
+    fn shift(&self, i: usize) -> isize {
+        match self.fault {
+            Some((d, delta)) if d == self.sides[i].dir => delta,
+            _ => 0,
+        }
     }
 
     /// Writes side `i`'s face (packed already if it is strided) into its neighbour, then
@@ -80,10 +93,7 @@ impl<T: Pod> HaloExchange<T> {
         let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
         if s.direct {
             let (start, n) = s.face.as_slice()[0];
-            let shift = match self.fault {
-                Some((d, delta)) if d == s.dir => delta,
-                _ => 0,
-            };
+            let shift = self.shift(i);
             let dst = |base: u64, size: usize| {
                 (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
             };
@@ -102,7 +112,60 @@ impl<T: Pod> HaloExchange<T> {
                     .map_err(fail)?;
             }
         } else {
-            p.ep.vwrite_to(&s.send_buf, p.remote_base + s.remote_data, RmaFlags::ASYNC)
+            // SAFETY: the outbox holds the packed face (`pack_faces`, or the caller's
+            // packing in compute): its elements, then their tags in checked mode.
+            let src = unsafe {
+                std::slice::from_raw_parts(
+                    self.ptr(self.secs.outbox[s.dir.index()]),
+                    s.face.elems() * self.per_cell(),
+                )
+            };
+            p.ep.vwrite_to(src, p.remote_base + s.remote_data, RmaFlags::ASYNC)
+                .map_err(fail)?;
+        }
+        p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
+            .map_err(fail)
+    }
+
+    /// Reads side `i`'s ghosts out of its neighbour (its face, or its outbox into this
+    /// rank's staging area), then stores `value` at `counter` of the neighbour's region:
+    /// the neighbour may overwrite its face again.
+    pub(super) fn take_side(&self, i: usize, counter: u64, value: u64) -> Result<()> {
+        let elem = self.elem();
+        let s = &self.sides[i];
+        let p = &self.peers[s.peer.expect("a side with another rank")];
+        let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
+        let shift = self.shift(i);
+        let src = |base: u64, size: usize| {
+            (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
+        };
+        if s.direct {
+            let (start, n) = s.ghosts.as_slice()[0];
+            // SAFETY: the run lies inside the data section; this rank alone writes its
+            // ghosts on this path, between `start` and the end of `wait`.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(self.ptr(self.secs.data + start * elem), n * elem)
+            };
+            p.ep.vread_from(dst, src(s.remote_src, elem), RmaFlags::SYNC)
+                .map_err(fail)?;
+            if self.opts.checked {
+                // SAFETY: as above, in the tag section.
+                let dst = unsafe {
+                    std::slice::from_raw_parts_mut(self.ptr(self.secs.tags + start * TAG), n * TAG)
+                };
+                p.ep.vread_from(dst, src(s.remote_src_tags, TAG), RmaFlags::SYNC)
+                    .map_err(fail)?;
+            }
+        } else {
+            // SAFETY: the staging area of the side holds its ghosts' elements and tags
+            // (`Sections::of`), written only here.
+            let dst = unsafe {
+                std::slice::from_raw_parts_mut(
+                    self.ptr(self.secs.staging[s.dir.index()]),
+                    s.ghosts.elems() * self.per_cell(),
+                )
+            };
+            p.ep.vread_from(dst, p.remote_base + s.remote_src, RmaFlags::SYNC)
                 .map_err(fail)?;
         }
         p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
@@ -112,10 +175,14 @@ impl<T: Pod> HaloExchange<T> {
     /// The one-way time of one face across every side, the "pair bandwidth" an exchange is
     /// judged against: each pair of neighbours ping-pongs its faces `reps` times by this
     /// exchange's path (after one round not timed), the lower side's rank timing the round
-    /// trips and halving them. Collective: every rank calls it, and pairs take turns in one
-    /// global order, so no rank waits on a pair that waits on it. Overwrites the ghosts:
-    /// call it before filling the grid. Returns, for the sides this rank timed, the side and
-    /// the median one-way time.
+    /// trips and halving them. Each face crosses as it does in a run: the sender's copy
+    /// freshly written, so that its bytes really move between the two ranks' caches (on a
+    /// pulled side the sender rewrites its face before each round, untimed; pushed
+    /// sides, on backends where the bytes cross a socket or a library anyway, are not
+    /// read back). Collective: every rank calls it, and pairs take turns in one global order,
+    /// so no rank waits on a pair that waits on it. Overwrites the ghosts: call it before
+    /// filling the grid. Returns, for the sides this rank timed, the side and the median
+    /// one-way time.
     pub fn probe(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
         let reps = reps.max(1);
         if self.opts.path == Path::Messages {
@@ -147,17 +214,22 @@ impl<T: Pod> HaloExchange<T> {
                     .expect("the pair's side exists");
                 let mut times = Vec::with_capacity(reps);
                 for rep in 0..=reps {
-                    let v = (pair << 32) | (rep as u64 + 1);
-                    let t = Instant::now();
-                    if initiator {
-                        self.probe_send(i, v)?;
-                        self.probe_recv(i, v)?;
+                    let v = (pair << 32) | (8 * (rep as u64 + 1));
+                    let round = if self.sides[i].pull {
+                        self.probe_pulled(i, initiator, v)?
                     } else {
-                        self.probe_recv(i, v)?;
-                        self.probe_send(i, v)?;
-                    }
+                        let t = Instant::now();
+                        if initiator {
+                            self.probe_send(i, v)?;
+                            self.probe_recv(i, v)?;
+                        } else {
+                            self.probe_recv(i, v)?;
+                            self.probe_send(i, v)?;
+                        }
+                        t.elapsed()
+                    };
                     if rep > 0 {
-                        times.push(t.elapsed() / 2);
+                        times.push(round / 2);
                     }
                 }
                 if initiator {
@@ -167,6 +239,63 @@ impl<T: Pod> HaloExchange<T> {
             }
         }
         Ok(out)
+    }
+
+    /// One round of the probe on a pulled side, as an exchange moves a face: the sender's
+    /// face freshly written (as the sweep leaves it: its lines in the sender's cache), the
+    /// receiver reading it. Both ranks rewrite their faces first, untimed, each while the
+    /// other waits; then the initiator times its signal, the responder's read of its face,
+    /// the responder's signal and its own read of the responder's face. Counter values
+    /// `v + 1 ..= v + 5`, so rounds (`v` steps of 8) never satisfy each other's waits.
+    fn probe_pulled(&mut self, i: usize, initiator: bool, v: u64) -> Result<Duration> {
+        let (counter, at) = (
+            self.sides[i].remote_probe,
+            self.secs.probe(self.sides[i].dir),
+        );
+        let signal = |ex: &Self, value: u64| {
+            let s = &ex.sides[i];
+            let p = &ex.peers[s.peer.expect("a side with another rank")];
+            p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
+                .map_err(|e| ex.peer_err(s.rank, &s.dir.to_string(), e))
+        };
+        let what = "answer the probe";
+        if initiator {
+            self.rewrite_face(i);
+            signal(self, v + 1)?;
+            self.wait_until(i, at, v + 2, what)?;
+            let t = Instant::now();
+            signal(self, v + 3)?;
+            self.wait_until(i, at, v + 4, what)?;
+            self.take_side(i, counter, v + 5)?;
+            Ok(t.elapsed())
+        } else {
+            self.wait_until(i, at, v + 1, what)?;
+            self.rewrite_face(i);
+            signal(self, v + 2)?;
+            self.wait_until(i, at, v + 3, what)?;
+            self.take_side(i, counter, v + 4)?;
+            // The initiator has taken this rank's face: it may change (or go) now.
+            self.wait_until(i, at, v + 5, what)?;
+            Ok(Duration::ZERO)
+        }
+    }
+
+    /// Rewrites side `i`'s face with its own values (a strided face: packs it), so that
+    /// its lines are modified in this core's cache, as after a sweep.
+    fn rewrite_face(&mut self, i: usize) {
+        let s = &self.sides[i];
+        if !s.direct {
+            self.pack_side(i);
+            return;
+        }
+        let (start, n) = s.face.as_slice()[0];
+        let (at, len) = (self.secs.data + start * self.elem(), n * self.elem());
+        for line in (0..len).step_by(64) {
+            let p = self.ptr(at + line);
+            // SAFETY: `p` lies inside the face run of the data section; nothing else reads
+            // or writes it during the probe's rewrite (the neighbour waits for a signal).
+            unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
+        }
     }
 
     pub(super) fn probe_send(&self, i: usize, v: u64) -> Result<()> {

@@ -1,5 +1,5 @@
 //! Where the parts of a rank's region lie: its array, its tags (checked mode), a staging
-//! area per strided side, and a page of counters.
+//! area and an outbox per strided side, and a page of counters.
 
 use accio_core::PAGE;
 
@@ -14,6 +14,9 @@ pub(super) struct Sections {
     pub(super) data: usize,
     pub(super) tags: usize,
     pub(super) staging: [usize; 6],
+    /// Where a strided face is packed (data, then tags in checked mode) for the neighbour
+    /// to take, or to be written from.
+    pub(super) outbox: [usize; 6],
     pub(super) flags: usize,
     pub(super) len: usize,
 }
@@ -29,6 +32,7 @@ impl Sections {
             at += round(layout.elems() * TAG);
         }
         let mut staging = [0; 6];
+        let mut outbox = [0; 6];
         for d in Dir::all(ndim) {
             staging[d.index()] = at;
             let g = layout.ghosts(d);
@@ -36,22 +40,31 @@ impl Sections {
                 at += round(g.elems() * per_cell);
             }
         }
+        for d in Dir::all(ndim) {
+            outbox[d.index()] = at;
+            let f = layout.face(d);
+            if layout.halo[d.axis] > 0 && !f.is_contiguous() {
+                at += round(f.elems() * per_cell);
+            }
+        }
         let flags = at;
         Sections {
             data,
             tags,
             staging,
+            outbox,
             flags,
             len: at + PAGE,
         }
     }
 
-    /// The "ghosts on side `d` are free" counter.
+    /// The "ghosts on side `d` are free" counter (and the face across `d` final).
     pub(super) fn ready(&self, d: Dir) -> usize {
         self.flags + 64 * d.index()
     }
 
-    /// The "ghosts on side `d` are filled" counter.
+    /// The "ghosts on side `d` are filled" counter (pushed faces), or "the face across `d`
+    /// is taken" (pulled faces).
     pub(super) fn filled(&self, d: Dir) -> usize {
         self.flags + 64 * (6 + d.index())
     }
