@@ -13,9 +13,14 @@
 #   communicate                    <= 1.25 x one face's one-way time at the pair bandwidth
 #                                     (accio's own probe, same run: its comm/1-way column)
 #
+# With --hosts 2 both run over two namespace "hosts" (scripts/netns-world.sh: ranks split
+# evenly, mpirun launching into both); accio then joins its world through MPI (an accio
+# built with --features mpi), lets the world choose each pair's backend unless --backend is
+# given, and the table ends with each rank's faces and the backend of each.
+#
 # Usage: scripts/compare-laplace.sh [--reps N] [--grid 4096x4096] [--iters 100] [--ranks 2]
 #                                   [--path rma|messages] [--backend shm] [--accio PATH]
-#                                   [--out DIR] [--layouts contiguous,packed]
+#                                   [--out DIR] [--layouts contiguous,packed] [--hosts 1|2]
 # Needs: mpicc and mpirun (Debian: libopenmpi-dev openmpi-bin), python3, a built accio
 # (cargo build --release -p accio-cli). Installs nothing.
 
@@ -27,9 +32,11 @@ ITERS=100
 RANKS=2
 PATH_=rma
 BACKEND=shm
+BACKEND_SET=0
 ACCIO=""
 OUT=""
 LAYOUTS=contiguous,packed
+HOSTS=1
 while [ $# -gt 0 ]; do
     case "$1" in
         --reps) REPS="$2"; shift 2 ;;
@@ -37,10 +44,11 @@ while [ $# -gt 0 ]; do
         --iters) ITERS="$2"; shift 2 ;;
         --ranks) RANKS="$2"; shift 2 ;;
         --path) PATH_="$2"; shift 2 ;;
-        --backend) BACKEND="$2"; shift 2 ;;
+        --backend) BACKEND="$2"; BACKEND_SET=1; shift 2 ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;
         --layouts) LAYOUTS="$2"; shift 2 ;;
+        --hosts) HOSTS="$2"; shift 2 ;;
         -h|--help) sed -n '2,/^$/p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
         *) echo "compare-laplace: unknown argument $1 (try --help)" >&2; exit 2 ;;
     esac
@@ -58,6 +66,15 @@ mpicc -O3 -march=native -ffp-contract=off -o "$OUT/laplace_mpi" "$ROOT/benches/p
 # Open MPI as root, one rank per core; its UCX layer needs "any" devices on this machine.
 MPIRUN=(mpirun -np "$RANKS" --allow-run-as-root --bind-to core --map-by core
         --mca pml_ucx_tls any --mca pml_ucx_devices any)
+ACCIO_RUN=("$ACCIO")
+case "$HOSTS" in
+    1) BACKEND_ARGS=(--backend "$BACKEND") ;;
+    2) MPIRUN=("$ROOT/scripts/netns-world.sh" -n "$RANKS")
+       ACCIO_RUN=("$ROOT/scripts/netns-world.sh" -n "$RANKS" "$ACCIO")
+       # The world chooses per pair unless a backend was named on the command line.
+       [ "$BACKEND_SET" = 1 ] && BACKEND_ARGS=(--backend "$BACKEND") || { BACKEND_ARGS=(); BACKEND=world; } ;;
+    *) echo "compare-laplace: --hosts $HOSTS: 1 or 2" >&2; exit 2 ;;
+esac
 ndim=$(awk -F'[xX]' '{print NF}' <<<"$GRID")
 dims_for() { # layout -> dims: split the slow axis (contiguous faces) or the fast one (packed)
     local ones; ones=$(printf '1x%.0s' $(seq 2 "$ndim"))
@@ -67,12 +84,12 @@ dims_for() { # layout -> dims: split the slow axis (contiguous faces) or the fas
     esac
 }
 
-echo "compare-laplace: grid $GRID, $RANKS ranks, $ITERS iterations, accio path $PATH_ over $BACKEND, $REPS reps; raw output in $OUT"
+echo "compare-laplace: grid $GRID, $RANKS ranks on $HOSTS host(s), $ITERS iterations, accio path $PATH_ over $BACKEND, $REPS reps; raw output in $OUT"
 for layout in ${LAYOUTS//,/ }; do
     dims=$(dims_for "$layout")
     for rep in $(seq 1 "$REPS"); do
-        "$ACCIO" demo laplace --grid "$GRID" --iters "$ITERS" --ranks "$RANKS" --dims "$dims" \
-            --path "$PATH_" --backend "$BACKEND" > "$OUT/accio.$layout.$rep.out" 2> "$OUT/accio.$layout.$rep.err" \
+        timeout 600 "${ACCIO_RUN[@]}" demo laplace --grid "$GRID" --iters "$ITERS" --ranks "$RANKS" --dims "$dims" \
+            --path "$PATH_" "${BACKEND_ARGS[@]}" > "$OUT/accio.$layout.$rep.out" 2> "$OUT/accio.$layout.$rep.err" \
             || echo "compare-laplace: accio failed ($layout rep $rep), see $OUT/accio.$layout.$rep.err" >&2
         timeout 600 "${MPIRUN[@]}" "$OUT/laplace_mpi" -g "$GRID" -i "$ITERS" -d "$dims" \
             > "$OUT/mpi.$layout.$rep.out" 2> "$OUT/mpi.$layout.$rep.err" \
@@ -148,5 +165,16 @@ for layout in layouts:
         q = statistics.median(ratios)
         check(f"communicate <= 1.25x one face one way at the pair bandwidth (median over ranks and reps {q:.2f}x, range {min(ratios):.2f}-{max(ratios):.2f})", q <= 1.25)
     check(f"same final grid bit for bit in every rep ({sum(same)}/{len(same)})", bool(same) and all(same))
+    # Each rank's faces as accio reported them in the last rep: side, peer, backend, cells, runs.
+    try:
+        lines = open(f"{out}/accio.{layout}.{reps}.out").read().splitlines()
+        head = next((l for l in lines if l.startswith("accio demo laplace:")), "")
+        print(f"  accio, last rep: {head.split(': ', 1)[-1]}")
+        for l in lines:
+            m = re.match(r"(\d+)\s+(\S+) .*  (([+-][xyz] \d+ \S+ \d+ \d+(, )?)+)$", l)
+            if m:
+                print(f"    rank {m[1]} on {m[2]}: faces (side peer backend cells runs) {m[3]}")
+    except FileNotFoundError:
+        pass
 sys.exit(0 if ok_all else 1)
 PY

@@ -95,8 +95,8 @@ struct RankSummary {
     cells: usize,
     updated: usize,
     halo_bytes: u64,
-    /// Faces as (side, peer, elements, runs).
-    faces: Vec<(String, usize, usize, usize)>,
+    /// Faces as (side, peer, backend, elements, runs).
+    faces: Vec<(String, usize, String, usize, usize)>,
     /// Per iteration, ms.
     compute: Vec<f64>,
     sync: Vec<f64>,
@@ -189,19 +189,18 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
     let run = laplace::run(&mut ex, &lopts).with_context(|| format!("rank {rank}: the run"))?;
     let grid_bytes = run.cells * 8;
     let sweep = laplace::sweep_gbps(grid_bytes, 5);
-    let mut backends: Vec<String> = Vec::new();
+    // The backend of each neighbour: the one asked for, or the world's choice for the pair.
+    let mut pair_backends: Vec<(usize, String)> = Vec::new();
     for s in ex.sides() {
-        if s.peer != rank {
+        if s.peer != rank && !pair_backends.iter().any(|(p, _)| *p == s.peer) {
             let b = match &a.backend {
                 Some(b) => b.clone(),
                 None => w.choice(s.peer)?.scheme.clone(),
             };
-            if !backends.contains(&b) {
-                backends.push(b);
-            }
+            pair_backends.push((s.peer, b));
         }
     }
-    let summary = summarize(&ex, &run, w, probes, sweep, backends)?;
+    let summary = summarize(&ex, &run, w, probes, sweep, &pair_backends)?;
     drop(ex);
 
     let text = serde_json::to_vec(&summary)?;
@@ -286,9 +285,18 @@ fn summarize(
     w: &World,
     probes: Vec<(accio_grid::SideInfo, Duration)>,
     sweep_gbps: f64,
-    backends: Vec<String>,
+    pair_backends: &[(usize, String)],
 ) -> anyhow::Result<RankSummary> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    let backend_of = |peer: usize| {
+        pair_backends
+            .iter()
+            .find(|(p, _)| *p == peer)
+            .map_or_else(|| "self".to_string(), |(_, b)| b.clone())
+    };
+    let mut backends: Vec<String> = pair_backends.iter().map(|(_, b)| b.clone()).collect();
+    backends.sort();
+    backends.dedup();
     Ok(RankSummary {
         rank: run.rank,
         node: w.node(run.rank)?.to_string(),
@@ -299,7 +307,7 @@ fn summarize(
         faces: ex
             .sides()
             .into_iter()
-            .map(|s| (s.dir.to_string(), s.peer, s.elems, s.runs))
+            .map(|s| (s.dir.to_string(), s.peer, backend_of(s.peer), s.elems, s.runs))
             .collect(),
         compute: run.steps.iter().map(|s| ms(s.compute)).collect(),
         sync: run.steps.iter().map(|s| ms(s.sync)).collect(),
@@ -351,7 +359,7 @@ fn stats(v: impl Iterator<Item = f64>) -> (f64, f64) {
 /// move at once.
 fn slowest_side_us(s: &RankSummary, all: &[RankSummary]) -> Option<f64> {
     let mut worst: Option<f64> = None;
-    for (dir, peer, _, _) in s.faces.iter().filter(|f| f.1 != s.rank) {
+    for (dir, peer, ..) in s.faces.iter().filter(|f| f.1 != s.rank) {
         let opposite = if let Some(rest) = dir.strip_prefix('+') {
             format!("-{rest}")
         } else {
@@ -417,7 +425,7 @@ fn report(
     }
     println!();
     println!(
-        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>13} {:>22}  faces (side peer elems runs)",
+        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>13} {:>22}  faces (side peer backend elems runs)",
         "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "sweep/ceiling GB/s"
     );
     let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
@@ -441,7 +449,7 @@ fn report(
         let faces: Vec<String> = s
             .faces
             .iter()
-            .map(|f| format!("{} {} {} {}", f.0, f.1, f.2, f.3))
+            .map(|f| format!("{} {} {} {} {}", f.0, f.1, f.2, f.3, f.4))
             .collect();
         println!(
             "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>13} {:>22}  {}",
