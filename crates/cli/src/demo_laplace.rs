@@ -86,6 +86,9 @@ fn parse_dims(s: &str) -> Result<Shape, String> {
         .map_err(|_| format!("{s:?} is not a list of ranks per axis such as 2x1"))
 }
 
+/// A timed pair: (side, peer, face bytes, one-way us).
+type PairTime = (String, usize, u64, f64);
+
 /// What each rank reports to rank 0.
 #[derive(Serialize, Deserialize, Debug, Clone)]
 struct RankSummary {
@@ -102,7 +105,9 @@ struct RankSummary {
     sync: Vec<f64>,
     communicate: Vec<f64>,
     /// Pairs this rank timed: (side, peer, face bytes, one-way us).
-    probes: Vec<(String, usize, u64, f64)>,
+    probes: Vec<PairTime>,
+    /// The same after a sweep of both ranks' arrays ([`HaloExchange::probe_after_sweep`]).
+    swept: Vec<PairTime>,
     /// An in-place sweep of as many bytes as this rank's grid, GB/s, every rank at once.
     sweep_gbps: f64,
     digest: u64,
@@ -182,6 +187,9 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
     let probes = ex
         .probe(a.probe_reps)
         .with_context(|| format!("rank {rank}: measuring the pair bandwidth"))?;
+    let swept = ex
+        .probe_after_sweep((a.probe_reps / 5).max(5))
+        .with_context(|| format!("rank {rank}: measuring the pair bandwidth after a sweep"))?;
     let lopts = LaplaceOptions {
         iters: a.iters,
         ..Default::default()
@@ -200,7 +208,7 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
             pair_backends.push((s.peer, b));
         }
     }
-    let summary = summarize(&ex, &run, w, probes, sweep, &pair_backends)?;
+    let summary = summarize(&ex, &run, w, [probes, swept], sweep, &pair_backends)?;
     drop(ex);
 
     let text = serde_json::to_vec(&summary)?;
@@ -283,7 +291,7 @@ fn summarize(
     ex: &HaloExchange<f64>,
     run: &RankRun,
     w: &World,
-    probes: Vec<(accio_grid::SideInfo, Duration)>,
+    [probes, swept]: [Vec<(accio_grid::SideInfo, Duration)>; 2],
     sweep_gbps: f64,
     pair_backends: &[(usize, String)],
 ) -> anyhow::Result<RankSummary> {
@@ -307,25 +315,39 @@ fn summarize(
         faces: ex
             .sides()
             .into_iter()
-            .map(|s| (s.dir.to_string(), s.peer, backend_of(s.peer), s.elems, s.runs))
+            .map(|s| {
+                (
+                    s.dir.to_string(),
+                    s.peer,
+                    backend_of(s.peer),
+                    s.elems,
+                    s.runs,
+                )
+            })
             .collect(),
         compute: run.steps.iter().map(|s| ms(s.compute)).collect(),
         sync: run.steps.iter().map(|s| ms(s.sync)).collect(),
         communicate: run.steps.iter().map(|s| ms(s.communicate)).collect(),
-        probes: probes
-            .into_iter()
-            .map(|(s, t)| {
-                (
-                    s.dir.to_string(),
-                    s.peer,
-                    (s.elems * 8) as u64,
-                    t.as_secs_f64() * 1e6,
-                )
-            })
-            .collect(),
+        probes: pair_times(probes),
+        swept: pair_times(swept),
         sweep_gbps,
         digest: run.digest,
     })
+}
+
+/// Probe results as (side, peer, face bytes, one-way us).
+fn pair_times(probes: Vec<(accio_grid::SideInfo, Duration)>) -> Vec<PairTime> {
+    probes
+        .into_iter()
+        .map(|(s, t)| {
+            (
+                s.dir.to_string(),
+                s.peer,
+                (s.elems * 8) as u64,
+                t.as_secs_f64() * 1e6,
+            )
+        })
+        .collect()
 }
 
 /// The digest of the same run on one rank, in this process (no endpoints).
@@ -357,7 +379,11 @@ fn stats(v: impl Iterator<Item = f64>) -> (f64, f64) {
 /// The one-way time of one face across each of `s`'s sides with another rank, from the
 /// probes of whichever rank timed that pair; the slowest side bounds an exchange whose sides
 /// move at once.
-fn slowest_side_us(s: &RankSummary, all: &[RankSummary]) -> Option<f64> {
+fn slowest_side_us(
+    s: &RankSummary,
+    all: &[RankSummary],
+    times: fn(&RankSummary) -> &[PairTime],
+) -> Option<f64> {
     let mut worst: Option<f64> = None;
     for (dir, peer, ..) in s.faces.iter().filter(|f| f.1 != s.rank) {
         let opposite = if let Some(rest) = dir.strip_prefix('+') {
@@ -365,11 +391,11 @@ fn slowest_side_us(s: &RankSummary, all: &[RankSummary]) -> Option<f64> {
         } else {
             format!("+{}", &dir[1..])
         };
-        let mine = s.probes.iter().find(|p| &p.0 == dir && p.1 == *peer);
+        let mine = times(s).iter().find(|p| &p.0 == dir && p.1 == *peer);
         let theirs = all
             .iter()
             .find(|o| o.rank == *peer)
-            .and_then(|o| o.probes.iter().find(|p| p.0 == opposite && p.1 == s.rank));
+            .and_then(|o| times(o).iter().find(|p| p.0 == opposite && p.1 == s.rank));
         if let Some(t) = mine.or(theirs).map(|p| p.3) {
             worst = Some(worst.map_or(t, |w: f64| w.max(t)));
         }
@@ -425,8 +451,8 @@ fn report(
     }
     println!();
     println!(
-        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>13} {:>22}  faces (side peer backend elems runs)",
-        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "sweep/ceiling GB/s"
+        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>15} {:>15} {:>22}  faces (side peer backend elems runs)",
+        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "comm/swept", "sweep/ceiling GB/s"
     );
     let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
         format!(
@@ -439,12 +465,13 @@ fn report(
     })?;
     for s in all {
         let comm_med = median(s.communicate.clone());
-        let one_way = slowest_side_us(s, all);
+        let one_way = slowest_side_us(s, all, |s| &s.probes);
         let pair = one_way.map(|us| s.halo_bytes as f64 / (us * 1e-6) / 1e9);
-        let vs_one_way = match one_way {
-            Some(us) if s.halo_bytes > 0 => format!("{:.2}x{:>5.0}us", comm_med * 1e3 / us, us),
+        let vs = |one_way: Option<f64>| match one_way {
+            Some(us) if s.halo_bytes > 0 => format!("{:.2}x {:>5.1}us", comm_med * 1e3 / us, us),
             _ => "no halo".into(),
         };
+        let (vs_one_way, vs_swept) = (vs(one_way), vs(slowest_side_us(s, all, |s| &s.swept)));
         let sweep_med = (s.updated * 8) as f64 / (median(s.compute.clone()) * 1e-3) / 1e9;
         let faces: Vec<String> = s
             .faces
@@ -452,7 +479,7 @@ fn report(
             .map(|f| format!("{} {} {} {} {}", f.0, f.1, f.2, f.3, f.4))
             .collect();
         println!(
-            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>13} {:>22}  {}",
+            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>15} {:>15} {:>22}  {}",
             s.rank,
             truncate(&s.node, 36),
             s.cells,
@@ -460,6 +487,7 @@ fn report(
             median(s.sync.clone()),
             comm_med,
             vs_one_way,
+            vs_swept,
             format!(
                 "{:.2}/{:.2} = {:.0}%",
                 sweep_med,
@@ -564,6 +592,23 @@ fn record_rank(
                 f.param("side", side.clone())
                     .param("peer", *peer as u64)
                     .method("median one-way time of one face, ping-pong by the run's path"),
+            )?;
+        }
+    }
+    for (side, peer, bytes, us) in &s.swept {
+        if let Some(f) = base(
+            m::PAIR_BW,
+            Unit::GBps,
+            vec![*bytes as f64 / (us * 1e-6) / 1e9],
+        ) {
+            rec.push(
+                f.param("side", side.clone())
+                    .param("peer", *peer as u64)
+                    .param("cache", "after a sweep")
+                    .method(
+                        "median one-way time of one face, ping-pong by the run's path, \
+                         both arrays rewritten before each round",
+                    ),
             )?;
         }
     }

@@ -184,6 +184,18 @@ impl<T: Pod> HaloExchange<T> {
     /// filling the grid. Returns, for the sides this rank timed, the side and the median
     /// one-way time.
     pub fn probe(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
+        self.probe_rounds(reps, false)
+    }
+
+    /// [`probe`](Self::probe) in the cache state a run leaves: on pulled sides both ranks
+    /// rewrite their whole array, face last, before each round (untimed), as a sweep does,
+    /// so the face crosses between two caches full of other dirty lines and through page
+    /// translations the sweep has evicted. Pushed sides are probed as by `probe`.
+    pub fn probe_after_sweep(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
+        self.probe_rounds(reps, true)
+    }
+
+    fn probe_rounds(&mut self, reps: usize, sweep: bool) -> Result<Vec<(SideInfo, Duration)>> {
         let reps = reps.max(1);
         if self.opts.path == Path::Messages {
             self.pack_faces(false);
@@ -216,7 +228,7 @@ impl<T: Pod> HaloExchange<T> {
                 for rep in 0..=reps {
                     let v = (pair << 32) | (8 * (rep as u64 + 1));
                     let round = if self.sides[i].pull {
-                        self.probe_pulled(i, initiator, v)?
+                        self.probe_pulled(i, initiator, v, sweep)?
                     } else {
                         let t = Instant::now();
                         if initiator {
@@ -247,7 +259,7 @@ impl<T: Pod> HaloExchange<T> {
     /// other waits; then the initiator times its signal, the responder's read of its face,
     /// the responder's signal and its own read of the responder's face. Counter values
     /// `v + 1 ..= v + 5`, so rounds (`v` steps of 8) never satisfy each other's waits.
-    fn probe_pulled(&mut self, i: usize, initiator: bool, v: u64) -> Result<Duration> {
+    fn probe_pulled(&mut self, i: usize, initiator: bool, v: u64, sweep: bool) -> Result<Duration> {
         let (counter, at) = (
             self.sides[i].remote_probe,
             self.secs.probe(self.sides[i].dir),
@@ -260,7 +272,7 @@ impl<T: Pod> HaloExchange<T> {
         };
         let what = "answer the probe";
         if initiator {
-            self.rewrite_face(i);
+            self.rewrite(i, sweep);
             signal(self, v + 1)?;
             self.wait_until(i, at, v + 2, what)?;
             let t = Instant::now();
@@ -270,7 +282,7 @@ impl<T: Pod> HaloExchange<T> {
             Ok(t.elapsed())
         } else {
             self.wait_until(i, at, v + 1, what)?;
-            self.rewrite_face(i);
+            self.rewrite(i, sweep);
             signal(self, v + 2)?;
             self.wait_until(i, at, v + 3, what)?;
             self.take_side(i, counter, v + 4)?;
@@ -281,19 +293,28 @@ impl<T: Pod> HaloExchange<T> {
     }
 
     /// Rewrites side `i`'s face with its own values (a strided face: packs it), so that
-    /// its lines are modified in this core's cache, as after a sweep.
-    fn rewrite_face(&mut self, i: usize) {
+    /// its lines are modified in this core's cache, as after a sweep; with `sweep`, the
+    /// whole array first.
+    fn rewrite(&mut self, i: usize, sweep: bool) {
+        if sweep {
+            self.rewrite_bytes(self.secs.data, self.layout.elems() * self.elem());
+        }
         let s = &self.sides[i];
         if !s.direct {
             self.pack_side(i);
             return;
         }
         let (start, n) = s.face.as_slice()[0];
-        let (at, len) = (self.secs.data + start * self.elem(), n * self.elem());
+        self.rewrite_bytes(self.secs.data + start * self.elem(), n * self.elem());
+    }
+
+    /// Rewrites one byte of every cache line of `len` bytes at `at` with its own value.
+    fn rewrite_bytes(&self, at: usize, len: usize) {
         for line in (0..len).step_by(64) {
             let p = self.ptr(at + line);
-            // SAFETY: `p` lies inside the face run of the data section; nothing else reads
-            // or writes it during the probe's rewrite (the neighbour waits for a signal).
+            // SAFETY: `p` lies inside the data section; nothing else reads or writes this
+            // rank's array during the probe's rewrite (the neighbour waits for a signal),
+            // and the value written is the one read.
             unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
         }
     }
