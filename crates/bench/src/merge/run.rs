@@ -131,7 +131,8 @@ impl MergeBench {
     }
 
     /// The write ceiling of `info.path`, from `bench fs` in this run: the best of one stream
-    /// and one stream per core, of as many bytes as one merge run writes.
+    /// and one stream per core, of as many bytes as one merge run writes (the first
+    /// producer count's, at most 1 GiB).
     fn ceiling(
         &self,
         info: &FsInfo,
@@ -145,7 +146,13 @@ impl MergeBench {
         } else {
             4 << 20
         };
-        let size = (self.run_bytes.min(1 << 30) / record as u64).max(1) * record as u64;
+        // As many bytes as a merge run writes (the first producer count's run, at most
+        // 1 GiB): a ceiling of other work (a longer run amortizes its fixed costs more)
+        // would not be the limit of this work.
+        let run = self.producers.first().map_or(self.run_bytes, |&p| {
+            p as u64 * self.buffers_for(p, info) * self.buffer_bytes as u64
+        });
+        let size = (run.min(1 << 30) / record as u64).max(1) * record as u64;
         let mut tmp = Recorder::new(None).map_err(MergeBenchError::Record)?;
         // One stream and as many as the machine has cores: producers write in parallel, so
         // a single stream does not bound them (docs/CEILINGS.md).

@@ -11,6 +11,7 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         .producers(&[2])
         .buffer_bytes(256 << 10)
         .run_bytes(4 << 20)
+        .buffers(Some(6))
         .budget(4 << 20)
         .placements(&[Placement::Threads])
         .run(&mut rec, &mut |_| {})
@@ -30,6 +31,10 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         .collect();
     counts.dedup();
     assert_eq!(counts, if cores > 1 { vec![1, cores] } else { vec![1] });
+    // Each stream writes as many bytes as a merge run (2 x 6 x 256 KiB), not run_bytes.
+    for f in &streams {
+        assert_eq!(f.param_u64("file_size"), Some(2 * 6 * (256 << 10)), "{f:?}");
+    }
     let ceil = streams
         .iter()
         .map(|f| f.summary.median)
@@ -44,7 +49,7 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
     assert_eq!(kinds, ["shm/copy", "shm/direct", "tcp/copy"]);
     for f in &merges {
         assert_eq!(f.ceiling.as_ref().unwrap().value, ceil);
-        assert_eq!(f.param_str("bytes"), (2u64 * 8 * (256 << 10)).to_string());
+        assert_eq!(f.param_str("bytes"), (2u64 * 6 * (256 << 10)).to_string());
         assert!(f.params["merger_peak_rss_bytes"].as_u64().unwrap() > 0);
         assert!(f.summary.median > 0.0);
         // Where the merger's time went: shares of the wall time, and the write rate.

@@ -21,6 +21,7 @@
 
 mod follow;
 mod format;
+mod headers;
 mod reader;
 mod writer;
 

@@ -11,6 +11,7 @@ use super::format::{
     block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
     DEFAULT_ALIGN, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
+use super::headers::HeaderMap;
 use crate::error::{MergeError, Result};
 
 /// Options of a new container file.
@@ -67,6 +68,9 @@ pub struct ContainerWriter {
     /// `align` zero bytes, the source of every padding write.
     zeros: Vec<u8>,
     state: Mutex<State>,
+    /// Headers of room reserved for writers in place go through this (see
+    /// `headers.rs`: no inode lock, so no waiting behind the producers' payload writes).
+    headers: Mutex<HeaderMap>,
 }
 
 impl ContainerWriter {
@@ -110,6 +114,7 @@ impl ContainerWriter {
                 failed: None,
                 holes: Vec::new(),
             }),
+            headers: Mutex::new(HeaderMap::default()),
         })
     }
 
@@ -231,8 +236,7 @@ impl ContainerWriter {
             });
         }
         let start = st.next;
-        st.next = block_extent(start, bytes, self.header.align).1;
-        drop(st);
+        let end = block_extent(start, bytes, self.header.align).1;
         // Marked at once, so that a follower can step over the room while it is filled
         // and come back to it (`Follower`), and a scan after a crash skips it cleanly.
         let h = BlockHeader {
@@ -242,11 +246,17 @@ impl ContainerWriter {
             len: bytes,
             payload_crc: 0,
         };
-        pwritev_all(&self.file, &[&h.encode()], start).map_err(|e| {
+        let mut map = self.headers.lock().expect("container header map");
+        let claimed = map
+            .claim(&self.file, end, end - start)
+            .and_then(|()| map.store(&self.file, start, &h.encode()));
+        drop(map);
+        if let Err(e) = claimed {
             let err = MergeError::file("reserving room in", &self.path, e);
-            self.state.lock().expect("container writer lock").failed = Some(err.to_string());
-            err
-        })?;
+            st.failed = Some(err.to_string());
+            return Err(err);
+        }
+        st.next = end;
         Ok(start)
     }
 
@@ -294,7 +304,7 @@ impl ContainerWriter {
             // onto it.
             self.write_hole(end, room_end, true).map_err(io)?;
         }
-        pwritev_all(&self.file, &[&header.encode()], start).map_err(io)?;
+        self.store_header(start, &header.encode()).map_err(io)?;
         let entry = IndexEntry {
             header,
             offset: start,
@@ -330,7 +340,15 @@ impl ContainerWriter {
             len: end - payload,
             payload_crc: 0,
         };
-        pwritev_all(&self.file, &[&h.encode()], start)
+        self.store_header(start, &h.encode())
+    }
+
+    /// Writes a header into room reserved before (inside the claimed file).
+    fn store_header(&self, start: u64, header: &[u8]) -> std::io::Result<()> {
+        self.headers
+            .lock()
+            .expect("container header map")
+            .store(&self.file, start, header)
     }
 
     /// Flushes written blocks to stable storage (`fdatasync`).

@@ -50,7 +50,11 @@
 //! faulted in with `MADV_POPULATE_WRITE`, for `buffer()`), then commits; the merger writes
 //! the block's header over the reserved one and acknowledges. The bytes are copied once,
 //! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
-//! slot memory, so its memory is its rings whatever the budget. The budget bounds the
+//! slot memory, so its memory is its rings whatever the budget. It stores those headers
+//! through a mapping of the file claimed ahead with `fallocate`, not with `pwrite`: a
+//! `pwrite` waits for the inode lock behind every payload write in progress, and the
+//! merger thread, which grants room and acknowledges commits, waited with it
+//! (`container/headers.rs` has the measurement). The budget bounds the
 //! rooms in flight (granted, not committed). Room never committed becomes a hole
 //! (`docs/FORMAT.md`): a producer's unused prefetched room at its goodbye, a buffer given
 //! back, the room of a producer that died, and the tail of a room whose block is shorter
