@@ -54,9 +54,14 @@ const TABLE_HEADER: usize = 64;
 /// Where in an endpoint's table block the peer flags a withdrawn window.
 const STALE_AT: usize = 16;
 const MAX_TRY_SEND: usize = 64 << 10;
-/// Messages up to this size are sent from a copy and kept in flight; larger ones block until
-/// received, without a copy.
+/// Messages up to this size may be sent from a copy and kept in flight; larger ones are
+/// always sent from the caller's buffer (see `MpiEndpoint::direct`).
 const MAX_BUFFERED: usize = MAX_PENDING_BYTES;
+/// Messages at least this large to a peer on this node are sent from the caller's buffer.
+const DIRECT_NEAR: usize = 64 << 10;
+/// Tests of a direct send that did not complete before it starts draining the peer's
+/// messages (see `MpiEndpoint::send_direct`).
+const DRAIN_AFTER: u32 = 64;
 /// How often the hot paths (`send`, a `recv` that waits) probe for the peer's close: the
 /// contract gives a second, and each probe is a round of MPI's progress engine.
 const CLOSE_PROBE_EVERY: Duration = Duration::from_millis(1);
@@ -71,6 +76,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Mpi {
     pub rank: c_int,
     pub size: c_int,
+    /// Per rank of the world: whether MPI puts it on this rank's node (shared memory).
+    near: Vec<bool>,
     win: ffi::MPI_Win,
     max_conn: u32,
     next_conn: AtomicU32,
@@ -198,6 +205,7 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
     }
     // SAFETY: MPI_Win_create_dynamic succeeded and wrote the handle.
     let win = unsafe { win.assume_init() };
+    let near = node_ranks(size)?;
     // SAFETY: valid window handle; a shared lock on every rank for the whole run (passive
     // target), so RMA needs no epoch calls.
     unsafe {
@@ -230,6 +238,7 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
     Ok(Mpi {
         rank,
         size,
+        near,
         win,
         arena: Arc::new(arena),
         arena_next: Mutex::new(0),
@@ -241,6 +250,45 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
         graves: Mutex::new(Vec::new()),
         retired: Mutex::new(Vec::new()),
     })
+}
+
+/// Which ranks of the world MPI puts on this rank's node (`MPI_Comm_split_type` with
+/// `MPI_COMM_TYPE_SHARED`). Collective, as `init_mpi` is.
+fn node_ranks(size: c_int) -> std::result::Result<Vec<bool>, String> {
+    let mut near = vec![false; size as usize];
+    let mut node = MaybeUninit::<ffi::MPI_Comm>::uninit();
+    // SAFETY: MPI is initialized; out-pointers are valid; every handle made here is freed.
+    unsafe {
+        if ffi::MPI_Comm_split_type(
+            world(),
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            0,
+            ffi::RSMPI_INFO_NULL,
+            node.as_mut_ptr(),
+        ) != 0
+        {
+            return Err("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed".into());
+        }
+        let mut node = node.assume_init();
+        let (mut wg, mut ng) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        ffi::MPI_Comm_group(world(), wg.as_mut_ptr());
+        ffi::MPI_Comm_group(node, ng.as_mut_ptr());
+        let (mut wg, mut ng) = (wg.assume_init(), ng.assume_init());
+        let mut n: c_int = 0;
+        ffi::MPI_Comm_size(node, &mut n);
+        let local: Vec<c_int> = (0..n).collect();
+        let mut global = vec![0 as c_int; n as usize];
+        ffi::MPI_Group_translate_ranks(ng, n, local.as_ptr(), wg, global.as_mut_ptr());
+        for r in global {
+            if let Some(x) = near.get_mut(r as usize) {
+                *x = true;
+            }
+        }
+        ffi::MPI_Group_free(&mut wg);
+        ffi::MPI_Group_free(&mut ng);
+        ffi::MPI_Comm_free(&mut node);
+    }
+    Ok(near)
 }
 
 /// The initialized MPI state (initializing it on first use).
