@@ -87,29 +87,29 @@ impl SendQueue {
         err
     }
 
-    /// Posts a send of a copy of `msg` to `dest` with `tag`.
-    pub(crate) fn post_copy(&mut self, msg: &[u8], dest: c_int, tag: c_int) -> Result<()> {
+    /// Posts a send of a copy of `msg` to `dest`: on `tag`, or a long message's head on
+    /// `tag` and its tail on `tail_tag` (see `recvq`).
+    pub(crate) fn post_copy(
+        &mut self,
+        msg: &[u8],
+        dest: c_int,
+        tag: c_int,
+        tail_tag: c_int,
+    ) -> Result<()> {
         let copy = self.buffer_with(msg);
-        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        crate::imp::check(
-            // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a
-            // Vec's heap buffer does not move when the Vec does).
-            unsafe {
-                ffi::MPI_Isend(
-                    copy.as_ptr().cast(),
-                    copy.len() as c_int,
-                    crate::imp::byte(),
-                    dest,
-                    tag,
-                    crate::imp::world(),
-                    req.as_mut_ptr(),
-                )
-            },
-            "MPI_Isend",
-        )?;
+        let (head, tail) = crate::recvq::parts(msg.len());
+        let head_req = isend(&copy[head], dest, tag)?;
+        let Some(tail) = tail else {
+            self.bytes += copy.len();
+            self.pending.push((head_req, copy));
+            return Ok(());
+        };
+        // The buffer goes with the tail's entry: `reap` frees entries in order, so only
+        // once both parts are sent.
+        self.pending.push((head_req, Vec::new()));
+        let tail_req = isend(&copy[tail], dest, tail_tag)?;
         self.bytes += copy.len();
-        // SAFETY: MPI_Isend succeeded and wrote the request.
-        self.pending.push((unsafe { req.assume_init() }, copy));
+        self.pending.push((tail_req, copy));
         Ok(())
     }
 
@@ -126,4 +126,28 @@ impl SendQueue {
         }
         msg.to_vec()
     }
+}
+
+/// `MPI_Isend` of `buf` to `dest` with `tag`.
+///
+/// The caller keeps `buf` alive and unmoved until MPI reports the request complete.
+pub(crate) fn isend(buf: &[u8], dest: c_int, tag: c_int) -> Result<ffi::MPI_Request> {
+    let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
+    crate::imp::check(
+        // SAFETY: `buf` outlives the request (the caller's duty, stated above).
+        unsafe {
+            ffi::MPI_Isend(
+                buf.as_ptr().cast(),
+                buf.len() as c_int,
+                crate::imp::byte(),
+                dest,
+                tag,
+                crate::imp::world(),
+                req.as_mut_ptr(),
+            )
+        },
+        "MPI_Isend",
+    )?;
+    // SAFETY: MPI_Isend succeeded and wrote the request.
+    Ok(unsafe { req.assume_init() })
 }

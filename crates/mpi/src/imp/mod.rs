@@ -30,7 +30,9 @@ const TAG_BASE: c_int = 16;
 const KIND_MSG: c_int = 0;
 const KIND_CLOSE: c_int = 1;
 const KIND_SETUP: c_int = 2;
-const KINDS: c_int = 3;
+/// The second part of a long message (see `recvq`).
+const KIND_TAIL: c_int = 3;
+const KINDS: c_int = 4;
 /// Ports at or above this name the connecting end of a connection (never listened on).
 const EPHEMERAL: u32 = 1 << 31;
 /// MPI counts are `int`: larger transfers go in pieces of this size.
@@ -326,8 +328,10 @@ fn start_progress() {
             let mut seen = POLLS.load(Ordering::Relaxed);
             loop {
                 if PROGRESS_STOP.load(Ordering::Acquire) {
+                    COARSE_ON.store(false, Ordering::Relaxed);
                     return;
                 }
+                COARSE_US.store(precise_us(), Ordering::Relaxed);
                 // While the application polls MPI itself its calls drive progress: probing too
                 // would only contend for the library's locks on a machine with few cores.
                 let calls = POLLS.load(Ordering::Relaxed);
@@ -357,12 +361,47 @@ fn start_progress() {
             }
         });
     if let Ok(t) = t {
+        COARSE_US.store(precise_us(), Ordering::Relaxed);
+        COARSE_ON.store(true, Ordering::Relaxed);
         *lock(&PROGRESS) = Some(t);
     }
 }
 
+/// Microseconds since the first call, from the system clock.
+fn precise_us() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The clock of the message path's close probes (see `MpiEndpoint::check_open_soon`):
+/// microseconds as the progress thread last read them at one of its wake-ups (at most
+/// `20 * ACCIO_MPI_PROGRESS_US` apart, later on a loaded machine), one load instead of a
+/// clock read per message (a clock read was about a tenth of an 8-byte message's cost);
+/// the system clock when the thread is off.
+pub(crate) fn coarse_us() -> u64 {
+    if COARSE_ON.load(Ordering::Relaxed) {
+        COARSE_US.load(Ordering::Relaxed)
+    } else {
+        precise_us()
+    }
+}
+
+/// See [`coarse_us`].
+static COARSE_US: AtomicU64 = AtomicU64::new(0);
+static COARSE_ON: AtomicBool = AtomicBool::new(false);
+
 /// Counts the message polls of application threads (see `start_progress`).
 static POLLS: AtomicU64 = AtomicU64::new(0);
+
+/// Notes a message poll. A load and a store, not an atomic add: the progress thread only
+/// asks whether the count moved, and a count lost to a race between two polling threads
+/// still moves it.
+pub(crate) fn count_poll() {
+    POLLS.store(
+        POLLS.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
 /// Asks the progress thread to stop (before MPI_Finalize).
 static PROGRESS_STOP: AtomicBool = AtomicBool::new(false);
 /// The progress thread, joined at exit.
@@ -374,7 +413,19 @@ fn tag(conn: u32, dir: u32, kind: c_int) -> c_int {
 
 /// Non-blocking probe-and-receive of one message from `src` with `tag`.
 fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> {
-    POLLS.fetch_add(1, Ordering::Relaxed);
+    buf.clear();
+    try_take_at(src, tag, buf, 0)
+}
+
+/// As [`try_take`], but keeps the first `at` bytes of `buf` and appends the message to
+/// them; returns the message's length.
+pub(crate) fn try_take_at(
+    src: c_int,
+    tag: c_int,
+    buf: &mut Vec<u8>,
+    at: usize,
+) -> Result<Option<usize>> {
+    count_poll();
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
     let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -404,13 +455,14 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
         "MPI_Get_count",
     )?;
     let n = count.max(0) as usize;
-    buf.clear();
+    buf.truncate(at);
     buf.reserve(n);
     check(
-        // SAFETY: `buf` has capacity for `n` bytes; MPI_Mrecv writes exactly the message.
+        // SAFETY: `buf` has capacity for `at + n` bytes; MPI_Mrecv writes exactly the
+        // message after the first `at`.
         unsafe {
             ffi::MPI_Mrecv(
-                buf.as_mut_ptr().cast(),
+                buf.as_mut_ptr().add(at).cast(),
                 count,
                 byte(),
                 &mut msg,
@@ -419,8 +471,8 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
         },
         "MPI_Mrecv",
     )?;
-    // SAFETY: MPI_Mrecv wrote `n` bytes.
-    unsafe { buf.set_len(n) };
+    // SAFETY: the first `at` bytes were there, MPI_Mrecv wrote the next `n`.
+    unsafe { buf.set_len(at + n) };
     Ok(Some(n))
 }
 
