@@ -5,7 +5,7 @@
 //!
 //! - **Messages** are MPI two-sided messages (`MPI_Isend`, a receive kept posted with
 //!   `MPI_Irecv`), on tags of their own per connection and direction, so MPI's ordering is
-//!   the contract's ordering (a message longer than 8 KiB goes in two parts; see `recvq`).
+//!   the contract's ordering (a message longer than 2 KiB goes in two parts; see `recvq`).
 //! - **Windows** are memory attached to one MPI-3 dynamic window on `MPI_COMM_WORLD`
 //!   (`MPI_Win_create_dynamic`, `MPI_Win_attach`), opened once with `MPI_Win_lock_all`;
 //!   RMA is `MPI_Put`/`MPI_Get`, completion `MPI_Win_flush`. Each endpoint publishes its
