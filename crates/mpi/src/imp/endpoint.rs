@@ -204,7 +204,7 @@ impl MpiEndpoint {
         if let Some(tail) = tail {
             reqs[1] = isend(&msg[tail], self.peer, self.tx + KIND_TAIL)?;
         }
-        let mut b = Backoff(0);
+        let mut b = Backoff::new(Backoff::SPIN_NEAR);
         let mut misses = 0u32;
         let mut flag: c_int = 0;
         let test = |reqs: &mut [ffi::MPI_Request; 2], flag: &mut c_int| {
@@ -476,7 +476,7 @@ impl Endpoint for MpiEndpoint {
         if !self.direct(msg.len()) {
             // Buffered (a copy travels with the request): a sender never waits for a receiver
             // that is busy elsewhere, and several messages stay in flight (see `sendq`).
-            let mut b = Backoff(0);
+            let mut b = Backoff::new(Backoff::SPIN);
             loop {
                 q.reap()?;
                 if q.has_room(msg.len()) {
@@ -524,7 +524,7 @@ impl Endpoint for MpiEndpoint {
         // message that is there already costs no clock read, and the timeout, counted from
         // a little later, still never fires early.
         let mut t0: Option<Instant> = None;
-        let mut b = Backoff(0);
+        let mut b = Backoff::new(Backoff::SPIN);
         let mut misses = 0u32;
         loop {
             if let Some(n) = q.take(buf)? {

@@ -493,17 +493,51 @@ fn send_blocking(buf: &[u8], dest: c_int, tag: c_int) -> Result<()> {
     )
 }
 
-/// Waits politely: spins briefly, then yields, then sleeps, so a waiting rank leaves the
-/// core to a peer on a small machine.
-struct Backoff(u32);
+/// How a rank waits for MPI: it polls (the caller's loop makes the MPI call) while spinning
+/// for a bounded time, then polls between short sleeps, and after [`Backoff::LONG`] between
+/// sleeps of 100 µs, so a waiting rank leaves the core to a peer on a small machine.
+///
+/// The short sleeps are not only politeness. Between network namespaces (Open MPI's tcp
+/// path over a veth pair) a message reached a busy-polling receiver only when a timer
+/// interrupt came on: 4.0 ms one-way (one tick at 250 Hz) for Open MPI itself, 1.12 ms for
+/// accio, whose progress thread woke every 1 ms, and 0.15 ms with that thread woken every
+/// 40 µs (`scripts/compare-mpi.sh`, loaded machine). A sleep arms a timer on the waiting
+/// rank's own core, so the wait itself brings the interrupt.
+struct Backoff {
+    polls: u32,
+    spin: Duration,
+    since: Option<Instant>,
+}
 
 impl Backoff {
+    /// Waits that end within a network's latency (a receive, room for a buffered send).
+    const SPIN: Duration = Duration::from_micros(50);
+    /// Waits for a transfer on this node (a send from the caller's buffer).
+    const SPIN_NEAR: Duration = Duration::from_millis(1);
+    /// Waits longer than this sleep 100 µs at a time.
+    const LONG: Duration = Duration::from_millis(20);
+
+    fn new(spin: Duration) -> Backoff {
+        Backoff {
+            polls: 0,
+            spin,
+            since: None,
+        }
+    }
+
     fn wait(&mut self) {
-        self.0 += 1;
-        if self.0 < 2000 {
+        self.polls += 1;
+        // The clock is read every 32 polls (a read costs about as much as a poll).
+        if !self.polls.is_multiple_of(32) {
             std::hint::spin_loop();
-        } else if self.0 < 20_000 {
-            std::thread::yield_now();
+            return;
+        }
+        let waited = self.since.get_or_insert_with(Instant::now).elapsed();
+        if waited < self.spin {
+            std::hint::spin_loop();
+        } else if waited < Self::LONG {
+            // About 50 µs with Linux's default timer slack.
+            std::thread::sleep(Duration::from_micros(1));
         } else {
             std::thread::sleep(Duration::from_micros(100));
         }
@@ -513,8 +547,8 @@ impl Backoff {
     /// then sleeps, so an idle acceptor thread neither takes a core nor contends for MPI's
     /// locks with the threads that move data.
     fn wait_idle(&mut self) {
-        self.0 += 1;
-        if self.0 < 100 {
+        self.polls += 1;
+        if self.polls < 100 {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(500));
