@@ -191,6 +191,16 @@ impl MpiEndpoint {
         len > MAX_BUFFERED || (self.near && len >= DIRECT_NEAR)
     }
 
+    /// How this endpoint's waits poll: spinning long to a peer on this node, whose
+    /// messages need no interrupt to arrive, briefly to one off the node (see [`Backoff`]).
+    fn backoff(&self) -> Backoff {
+        Backoff::new(if self.near {
+            Backoff::SPIN_NEAR
+        } else {
+            Backoff::SPIN
+        })
+    }
+
     /// Sends from the caller's buffer and waits until MPI is done with it. While it waits,
     /// messages that arrive from the peer are received into [`Self::drained`]: a peer
     /// blocked in the same kind of send to this rank then completes, so two ranks that send
@@ -204,7 +214,7 @@ impl MpiEndpoint {
         if let Some(tail) = tail {
             reqs[1] = isend(&msg[tail], self.peer, self.tx + KIND_TAIL)?;
         }
-        let mut b = Backoff::new(Backoff::SPIN_NEAR);
+        let mut b = self.backoff();
         let mut misses = 0u32;
         let mut flag: c_int = 0;
         let test = |reqs: &mut [ffi::MPI_Request; 2], flag: &mut c_int| {
@@ -476,7 +486,7 @@ impl Endpoint for MpiEndpoint {
         if !self.direct(msg.len()) {
             // Buffered (a copy travels with the request): a sender never waits for a receiver
             // that is busy elsewhere, and several messages stay in flight (see `sendq`).
-            let mut b = Backoff::new(Backoff::SPIN);
+            let mut b = self.backoff();
             loop {
                 q.reap()?;
                 if q.has_room(msg.len()) {
@@ -524,7 +534,7 @@ impl Endpoint for MpiEndpoint {
         // message that is there already costs no clock read, and the timeout, counted from
         // a little later, still never fires early.
         let mut t0: Option<Instant> = None;
-        let mut b = Backoff::new(Backoff::SPIN);
+        let mut b = self.backoff();
         let mut misses = 0u32;
         loop {
             if let Some(n) = q.take(buf)? {
