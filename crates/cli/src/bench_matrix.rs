@@ -40,6 +40,8 @@ pub struct MatrixArgs {
 
 const DEFAULT_SIZES: &[u64] = &[8, 4096, 65536, 2 << 20, 4 << 20];
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a rank waits for its turn (pairs are measured one after another).
+const WAIT: Duration = Duration::from_secs(3600);
 
 /// One figure measured at a pair's sending rank.
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,6 +57,26 @@ struct Cell {
 fn recv(ep: &dyn Endpoint, buf: &mut Vec<u8>) -> anyhow::Result<usize> {
     ep.recv_timeout(buf, Some(TIMEOUT))
         .with_context(|| format!("receiving from {}", ep.peer_addr()))
+}
+
+/// Waits for a message without taking a core: polls `try_recv` between 1 ms sleeps. For the
+/// waits between figures (a rank whose peer is still busy with another pair, the gather at
+/// rank 0): four ranks share two cores on the CI machine, and a rank spinning in `recv`
+/// there took CPU time from the pair being measured.
+fn recv_idle(ep: &dyn Endpoint, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<usize> {
+    let t0 = Instant::now();
+    loop {
+        if let accio::Progress::Ready(n) = ep
+            .try_recv(buf)
+            .with_context(|| format!("receiving from {}", ep.peer_addr()))?
+        {
+            return Ok(n);
+        }
+        if t0.elapsed() > timeout {
+            bail!("nothing from {} within {timeout:?}", ep.peer_addr());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Ping-pong: `src` measures, `dst` echoes. One sample = half the median round trip.
@@ -97,7 +119,10 @@ fn bandwidth(
 ) -> anyhow::Result<Vec<f64>> {
     let msg = vec![0xa5u8; size];
     let mut buf = Vec::with_capacity(size);
-    let count = ((64usize << 20) / size.max(1)).clamp(16, 4000);
+    // 256 MiB a sample (at most 4000 messages): a 64 MiB burst of 2 MiB messages lasted
+    // 6-10 ms on one node, shorter than one scheduler slice of a loaded machine, and its
+    // figures spread 3-12 GB/s.
+    let count = ((256usize << 20) / size.max(1)).clamp(16, 4000);
     let mut samples = Vec::new();
     for rep in usize::from(!warm)..=reps {
         if src {
@@ -134,6 +159,15 @@ fn measure_pair(
     out: &mut Vec<Cell>,
 ) -> anyhow::Result<()> {
     let first = out.len();
+    // The lower rank connects without the higher one's attention and may be early: it waits
+    // idle until the higher rank, done with its earlier pairs, says go.
+    if let Some((_, ep)) = eps.first() {
+        if me == y {
+            ep.send(b"go")?;
+        } else {
+            recv_idle(&**ep, &mut Vec::new(), WAIT)?;
+        }
+    }
     for round in 0..reps {
         for (scheme, ep) in eps {
             for (src, dst) in [(x, y), (y, x)] {
@@ -221,7 +255,7 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
         let ep = w.endpoint(0)?;
         ep.send(&serde_json::to_vec(&mine)?)?;
         let mut buf = Vec::new();
-        recv(&*ep, &mut buf)?;
+        recv_idle(&*ep, &mut buf, WAIT)?;
         return Ok(());
     }
     let mut cells = mine;
@@ -229,7 +263,7 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     for r in 1..w.size() {
         let ep = w.endpoint(r)?;
         let mut buf = Vec::new();
-        recv(&*ep, &mut buf)?;
+        recv_idle(&*ep, &mut buf, WAIT)?;
         let theirs: Vec<Cell> =
             serde_json::from_slice(&buf).with_context(|| format!("figures of rank {r}"))?;
         cells.extend(theirs);
