@@ -2,7 +2,9 @@
 //!
 //! `send` copies a message into a buffer of its own and posts `MPI_Isend` on the copy, so it
 //! returns without waiting for the receiver, as a tcp socket or an shm ring lets a sender
-//! run ahead. Up to [`MAX_PENDING`] messages and [`MAX_PENDING_BYTES`] bytes stay in flight
+//! run ahead. (Large messages to a peer on the same node skip this queue and are sent from
+//! the caller's buffer; see `MpiEndpoint::direct`. A message longer than `recvq::WHOLE` is
+//! two requests here, head and tail, and its buffer goes with the second.) Up to [`MAX_PENDING`] messages and [`MAX_PENDING_BYTES`] bytes stay in flight
 //! per endpoint; past that, `send` waits for the oldest to complete (and `try_send` says
 //! would-block). Keeping several large messages in flight is what lets MPI overlap one
 //! message's rendezvous handshake with another's copy, as the window of osu_bw does; a
