@@ -24,8 +24,9 @@ pub struct MatrixArgs {
     /// Samples per figure.
     #[arg(long, default_value_t = 5)]
     reps: usize,
-    /// Writes the fastest measured backend of every pair (bandwidth at the largest size,
-    /// both directions summed) as a per-pair config file: point `ACCIO_WORLD_CONFIG` at it
+    /// Writes the measured choice of every pair (bandwidth at the largest size: the backend
+    /// whose worse direction is closest to the best in that direction) as a per-pair config
+    /// file: point `ACCIO_WORLD_CONFIG` at it
     /// and the world's rule uses the measured choice.
     #[arg(long, value_name = "FILE")]
     write_config: Option<std::path::PathBuf>,
@@ -39,6 +40,8 @@ pub struct MatrixArgs {
 
 const DEFAULT_SIZES: &[u64] = &[8, 4096, 65536, 2 << 20, 4 << 20];
 const TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a rank waits for its turn (pairs are measured one after another).
+const WAIT: Duration = Duration::from_secs(3600);
 
 /// One figure measured at a pair's sending rank.
 #[derive(Debug, Serialize, Deserialize)]
@@ -54,6 +57,26 @@ struct Cell {
 fn recv(ep: &dyn Endpoint, buf: &mut Vec<u8>) -> anyhow::Result<usize> {
     ep.recv_timeout(buf, Some(TIMEOUT))
         .with_context(|| format!("receiving from {}", ep.peer_addr()))
+}
+
+/// Waits for a message without taking a core: polls `try_recv` between 1 ms sleeps. For the
+/// waits between figures (a rank whose peer is still busy with another pair, the gather at
+/// rank 0): four ranks share two cores on the CI machine, and a rank spinning in `recv`
+/// there took CPU time from the pair being measured.
+fn recv_idle(ep: &dyn Endpoint, buf: &mut Vec<u8>, timeout: Duration) -> anyhow::Result<usize> {
+    let t0 = Instant::now();
+    loop {
+        if let accio::Progress::Ready(n) = ep
+            .try_recv(buf)
+            .with_context(|| format!("receiving from {}", ep.peer_addr()))?
+        {
+            return Ok(n);
+        }
+        if t0.elapsed() > timeout {
+            bail!("nothing from {} within {timeout:?}", ep.peer_addr());
+        }
+        std::thread::sleep(Duration::from_millis(1));
+    }
 }
 
 /// Ping-pong: `src` measures, `dst` echoes. One sample = half the median round trip.
@@ -85,13 +108,23 @@ fn latency(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::Re
     Ok(samples)
 }
 
-/// Streaming: `src` sends a burst, `dst` acknowledges the last message; GB/s.
-fn bandwidth(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::Result<Vec<f64>> {
+/// Streaming: `src` sends bursts, `dst` acknowledges the last message of each; GB/s per
+/// burst. With `warm`, one untimed burst goes first (fresh buffers, connection setup).
+fn bandwidth(
+    ep: &dyn Endpoint,
+    src: bool,
+    size: usize,
+    reps: usize,
+    warm: bool,
+) -> anyhow::Result<Vec<f64>> {
     let msg = vec![0xa5u8; size];
     let mut buf = Vec::with_capacity(size);
-    let count = ((64usize << 20) / size.max(1)).clamp(16, 4000);
+    // 256 MiB a sample (at most 4000 messages): a 64 MiB burst of 2 MiB messages lasted
+    // 6-10 ms on one node, shorter than one scheduler slice of a loaded machine, and its
+    // figures spread 3-12 GB/s.
+    let count = ((256usize << 20) / size.max(1)).clamp(16, 4000);
     let mut samples = Vec::new();
-    for rep in 0..=reps {
+    for rep in usize::from(!warm)..=reps {
         if src {
             let t = Instant::now();
             for _ in 0..count {
@@ -99,7 +132,6 @@ fn bandwidth(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::
             }
             recv(ep, &mut buf)?;
             let s = t.elapsed().as_secs_f64();
-            // The first burst warms up (fresh buffers, connection setup).
             if rep > 0 {
                 samples.push((count * size) as f64 / s / 1e9);
             }
@@ -111,6 +143,68 @@ fn bandwidth(ep: &dyn Endpoint, src: bool, size: usize, reps: usize) -> anyhow::
         }
     }
     Ok(samples)
+}
+
+/// Measures one pair over every backend in `eps`, interleaved: each round takes one sample
+/// of every figure (backend, direction, size), so a slow phase of the machine (another
+/// process, the host moving the vCPUs; `../shared/MACHINE_NOTES.md` items 5 and 7) lowers
+/// the figures of every backend alike instead of deciding the choice. The first round also
+/// warms every figure up, untimed.
+fn measure_pair(
+    eps: &[(String, Box<dyn Endpoint>)],
+    (x, y): (usize, usize),
+    me: usize,
+    sizes: &[u64],
+    reps: usize,
+    out: &mut Vec<Cell>,
+) -> anyhow::Result<()> {
+    let first = out.len();
+    // The lower rank connects without the higher one's attention and may be early: it waits
+    // idle until the higher rank, done with its earlier pairs, says go.
+    if let Some((_, ep)) = eps.first() {
+        if me == y {
+            ep.send(b"go")?;
+        } else {
+            recv_idle(&**ep, &mut Vec::new(), WAIT)?;
+        }
+    }
+    for round in 0..reps {
+        for (scheme, ep) in eps {
+            for (src, dst) in [(x, y), (y, x)] {
+                let sending = me == src;
+                for &size in sizes {
+                    let lat = latency(&**ep, sending, size as usize, 1)
+                        .with_context(|| format!("latency {src}->{dst} over {scheme}"))?;
+                    let bw = bandwidth(&**ep, sending, size as usize, 1, round == 0)
+                        .with_context(|| format!("bandwidth {src}->{dst} over {scheme}"))?;
+                    if !sending {
+                        continue;
+                    }
+                    for (metric, samples) in [(m::LATENCY, lat), (m::STREAM_BW, bw)] {
+                        let cell = out[first..].iter_mut().find(|c| {
+                            c.src == src
+                                && c.dst == dst
+                                && c.scheme == *scheme
+                                && c.size == size
+                                && c.metric == metric
+                        });
+                        match cell {
+                            Some(c) => c.samples.extend(samples),
+                            None => out.push(Cell {
+                                src,
+                                dst,
+                                scheme: scheme.clone(),
+                                size,
+                                metric: metric.into(),
+                                samples,
+                            }),
+                        }
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn label(w: &World, r: usize) -> String {
@@ -141,32 +235,18 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
             let peer = if me == x { y } else { x };
             let schemes = w.usable(peer)?.into_iter();
             let schemes = schemes.filter(|s| args.backends.is_empty() || args.backends.contains(s));
+            let mut eps = Vec::new();
             for scheme in schemes {
                 let ep = w.endpoint_via(peer, &scheme)?;
-                for (src, dst) in [(x, y), (y, x)] {
-                    let sending = me == src;
-                    for &size in &sizes {
-                        let lat = latency(&*ep, sending, size as usize, args.reps)
-                            .with_context(|| format!("latency {src}->{dst} over {scheme}"))?;
-                        let bw = bandwidth(&*ep, sending, size as usize, args.reps)
-                            .with_context(|| format!("bandwidth {src}->{dst} over {scheme}"))?;
-                        if sending {
-                            for (metric, samples) in [(m::LATENCY, lat), (m::STREAM_BW, bw)] {
-                                mine.push(Cell {
-                                    src,
-                                    dst,
-                                    scheme: scheme.clone(),
-                                    size,
-                                    metric: metric.into(),
-                                    samples,
-                                });
-                            }
-                        }
-                    }
-                }
-                if me == x {
-                    eprintln!("matrix: ranks {x} and {y} over {scheme} measured");
-                }
+                eps.push((scheme, ep));
+            }
+            measure_pair(&eps, (x, y), me, &sizes, args.reps, &mut mine)?;
+            if me == x {
+                let names: Vec<&str> = eps.iter().map(|(s, _)| s.as_str()).collect();
+                eprintln!(
+                    "matrix: ranks {x} and {y} over {} measured",
+                    names.join(", ")
+                );
             }
         }
     }
@@ -175,7 +255,7 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
         let ep = w.endpoint(0)?;
         ep.send(&serde_json::to_vec(&mine)?)?;
         let mut buf = Vec::new();
-        recv(&*ep, &mut buf)?;
+        recv_idle(&*ep, &mut buf, WAIT)?;
         return Ok(());
     }
     let mut cells = mine;
@@ -183,7 +263,7 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     for r in 1..w.size() {
         let ep = w.endpoint(r)?;
         let mut buf = Vec::new();
-        recv(&*ep, &mut buf)?;
+        recv_idle(&*ep, &mut buf, WAIT)?;
         let theirs: Vec<Cell> =
             serde_json::from_slice(&buf).with_context(|| format!("figures of rank {r}"))?;
         cells.extend(theirs);
@@ -224,35 +304,73 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Every backend measured for the unordered pair `a`, `b` with its stream bandwidth at
-/// `big` bytes, both directions summed (medians), fastest first.
-fn measured(cells: &[Cell], a: usize, b: usize, big: u64) -> Vec<(String, f64)> {
-    let mut out: Vec<(String, f64)> = Vec::new();
-    for c in cells.iter().filter(|c| {
-        ((c.src == a && c.dst == b) || (c.src == b && c.dst == a))
-            && c.size == big
-            && c.metric == m::STREAM_BW
-    }) {
-        let v = median(&c.samples);
-        match out.iter_mut().find(|(s, _)| *s == c.scheme) {
-            Some(e) => e.1 += v,
-            None => out.push((c.scheme.clone(), v)),
+/// One backend's standing for an unordered pair (see [`ranked`]).
+struct Standing {
+    scheme: String,
+    /// Its stream bandwidth (median) in each direction, `a -> b` then `b -> a`.
+    bw: [f64; 2],
+    /// Its worse direction's bandwidth relative to the best backend in that direction.
+    worst: f64,
+}
+
+/// Every backend measured in both directions of the unordered pair `a`, `b` at `big` bytes,
+/// the pair's choice first. Both directions of a pair share one endpoint (the world gives
+/// a pair one connection, and request-reply traffic needs both ways on it), so a pair gets
+/// one backend: the one whose worse direction comes closest to the best backend measured
+/// in that direction; ties go to the larger sum of both directions.
+fn ranked(cells: &[Cell], a: usize, b: usize, big: u64) -> Vec<Standing> {
+    let bw = |s: &str, src: usize, dst: usize| {
+        cells
+            .iter()
+            .find(|c| {
+                c.src == src
+                    && c.dst == dst
+                    && c.scheme == s
+                    && c.size == big
+                    && c.metric == m::STREAM_BW
+            })
+            .map(|c| median(&c.samples))
+    };
+    let mut out: Vec<Standing> = Vec::new();
+    for c in cells.iter().filter(|c| c.src == a && c.dst == b) {
+        if out.iter().any(|x| x.scheme == c.scheme) {
+            continue;
+        }
+        if let (Some(x), Some(y)) = (bw(&c.scheme, a, b), bw(&c.scheme, b, a)) {
+            out.push(Standing {
+                scheme: c.scheme.clone(),
+                bw: [x, y],
+                worst: 0.0,
+            });
         }
     }
-    out.sort_by(|x, y| y.1.total_cmp(&x.1));
+    let best = |i: usize| out.iter().map(|x| x.bw[i]).fold(0.0, f64::max);
+    let (b0, b1) = (best(0), best(1));
+    for x in &mut out {
+        let r = |v: f64, b: f64| if b > 0.0 { v / b } else { 1.0 };
+        x.worst = r(x.bw[0], b0).min(r(x.bw[1], b1));
+    }
+    out.sort_by(|x, y| {
+        y.worst
+            .total_cmp(&x.worst)
+            .then((y.bw[0] + y.bw[1]).total_cmp(&(x.bw[0] + x.bw[1])))
+    });
     out
 }
 
-/// Per-pair config lines naming each pair's fastest backend at the largest size.
+/// Per-pair config lines naming each pair's measured choice at the largest size.
 fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
     let big = sizes.iter().copied().max().unwrap_or(0);
     let mut out = format!(
-        "# accio bench matrix: fastest backend per pair, stream bandwidth at {big} B, both directions summed\n"
+        "# accio bench matrix: per pair the backend whose worse direction is closest to the best measured in that direction, stream bandwidth at {big} B\n"
     );
     for a in 0..size {
         for b in a + 1..size {
-            if let Some((s, v)) = measured(cells, a, b, big).first() {
-                out.push_str(&format!("{a} {b} {s} # {v:.3} GB/s both ways\n"));
+            if let Some(x) = ranked(cells, a, b, big).first() {
+                out.push_str(&format!(
+                    "{a} {b} {} # {a}->{b} {:.3} GB/s, {b}->{a} {:.3} GB/s, worse direction {:.2}x of the best\n",
+                    x.scheme, x.bw[0], x.bw[1], x.worst
+                ));
             }
         }
     }
@@ -270,7 +388,7 @@ fn median(v: &[f64]) -> f64 {
 fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
     let big = sizes.iter().copied().max().unwrap_or(0);
     let small = sizes.iter().copied().min().unwrap_or(0);
-    println!("\nTransport choice per pair (the fastest measured unless the pair is set by ACCIO_WORLD_CONFIG or ACCIO_TRANSPORT; bandwidth at {big} B, latency at {small} B; `--write-config` makes the world use these choices):\n");
+    println!("\nTransport choice per pair (one backend per pair, serving both directions: the one whose worse direction comes closest to the best measured in that direction, unless the pair is set by ACCIO_WORLD_CONFIG or ACCIO_TRANSPORT; bandwidth at {big} B, latency at {small} B; `--write-config` makes the world use these choices):\n");
     println!(
         "| pair | chosen | reason | chosen GB/s | best GB/s (backend) | chosen/best | chosen us |"
     );
@@ -300,25 +418,32 @@ fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
             };
             let Some(rule) = choice else { continue };
             // The rule's last step is "the fastest measured": here it was measured, so unless
-            // the user set the pair (config line, ACCIO_TRANSPORT), the fastest one is chosen.
+            // the user set the pair (config line, ACCIO_TRANSPORT), the measured choice wins.
             let rules = &w.table()[0].rules;
             let set = rules.forced.is_some() || rules.pairs.lookup(a, b).is_some();
-            let fastest = measured(cells, a, b, big);
+            let fastest = ranked(cells, a.min(b), a.max(b), big);
             let choice = match fastest.first() {
-                Some((s, v)) if !set => {
+                Some(x) if !set => {
                     let others: Vec<String> = fastest[1..]
                         .iter()
-                        .map(|(s, v)| format!("{s} {v:.2}"))
+                        .map(|o| format!("{} {:.2}x", o.scheme, o.worst))
                         .collect();
-                    let without = if *s == rule.scheme {
+                    let without = if x.scheme == rule.scheme {
                         String::new()
                     } else {
                         format!("; without measurements: {}", rule.scheme)
                     };
+                    let (lo, hi) = (a.min(b), a.max(b));
                     accio_world::Choice {
-                        scheme: s.clone(),
+                        scheme: x.scheme.clone(),
                         reason: format!(
-                            "fastest measured: {s} {v:.2} GB/s both ways{}{} ({}){without}",
+                            "measured: {} {:.2}x of the best in its worse direction \
+                             ({lo}->{hi} {:.2}, {hi}->{lo} {:.2} GB/s; one backend serves both \
+                             directions){}{} ({}){without}",
+                            x.scheme,
+                            x.worst,
+                            x.bw[0],
+                            x.bw[1],
                             if others.is_empty() { "" } else { " vs " },
                             others.join(", "),
                             rule.reason
@@ -383,4 +508,37 @@ pub fn run_cmd(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
     let common = args.common.clone();
     let r = run(args, rec);
     common::finish("matrix", &common, rec, r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cell(src: usize, dst: usize, scheme: &str, gbps: f64) -> Cell {
+        Cell {
+            src,
+            dst,
+            scheme: scheme.into(),
+            size: 1 << 21,
+            metric: m::STREAM_BW.into(),
+            samples: vec![gbps],
+        }
+    }
+
+    #[test]
+    fn a_pair_gets_the_backend_whose_worse_direction_is_best_not_the_largest_sum() {
+        // mpi: fastest 0 -> 1 and the largest sum (11.5 against 8.5), but 1 -> 0 at 0.375x
+        // of tcp's; tcp's worse direction is 0 -> 1 at 0.45x of mpi's.
+        let cells = [
+            cell(0, 1, "mpi", 10.0),
+            cell(1, 0, "mpi", 1.5),
+            cell(0, 1, "tcp", 4.5),
+            cell(1, 0, "tcp", 4.0),
+        ];
+        let r = ranked(&cells, 0, 1, 1 << 21);
+        assert_eq!(r[0].scheme, "tcp");
+        assert_eq!(r[0].bw, [4.5, 4.0]);
+        assert!((r[0].worst - 0.45).abs() < 1e-9, "{}", r[0].worst);
+        assert!((r[1].worst - 0.375).abs() < 1e-9, "{}", r[1].worst);
+    }
 }

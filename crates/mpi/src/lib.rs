@@ -3,8 +3,9 @@
 //! The endpoint contract over MPI, for ranks that MPI launched (`mpirun`, `srun`):
 //! addresses `mpi://RANK[:PORT]` name a rank of `MPI_COMM_WORLD` and a port at it.
 //!
-//! - **Messages** are MPI two-sided messages (`MPI_Isend`, `MPI_Improbe`/`MPI_Mrecv`), one
-//!   tag per connection and direction, so MPI's ordering is the contract's ordering.
+//! - **Messages** are MPI two-sided messages (`MPI_Isend`, a receive kept posted with
+//!   `MPI_Irecv`), on tags of their own per connection and direction, so MPI's ordering is
+//!   the contract's ordering (a message longer than 2 KiB goes in two parts; see `recvq`).
 //! - **Windows** are memory attached to one MPI-3 dynamic window on `MPI_COMM_WORLD`
 //!   (`MPI_Win_create_dynamic`, `MPI_Win_attach`), opened once with `MPI_Win_lock_all`;
 //!   RMA is `MPI_Put`/`MPI_Get`, completion `MPI_Win_flush`. Each endpoint publishes its
@@ -27,6 +28,8 @@
 
 #[cfg(feature = "mpi")]
 mod imp;
+#[cfg(feature = "mpi")]
+mod recvq;
 #[cfg(feature = "mpi")]
 mod sendq;
 

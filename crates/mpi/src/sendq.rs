@@ -2,7 +2,9 @@
 //!
 //! `send` copies a message into a buffer of its own and posts `MPI_Isend` on the copy, so it
 //! returns without waiting for the receiver, as a tcp socket or an shm ring lets a sender
-//! run ahead. Up to [`MAX_PENDING`] messages and [`MAX_PENDING_BYTES`] bytes stay in flight
+//! run ahead. (Large messages to a peer on the same node skip this queue and are sent from
+//! the caller's buffer; see `MpiEndpoint::direct`. A message longer than `recvq::WHOLE` is
+//! two requests here, head and tail, and its buffer goes with the second.) Up to [`MAX_PENDING`] messages and [`MAX_PENDING_BYTES`] bytes stay in flight
 //! per endpoint; past that, `send` waits for the oldest to complete (and `try_send` says
 //! would-block). Keeping several large messages in flight is what lets MPI overlap one
 //! message's rendezvous handshake with another's copy, as the window of osu_bw does; a
@@ -87,29 +89,29 @@ impl SendQueue {
         err
     }
 
-    /// Posts a send of a copy of `msg` to `dest` with `tag`.
-    pub(crate) fn post_copy(&mut self, msg: &[u8], dest: c_int, tag: c_int) -> Result<()> {
+    /// Posts a send of a copy of `msg` to `dest`: on `tag`, or a long message's head on
+    /// `tag` and its tail on `tail_tag` (see `recvq`).
+    pub(crate) fn post_copy(
+        &mut self,
+        msg: &[u8],
+        dest: c_int,
+        tag: c_int,
+        tail_tag: c_int,
+    ) -> Result<()> {
         let copy = self.buffer_with(msg);
-        let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
-        crate::imp::check(
-            // SAFETY: `copy` is kept with the request until MPI_Test reports it complete (a
-            // Vec's heap buffer does not move when the Vec does).
-            unsafe {
-                ffi::MPI_Isend(
-                    copy.as_ptr().cast(),
-                    copy.len() as c_int,
-                    crate::imp::byte(),
-                    dest,
-                    tag,
-                    crate::imp::world(),
-                    req.as_mut_ptr(),
-                )
-            },
-            "MPI_Isend",
-        )?;
+        let (head, tail) = crate::recvq::parts(msg.len());
+        let head_req = isend(&copy[head], dest, tag)?;
+        let Some(tail) = tail else {
+            self.bytes += copy.len();
+            self.pending.push((head_req, copy));
+            return Ok(());
+        };
+        // The buffer goes with the tail's entry: `reap` frees entries in order, so only
+        // once both parts are sent.
+        self.pending.push((head_req, Vec::new()));
+        let tail_req = isend(&copy[tail], dest, tail_tag)?;
         self.bytes += copy.len();
-        // SAFETY: MPI_Isend succeeded and wrote the request.
-        self.pending.push((unsafe { req.assume_init() }, copy));
+        self.pending.push((tail_req, copy));
         Ok(())
     }
 
@@ -126,4 +128,28 @@ impl SendQueue {
         }
         msg.to_vec()
     }
+}
+
+/// `MPI_Isend` of `buf` to `dest` with `tag`.
+///
+/// The caller keeps `buf` alive and unmoved until MPI reports the request complete.
+pub(crate) fn isend(buf: &[u8], dest: c_int, tag: c_int) -> Result<ffi::MPI_Request> {
+    let mut req = MaybeUninit::<ffi::MPI_Request>::uninit();
+    crate::imp::check(
+        // SAFETY: `buf` outlives the request (the caller's duty, stated above).
+        unsafe {
+            ffi::MPI_Isend(
+                buf.as_ptr().cast(),
+                buf.len() as c_int,
+                crate::imp::byte(),
+                dest,
+                tag,
+                crate::imp::world(),
+                req.as_mut_ptr(),
+            )
+        },
+        "MPI_Isend",
+    )?;
+    // SAFETY: MPI_Isend succeeded and wrote the request.
+    Ok(unsafe { req.assume_init() })
 }

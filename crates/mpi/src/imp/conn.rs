@@ -69,7 +69,7 @@ impl Listener for MpiListener {
     fn accept(&self, timeout: Option<Duration>) -> Result<Box<dyn Endpoint>> {
         let m = mpi()?;
         let t0 = Instant::now();
-        let mut b = Backoff(0);
+        let mut b = Backoff::new(Backoff::SPIN);
         loop {
             m.pump()?;
             let req = lock(&self.queue).pop_front();
@@ -162,7 +162,7 @@ pub(crate) fn connect(addr: &Addr, timeout: Duration) -> Result<Box<dyn Endpoint
     req[8..16].copy_from_slice(&ep.table.addr.to_le_bytes());
     send_blocking(&req, peer, CONNECT_TAG)?;
     let t0 = Instant::now();
-    let mut b = Backoff(0);
+    let mut b = Backoff::new(Backoff::SPIN);
     let mut buf = Vec::new();
     loop {
         m.pump()?;

@@ -30,7 +30,9 @@ const TAG_BASE: c_int = 16;
 const KIND_MSG: c_int = 0;
 const KIND_CLOSE: c_int = 1;
 const KIND_SETUP: c_int = 2;
-const KINDS: c_int = 3;
+/// The second part of a long message (see `recvq`).
+const KIND_TAIL: c_int = 3;
+const KINDS: c_int = 4;
 /// Ports at or above this name the connecting end of a connection (never listened on).
 const EPHEMERAL: u32 = 1 << 31;
 /// MPI counts are `int`: larger transfers go in pieces of this size.
@@ -54,9 +56,14 @@ const TABLE_HEADER: usize = 64;
 /// Where in an endpoint's table block the peer flags a withdrawn window.
 const STALE_AT: usize = 16;
 const MAX_TRY_SEND: usize = 64 << 10;
-/// Messages up to this size are sent from a copy and kept in flight; larger ones block until
-/// received, without a copy.
+/// Messages up to this size may be sent from a copy and kept in flight; larger ones are
+/// always sent from the caller's buffer (see `MpiEndpoint::direct`).
 const MAX_BUFFERED: usize = MAX_PENDING_BYTES;
+/// Messages at least this large to a peer on this node are sent from the caller's buffer.
+const DIRECT_NEAR: usize = 64 << 10;
+/// Tests of a direct send that did not complete before it starts draining the peer's
+/// messages (see `MpiEndpoint::send_direct`).
+const DRAIN_AFTER: u32 = 64;
 /// How often the hot paths (`send`, a `recv` that waits) probe for the peer's close: the
 /// contract gives a second, and each probe is a round of MPI's progress engine.
 const CLOSE_PROBE_EVERY: Duration = Duration::from_millis(1);
@@ -71,6 +78,8 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 pub(crate) struct Mpi {
     pub rank: c_int,
     pub size: c_int,
+    /// Per rank of the world: whether MPI puts it on this rank's node (shared memory).
+    near: Vec<bool>,
     win: ffi::MPI_Win,
     max_conn: u32,
     next_conn: AtomicU32,
@@ -198,6 +207,7 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
     }
     // SAFETY: MPI_Win_create_dynamic succeeded and wrote the handle.
     let win = unsafe { win.assume_init() };
+    let near = node_ranks(size)?;
     // SAFETY: valid window handle; a shared lock on every rank for the whole run (passive
     // target), so RMA needs no epoch calls.
     unsafe {
@@ -230,6 +240,7 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
     Ok(Mpi {
         rank,
         size,
+        near,
         win,
         arena: Arc::new(arena),
         arena_next: Mutex::new(0),
@@ -241,6 +252,45 @@ fn init_mpi() -> std::result::Result<Mpi, String> {
         graves: Mutex::new(Vec::new()),
         retired: Mutex::new(Vec::new()),
     })
+}
+
+/// Which ranks of the world MPI puts on this rank's node (`MPI_Comm_split_type` with
+/// `MPI_COMM_TYPE_SHARED`). Collective, as `init_mpi` is.
+fn node_ranks(size: c_int) -> std::result::Result<Vec<bool>, String> {
+    let mut near = vec![false; size as usize];
+    let mut node = MaybeUninit::<ffi::MPI_Comm>::uninit();
+    // SAFETY: MPI is initialized; out-pointers are valid; every handle made here is freed.
+    unsafe {
+        if ffi::MPI_Comm_split_type(
+            world(),
+            ffi::RSMPI_COMM_TYPE_SHARED,
+            0,
+            ffi::RSMPI_INFO_NULL,
+            node.as_mut_ptr(),
+        ) != 0
+        {
+            return Err("MPI_Comm_split_type(MPI_COMM_TYPE_SHARED) failed".into());
+        }
+        let mut node = node.assume_init();
+        let (mut wg, mut ng) = (MaybeUninit::uninit(), MaybeUninit::uninit());
+        ffi::MPI_Comm_group(world(), wg.as_mut_ptr());
+        ffi::MPI_Comm_group(node, ng.as_mut_ptr());
+        let (mut wg, mut ng) = (wg.assume_init(), ng.assume_init());
+        let mut n: c_int = 0;
+        ffi::MPI_Comm_size(node, &mut n);
+        let local: Vec<c_int> = (0..n).collect();
+        let mut global = vec![0 as c_int; n as usize];
+        ffi::MPI_Group_translate_ranks(ng, n, local.as_ptr(), wg, global.as_mut_ptr());
+        for r in global {
+            if let Some(x) = near.get_mut(r as usize) {
+                *x = true;
+            }
+        }
+        ffi::MPI_Group_free(&mut wg);
+        ffi::MPI_Group_free(&mut ng);
+        ffi::MPI_Comm_free(&mut node);
+    }
+    Ok(near)
 }
 
 /// The initialized MPI state (initializing it on first use).
@@ -278,8 +328,10 @@ fn start_progress() {
             let mut seen = POLLS.load(Ordering::Relaxed);
             loop {
                 if PROGRESS_STOP.load(Ordering::Acquire) {
+                    COARSE_ON.store(false, Ordering::Relaxed);
                     return;
                 }
+                COARSE_US.store(precise_us(), Ordering::Relaxed);
                 // While the application polls MPI itself its calls drive progress: probing too
                 // would only contend for the library's locks on a machine with few cores.
                 let calls = POLLS.load(Ordering::Relaxed);
@@ -309,12 +361,47 @@ fn start_progress() {
             }
         });
     if let Ok(t) = t {
+        COARSE_US.store(precise_us(), Ordering::Relaxed);
+        COARSE_ON.store(true, Ordering::Relaxed);
         *lock(&PROGRESS) = Some(t);
     }
 }
 
+/// Microseconds since the first call, from the system clock.
+fn precise_us() -> u64 {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    EPOCH.get_or_init(Instant::now).elapsed().as_micros() as u64
+}
+
+/// The clock of the message path's close probes (see `MpiEndpoint::check_open_soon`):
+/// microseconds as the progress thread last read them at one of its wake-ups (at most
+/// `20 * ACCIO_MPI_PROGRESS_US` apart, later on a loaded machine), one load instead of a
+/// clock read per message (a clock read was about a tenth of an 8-byte message's cost);
+/// the system clock when the thread is off.
+pub(crate) fn coarse_us() -> u64 {
+    if COARSE_ON.load(Ordering::Relaxed) {
+        COARSE_US.load(Ordering::Relaxed)
+    } else {
+        precise_us()
+    }
+}
+
+/// See [`coarse_us`].
+static COARSE_US: AtomicU64 = AtomicU64::new(0);
+static COARSE_ON: AtomicBool = AtomicBool::new(false);
+
 /// Counts the message polls of application threads (see `start_progress`).
 static POLLS: AtomicU64 = AtomicU64::new(0);
+
+/// Notes a message poll. A load and a store, not an atomic add: the progress thread only
+/// asks whether the count moved, and a count lost to a race between two polling threads
+/// still moves it.
+pub(crate) fn count_poll() {
+    POLLS.store(
+        POLLS.load(Ordering::Relaxed).wrapping_add(1),
+        Ordering::Relaxed,
+    );
+}
 /// Asks the progress thread to stop (before MPI_Finalize).
 static PROGRESS_STOP: AtomicBool = AtomicBool::new(false);
 /// The progress thread, joined at exit.
@@ -326,7 +413,19 @@ fn tag(conn: u32, dir: u32, kind: c_int) -> c_int {
 
 /// Non-blocking probe-and-receive of one message from `src` with `tag`.
 fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> {
-    POLLS.fetch_add(1, Ordering::Relaxed);
+    buf.clear();
+    try_take_at(src, tag, buf, 0)
+}
+
+/// As [`try_take`], but keeps the first `at` bytes of `buf` and appends the message to
+/// them; returns the message's length.
+pub(crate) fn try_take_at(
+    src: c_int,
+    tag: c_int,
+    buf: &mut Vec<u8>,
+    at: usize,
+) -> Result<Option<usize>> {
+    count_poll();
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
     let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -356,13 +455,14 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
         "MPI_Get_count",
     )?;
     let n = count.max(0) as usize;
-    buf.clear();
+    buf.truncate(at);
     buf.reserve(n);
     check(
-        // SAFETY: `buf` has capacity for `n` bytes; MPI_Mrecv writes exactly the message.
+        // SAFETY: `buf` has capacity for `at + n` bytes; MPI_Mrecv writes exactly the
+        // message after the first `at`.
         unsafe {
             ffi::MPI_Mrecv(
-                buf.as_mut_ptr().cast(),
+                buf.as_mut_ptr().add(at).cast(),
                 count,
                 byte(),
                 &mut msg,
@@ -371,8 +471,8 @@ fn try_take(src: c_int, tag: c_int, buf: &mut Vec<u8>) -> Result<Option<usize>> 
         },
         "MPI_Mrecv",
     )?;
-    // SAFETY: MPI_Mrecv wrote `n` bytes.
-    unsafe { buf.set_len(n) };
+    // SAFETY: the first `at` bytes were there, MPI_Mrecv wrote the next `n`.
+    unsafe { buf.set_len(at + n) };
     Ok(Some(n))
 }
 
@@ -393,17 +493,53 @@ fn send_blocking(buf: &[u8], dest: c_int, tag: c_int) -> Result<()> {
     )
 }
 
-/// Waits politely: spins briefly, then yields, then sleeps, so a waiting rank leaves the
-/// core to a peer on a small machine.
-struct Backoff(u32);
+/// How a rank waits for MPI: it polls (the caller's loop makes the MPI call) while spinning
+/// for a bounded time, then polls between short sleeps, and after [`Backoff::LONG`] between
+/// sleeps of 100 µs, so a waiting rank leaves the core to a peer on a small machine.
+///
+/// The short sleeps are not only politeness. Between network namespaces (Open MPI's tcp
+/// path over a veth pair) a message reached a busy-polling receiver only when a timer
+/// interrupt came on: 4.0 ms one-way (one tick at 250 Hz) for Open MPI itself, 1.12 ms for
+/// accio, whose progress thread woke every 1 ms, and 0.15 ms with that thread woken every
+/// 40 µs (`scripts/compare-mpi.sh`, loaded machine). A sleep arms a timer on the waiting
+/// rank's own core, so the wait itself brings the interrupt.
+struct Backoff {
+    polls: u32,
+    spin: Duration,
+    since: Option<Instant>,
+}
 
 impl Backoff {
+    /// Spinning of waits for a peer off the node (and for connections).
+    const SPIN: Duration = Duration::from_micros(50);
+    /// Spinning of waits for a peer on this node: its messages arrive without an interrupt,
+    /// and a receiver asleep when the next large message comes delays it by a sleep (50 µs
+    /// on a 2 MiB message's 200 µs).
+    const SPIN_NEAR: Duration = Duration::from_millis(1);
+    /// Waits longer than this sleep 100 µs at a time.
+    const LONG: Duration = Duration::from_millis(20);
+
+    fn new(spin: Duration) -> Backoff {
+        Backoff {
+            polls: 0,
+            spin,
+            since: None,
+        }
+    }
+
     fn wait(&mut self) {
-        self.0 += 1;
-        if self.0 < 2000 {
+        self.polls += 1;
+        // The clock is read every 32 polls (a read costs about as much as a poll).
+        if !self.polls.is_multiple_of(32) {
             std::hint::spin_loop();
-        } else if self.0 < 20_000 {
-            std::thread::yield_now();
+            return;
+        }
+        let waited = self.since.get_or_insert_with(Instant::now).elapsed();
+        if waited < self.spin {
+            std::hint::spin_loop();
+        } else if waited < Self::LONG {
+            // About 50 µs with Linux's default timer slack.
+            std::thread::sleep(Duration::from_micros(1));
         } else {
             std::thread::sleep(Duration::from_micros(100));
         }
@@ -413,8 +549,8 @@ impl Backoff {
     /// then sleeps, so an idle acceptor thread neither takes a core nor contends for MPI's
     /// locks with the threads that move data.
     fn wait_idle(&mut self) {
-        self.0 += 1;
-        if self.0 < 100 {
+        self.polls += 1;
+        if self.polls < 100 {
             std::thread::yield_now();
         } else {
             std::thread::sleep(Duration::from_micros(500));
