@@ -500,3 +500,22 @@ fn ranks_read_faces_where_they_can_load_from_the_neighbour_and_write_them_elsewh
         }
     }
 }
+
+#[test]
+fn probes_run_again_and_after_a_sweep_on_a_line_of_ranks() {
+    // Ranks in the middle of a line probe two pairs in turn, and every probe after the
+    // first must not be satisfied by counter values the first left behind.
+    let d = Decomposition::new(&[61, 47], 3, Some(&[3, 1]), &[], 1).unwrap();
+    for scheme in ["shm", "tcp"] {
+        let results = on_ranks(&d, scheme, ExchangeOptions::default(), |mut ex| {
+            let a = ex.probe(5).unwrap();
+            let b = ex.probe_after_sweep(3).unwrap();
+            let c = ex.probe(2).unwrap();
+            ex.exchange().unwrap();
+            (a.len(), b.len(), c.len())
+        });
+        let timed: Vec<_> = results.into_iter().map(|r| r.unwrap()).collect();
+        // Ranks 0 and 1 each time the pair toward their upper neighbour; rank 2 none.
+        assert_eq!(timed, vec![(1, 1, 1), (1, 1, 1), (0, 0, 0)], "{scheme}");
+    }
+}

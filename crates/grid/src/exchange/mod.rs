@@ -226,6 +226,8 @@ pub struct HaloExchange<T: Pod> {
     peers: Vec<Peer>,
     sides: Vec<Side>,
     generation: u64,
+    /// Probes run so far: counter values of each probe lie above every earlier one's.
+    probes: u64,
     scratch: Vec<u8>,
     fault: Option<(Dir, isize)>,
     _elem: std::marker::PhantomData<T>,
@@ -392,6 +394,7 @@ impl<T: Pod> HaloExchange<T> {
             peers,
             sides,
             generation: 0,
+            probes: 0,
             scratch: Vec::new(),
             fault: None,
             _elem: std::marker::PhantomData,

@@ -196,7 +196,11 @@ impl<T: Pod> HaloExchange<T> {
     }
 
     fn probe_rounds(&mut self, reps: usize, sweep: bool) -> Result<Vec<(SideInfo, Duration)>> {
-        let reps = reps.max(1);
+        // Counters only grow: this probe's values start above every earlier probe's
+        // (probe number, then pair, then round: 8 values per round, 2^21 per pair).
+        let reps = reps.clamp(1, (1 << 20) - 1);
+        self.probes += 1;
+        let epoch = self.probes << 48;
         if self.opts.path == Path::Messages {
             self.pack_faces(false);
         } else {
@@ -226,7 +230,7 @@ impl<T: Pod> HaloExchange<T> {
                     .expect("the pair's side exists");
                 let mut times = Vec::with_capacity(reps);
                 for rep in 0..=reps {
-                    let v = (pair << 32) | (8 * (rep as u64 + 1));
+                    let v = epoch | (pair << 24) | (8 * (rep as u64 + 1));
                     let round = if self.sides[i].pull {
                         self.probe_pulled(i, initiator, v, sweep)?
                     } else {
