@@ -505,15 +505,17 @@ impl Heatmap {
     pub fn svg(&self) -> String {
         let n = self.labels.len();
         let cell = 64.0;
-        let left = 10.0
-            + self
-                .labels
-                .iter()
-                .map(|l| l.chars().count())
-                .max()
-                .unwrap_or(4) as f64
-                * 7.0;
-        let top = 56.0;
+        let widest = self
+            .labels
+            .iter()
+            .map(|l| l.chars().count())
+            .max()
+            .unwrap_or(4) as f64
+            * 7.0;
+        let left = 10.0 + widest;
+        // Column labels wider than a cell are slanted, so neighbours do not overlap.
+        let slant = widest > cell - 8.0;
+        let top = if slant { 34.0 + widest * 0.72 } else { 56.0 };
         let w = left + cell * n as f64 + 20.0;
         let h = top + cell * n as f64 + 40.0;
         let values: Vec<f64> = self.cells.iter().flatten().flatten().copied().collect();
@@ -557,13 +559,24 @@ impl Heatmap {
             esc(&self.title)
         );
         for (j, l) in self.labels.iter().enumerate() {
-            let _ = write!(
-                s,
-                "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-                fmt_px(left + cell * (j as f64 + 0.5)),
-                fmt_px(top - 8.0),
-                esc(l)
-            );
+            let (x, y) = (left + cell * (j as f64 + 0.5), top - 8.0);
+            if slant {
+                let _ = write!(
+                    s,
+                    "<text transform=\"translate({},{}) rotate(-45)\" text-anchor=\"start\">{}</text>",
+                    fmt_px(x - 4.0),
+                    fmt_px(y),
+                    esc(l)
+                );
+            } else {
+                let _ = write!(
+                    s,
+                    "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
+                    fmt_px(x),
+                    fmt_px(y),
+                    esc(l)
+                );
+            }
         }
         for (i, row) in self.cells.iter().enumerate().take(n) {
             let y = top + cell * i as f64;
@@ -755,5 +768,25 @@ mod tests {
         assert!(svg.contains(&format!("fill=\"{}\"", ramp(1.0))));
         assert!(svg.contains(&format!("fill=\"{}\"", ramp(0.0))));
         assert!(svg.contains("(log shading)"));
+        // Short labels stand upright over their columns.
+        assert!(!svg.contains("rotate("));
+    }
+
+    #[test]
+    fn heatmap_slants_column_labels_wider_than_a_cell() {
+        let labels: Vec<String> = (0..4)
+            .map(|r| format!("r{r} host{} [0-1]", r / 2 + 1))
+            .collect();
+        let h = Heatmap {
+            id: "m".into(),
+            title: "bandwidth".into(),
+            cells: vec![vec![Some(1.0); 4]; 4],
+            labels,
+            unit: "GB/s".into(),
+            higher_is_better: true,
+        };
+        let svg = h.svg();
+        assert_eq!(svg.matches("rotate(-45)").count(), 4);
+        assert!(svg.contains(">r3 host2 [0-1]</text>"));
     }
 }
