@@ -159,6 +159,12 @@ fn measure_pair(
     out: &mut Vec<Cell>,
 ) -> anyhow::Result<()> {
     let first = out.len();
+    // The pair's two ranks measure on different CPUs (restored after): ranks share a node's
+    // CPUs unpinned under `netns-world.sh`, and two busy ranks that the scheduler put on one
+    // CPU made latency samples bimodal (0.1 and 57 us over three repetitions).
+    let _pinned = accio_bench::transport::pick_cpus().and_then(|(a, b)| {
+        accio_bench::transport::AffinityGuard::pin(if me == x { a } else { b }).ok()
+    });
     // The lower rank connects without the higher one's attention and may be early: it waits
     // idle until the higher rank, done with its earlier pairs, says go.
     if let Some((_, ep)) = eps.first() {

@@ -68,7 +68,7 @@ pub use accio_results::metric::transport::{
     self as metric, BENCH, SEED_004_CONNECT_US, SEED_004_REGISTER_US,
 };
 pub use measure::run;
-pub use os::PeerCommand;
+pub use os::{pick_cpus, AffinityGuard, PeerCommand};
 pub use peer::{peer_main, serve, PeerConfig};
 pub use plan::{
     Plan, SetupPlan, DEFAULT_SIZES, MAX_SIZE, QUICK_REGISTER_SIZES, QUICK_SIZES, REGISTER_SIZES,

@@ -57,7 +57,7 @@ pub(crate) fn allowed_cpus() -> Vec<usize> {
 }
 
 /// Two different CPUs, for the driver and the peer, when this thread may use two or more.
-pub(crate) fn pick_cpus() -> Option<(usize, usize)> {
+pub fn pick_cpus() -> Option<(usize, usize)> {
     match allowed_cpus()[..] {
         [a, b, ..] => Some((a, b)),
         _ => None,
@@ -94,13 +94,13 @@ pub(crate) fn pin_current_thread(cpu: usize) -> io::Result<()> {
 
 /// Pins the calling thread to one CPU and restores its previous CPU set when dropped, so the
 /// benches that `accio bench` runs afterwards are not left on one core.
-pub(crate) struct AffinityGuard {
+pub struct AffinityGuard {
     saved: libc::cpu_set_t,
 }
 
 impl AffinityGuard {
     /// Pins the calling thread to `cpu`.
-    pub(crate) fn pin(cpu: usize) -> io::Result<AffinityGuard> {
+    pub fn pin(cpu: usize) -> io::Result<AffinityGuard> {
         let mut saved = MaybeUninit::<libc::cpu_set_t>::zeroed();
         // SAFETY: `saved` is a zeroed cpu_set_t of the size passed.
         let rc = unsafe {
