@@ -1,5 +1,6 @@
 //! How the merger writes into a file that producers write in place: room claimed ahead
-//! with `fallocate`, headers stored through a shared mapping.
+//! (`fallocate`; or, to measure, `ftruncate` and faults), headers stored through a shared
+//! mapping.
 //!
 //! Writes into one file serialize on its inode lock (`i_rwsem`, taken by `pwrite` on tmpfs
 //! and ext4 for the whole write). With producers writing 2 MiB payloads in place, each of
@@ -20,21 +21,91 @@
 //! the end and `recover` cuts off.
 //!
 //! The mapping is made in windows of `WINDOW` bytes of address space, each on first use and
-//! kept until the writer is dropped; only the header pages are ever touched.
+//! kept until the writer is dropped.
+//!
+//! # Why `fallocate`, not faults, allocates the room
+//!
+//! `fallocate` holds the inode lock while it allocates (about 4 ms per 16 MiB claim on
+//! tmpfs here), and producers' payload `pwrite`s wait for it: allocation and copies
+//! serialize on one lock. [`ClaimMode::Populate`] takes allocation off the lock: the file
+//! is extended with `ftruncate` (a short hold) and the claimed rooms are faulted in with
+//! `MADV_POPULATE_WRITE` through the merger's mapping (page faults take no inode lock).
+//! Measured, it loses everywhere we tried, because a fault allocates one 4 KiB page at a
+//! time: on this machine (`MACHINE_NOTES.md`, 2 vCPUs) a C test writing 1 GiB into
+//! /dev/shm in 16 MiB claims spent 0.24 s in `fallocate` and 0.63 s in `ftruncate` +
+//! `MADV_POPULATE_WRITE`, more than `fallocate` and every `pwrite` together (0.40 s), so
+//! moving it to the other CPU cannot pay. `accio bench merge --write-mode direct`, old
+//! binary (fallocate) and this one with each mode interleaved, 3 runs, median (min–max)
+//! GB/s, load average about 4: /dev/shm 1 producer, populate 1.23 (1.18–1.26), fallocate
+//! 2.34 (2.33–2.45); 16 producers 1.19 (1.17–1.21) and 2.23 (1.88–2.24); ext4 synced at
+//! close, 1 producer 0.96 (0.92–1.28) and 2.02 (1.30–2.13), 16 producers 1.23
+//! (1.01–1.25) and 1.75 (0.75–1.91) (on ext4 `fallocate` only marks extents and the
+//! `pwrite`s allocate the page cache: the C test moved 0.33 s of 0.44–0.61 s out of
+//! them, but the merger pipeline lost all of it and more); a tmpfs mounted `huge=always`
+//! (2 runs), 1 producer 5.86 and 8.06, 16 producers 6.79 and 6.01. So `fallocate` is the
+//! default on every file system, and `ACCIO_MERGE_CLAIM=populate` selects the other way
+//! for measurements (a kernel without `MADV_POPULATE_WRITE`, before 5.14, falls back to
+//! `fallocate` by itself).
+//!
+//! Populating keeps a full disk honest: a fault that finds no space fails the
+//! `madvise` (`EFAULT` for its `SIGBUS`, or `ENOMEM`) without a signal, the file's size
+//! goes back, and `fallocate` over the same room reports the real error (`ENOSPC`). When
+//! `fallocate` then succeeds, populating is what fails here, and the writer claims with
+//! `fallocate` from then on. The populated pages are unmapped again at once (they stay in
+//! the file), so they do not count in the merger's resident memory.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
 
 /// Bytes of address space per mapping window (1 GiB: a 100 GiB file needs 100 mappings).
 const WINDOW: u64 = 1 << 30;
-/// Rooms claimed per `fallocate` (so one inode lock per this many reservations).
+/// Rooms claimed at a time (so one inode lock per this many reservations).
 const AHEAD_ROOMS: u64 = 8;
+/// `MADV_POPULATE_WRITE` (Linux 5.14; older kernels answer `EINVAL`).
+const MADV_POPULATE_WRITE: libc::c_int = 23;
+
+/// How the merger claims room ahead of its reservations.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClaimMode {
+    /// `ftruncate` past the room (a short inode-lock hold), then `MADV_POPULATE_WRITE`
+    /// through the merger's mapping: the pages are allocated and zeroed by the merger's
+    /// page faults, which take no inode lock, so producers' payload writes (which hold
+    /// it for a whole 2 MiB copy) go on meanwhile and copy into pages that exist.
+    Populate,
+    /// One `fallocate` per claim: allocates under the inode lock, so the producers'
+    /// writes wait while it runs.
+    Fallocate,
+}
+
+impl ClaimMode {
+    /// The mode a new writer starts with: `Populate` when `ACCIO_MERGE_CLAIM=populate`
+    /// (measurements), else `Fallocate`, on every file system (the module docs have the
+    /// measurements behind the choice: tmpfs, tmpfs with huge pages, ext4).
+    pub fn from_env() -> ClaimMode {
+        match std::env::var("ACCIO_MERGE_CLAIM").as_deref() {
+            Ok("populate") => ClaimMode::Populate,
+            _ => ClaimMode::Fallocate,
+        }
+    }
+
+    /// The name used in `ACCIO_MERGE_CLAIM` and in reports.
+    pub fn name(self) -> &'static str {
+        match self {
+            ClaimMode::Populate => "populate",
+            ClaimMode::Fallocate => "fallocate",
+        }
+    }
+}
 
 /// The merger's mapping of the header pages and how far the file is claimed.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(super) struct HeaderMap {
-    /// Bytes of the file claimed with `fallocate` (and so inside `i_size`).
+    /// Bytes of the file claimed (allocated, inside `i_size`).
     claimed: u64,
+    /// How room is claimed; turned to `Fallocate` for good when populating fails where
+    /// `fallocate` then succeeds (an old kernel, or a file system whose faults fail for
+    /// other reasons than space).
+    mode: ClaimMode,
     /// Mapped windows: index `i` maps `i * WINDOW ..`.
     windows: Vec<Option<Window>>,
 }
@@ -49,43 +120,142 @@ struct Window {
 unsafe impl Send for HeaderMap {}
 
 impl HeaderMap {
-    /// Makes sure the file is claimed (allocated, inside its size) up to `end`; when it
-    /// is not, claims `AHEAD_ROOMS` rooms of `room` bytes past `end` with it, or, if the
-    /// file system has no room for that, exactly up to `end`.
+    /// A map of nothing yet, claiming room with `mode`.
+    pub(super) fn new(mode: ClaimMode) -> HeaderMap {
+        HeaderMap {
+            claimed: 0,
+            mode,
+            windows: Vec::new(),
+        }
+    }
+
+    /// How this map claims room now.
+    pub(super) fn mode(&self) -> ClaimMode {
+        self.mode
+    }
+
+    /// Claims room with `mode` from now on.
+    pub(super) fn set_mode(&mut self, mode: ClaimMode) {
+        self.mode = mode;
+    }
+
+    /// Makes sure the file is claimed (allocated, inside its size) up to `end`, the end of
+    /// a room of `room` bytes; when it is not, claims `AHEAD_ROOMS` rooms past `end` with
+    /// it, or, if the file system has no room for that, exactly up to `end`.
     pub(super) fn claim(&mut self, file: &File, end: u64, room: u64) -> std::io::Result<()> {
         if end <= self.claimed {
             return Ok(());
         }
         let ahead = end.saturating_add(room.saturating_mul(AHEAD_ROOMS));
+        if self.mode == ClaimMode::Populate {
+            if self.populate(file, end - room, ahead).is_ok() {
+                self.claimed = ahead;
+                return Ok(());
+            }
+            // A full file system fails the faults (`EFAULT` for their `SIGBUS`, or
+            // `ENOMEM`), which say nothing of why: `fallocate` gets the real error. If it
+            // succeeds, populating is what fails here (`EINVAL` before Linux 5.14): stop
+            // using it.
+            if self.claim_fallocate(file, end, ahead)? {
+                self.mode = ClaimMode::Fallocate;
+            }
+            return Ok(());
+        }
+        self.claim_fallocate(file, end, ahead).map(|_| ())
+    }
+
+    /// [`HeaderMap::claim`] with `fallocate`; true when it claimed up to `ahead`, false
+    /// when only up to `end` (no space for more).
+    fn claim_fallocate(&mut self, file: &File, end: u64, ahead: u64) -> std::io::Result<bool> {
         match fallocate(file, self.claimed, ahead - self.claimed) {
-            Ok(()) => self.claimed = ahead,
+            Ok(()) => {
+                self.claimed = ahead;
+                Ok(true)
+            }
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => {
                 fallocate(file, self.claimed, end - self.claimed)?;
                 self.claimed = end;
+                Ok(false)
             }
-            Err(e) => return Err(e),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Extends the file to `ahead` (never shrinks it) and faults its pages from the claimed
+    /// end to `ahead` in through the mapping. On failure the file's size goes back to
+    /// what it was, but not below `start` (the room being claimed): every byte below
+    /// `start` may hold data (an `append` of another thread in flight ends there at
+    /// most), nothing between `start` and `ahead` does.
+    fn populate(&mut self, file: &File, start: u64, ahead: u64) -> std::io::Result<()> {
+        let before = file.metadata()?.len();
+        if before < ahead {
+            file.set_len(ahead)?;
+        }
+        let r = self.populate_range(file, self.claimed, ahead);
+        if r.is_err() && before < ahead {
+            let _ = file.set_len(before.max(start));
+        }
+        r
+    }
+
+    /// `MADV_POPULATE_WRITE` over `from..to` of the file (inside its size), window by
+    /// window.
+    fn populate_range(&mut self, file: &File, from: u64, to: u64) -> std::io::Result<()> {
+        // SAFETY: sysconf only reads a constant.
+        let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
+        let mut at = from - from % page;
+        while at < to {
+            let w = at / WINDOW;
+            let stop = to.min((w + 1) * WINDOW);
+            let base = self.window(file, w as usize)?;
+            let len = (stop - at) as usize;
+            loop {
+                // SAFETY: `at..stop` lies inside window `w` (mapped shared and writable)
+                // and inside the file's size: populating only faults its pages in for
+                // writing, as stores would, and changes no byte.
+                let r = unsafe {
+                    libc::madvise(
+                        base.add((at % WINDOW) as usize).cast(),
+                        len,
+                        MADV_POPULATE_WRITE,
+                    )
+                };
+                if r == 0 {
+                    // The pages stay in the file; unmapping them here keeps them out of
+                    // the merger's resident set (1 GiB of a 1 GiB run otherwise, over its
+                    // budget) and costs little beside the faults (a C test: 0.66 s
+                    // with it for 1 GiB on tmpfs, 0.63 s without).
+                    // SAFETY: drops this process's page-table entries for the range of
+                    // a shared file mapping; the file keeps every byte.
+                    unsafe {
+                        libc::madvise(
+                            base.add((at % WINDOW) as usize).cast(),
+                            len,
+                            libc::MADV_DONTNEED,
+                        )
+                    };
+                    break;
+                }
+                let e = std::io::Error::last_os_error();
+                if e.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(e);
+                }
+            }
+            at = stop;
         }
         Ok(())
     }
 
-    /// Stores `bytes` at `offset` of `file` through the mapping. The range must lie in one
-    /// page, inside what [`HeaderMap::claim`] claimed.
-    pub(super) fn store(&mut self, file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
-        let end = offset + bytes.len() as u64;
-        assert!(
-            end <= self.claimed && offset / 4096 == (end - 1) / 4096,
-            "header store at {offset:#x}+{} outside the claimed file ({:#x}) or across pages",
-            bytes.len(),
-            self.claimed
-        );
-        let w = (offset / WINDOW) as usize;
+    /// The address of window `w`, mapped on first use.
+    fn window(&mut self, file: &File, w: usize) -> std::io::Result<*mut u8> {
         if self.windows.len() <= w {
             self.windows.resize_with(w + 1, || None);
         }
         if self.windows[w].is_none() {
             // SAFETY: maps WINDOW bytes of our own file at a WINDOW-aligned offset (a
             // multiple of the page size), shared and writable; the kernel picks the
-            // address. Pages past the end of the file are never touched (see `store`).
+            // address. Pages past the end of the file are never touched (see `store`
+            // and `populate_range`).
             let p = unsafe {
                 libc::mmap(
                     std::ptr::null_mut(),
@@ -101,7 +271,20 @@ impl HeaderMap {
             }
             self.windows[w] = Some(Window { ptr: p.cast() });
         }
-        let win = self.windows[w].as_ref().expect("mapped above");
+        Ok(self.windows[w].as_ref().expect("mapped above").ptr)
+    }
+
+    /// Stores `bytes` at `offset` of `file` through the mapping. The range must lie in one
+    /// page, inside what [`HeaderMap::claim`] claimed.
+    pub(super) fn store(&mut self, file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {
+        let end = offset + bytes.len() as u64;
+        assert!(
+            end <= self.claimed && offset / 4096 == (end - 1) / 4096,
+            "header store at {offset:#x}+{} outside the claimed file ({:#x}) or across pages",
+            bytes.len(),
+            self.claimed
+        );
+        let base = self.window(file, (offset / WINDOW) as usize)?;
         // SAFETY: `offset..end` lies inside this window and inside the claimed part of the
         // file (asserted above): its page exists and has its space, so the store cannot
         // fault for lack of either. Nothing else in this process maps or holds a
@@ -111,7 +294,7 @@ impl HeaderMap {
         unsafe {
             std::ptr::copy_nonoverlapping(
                 bytes.as_ptr(),
-                win.ptr.add((offset % WINDOW) as usize),
+                base.add((offset % WINDOW) as usize),
                 bytes.len(),
             );
         }

@@ -11,7 +11,7 @@ use super::format::{
     block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
     DEFAULT_ALIGN, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
-use super::headers::HeaderMap;
+use super::headers::{ClaimMode, HeaderMap};
 use crate::error::{MergeError, Result};
 
 /// Options of a new container file.
@@ -114,13 +114,28 @@ impl ContainerWriter {
                 failed: None,
                 holes: Vec::new(),
             }),
-            headers: Mutex::new(HeaderMap::default()),
+            headers: Mutex::new(HeaderMap::new(ClaimMode::from_env())),
         })
     }
 
     /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How room reserved for writers in place is claimed now (see [`ClaimMode`]).
+    pub fn claim_mode(&self) -> ClaimMode {
+        self.headers.lock().expect("container header map").mode()
+    }
+
+    /// Claims room reserved for writers in place with `mode` from now on (the default
+    /// comes from [`ClaimMode::from_env`]). A populate that fails turns the writer back
+    /// to `fallocate` by itself.
+    pub fn set_claim_mode(&self, mode: ClaimMode) {
+        self.headers
+            .lock()
+            .expect("container header map")
+            .set_mode(mode);
     }
 
     /// The file's descriptor (for `fstatfs` and mapping probes).
