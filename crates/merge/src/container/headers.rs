@@ -108,6 +108,9 @@ pub(super) struct HeaderMap {
     mode: ClaimMode,
     /// Mapped windows: index `i` maps `i * WINDOW ..`.
     windows: Vec<Option<Window>>,
+    /// Tests: `MADV_POPULATE_WRITE` answers `EINVAL`, as before Linux 5.14.
+    #[cfg(test)]
+    pub(super) no_populate: bool,
 }
 
 #[derive(Debug)]
@@ -126,6 +129,8 @@ impl HeaderMap {
             claimed: 0,
             mode,
             windows: Vec::new(),
+            #[cfg(test)]
+            no_populate: false,
         }
     }
 
@@ -204,6 +209,10 @@ impl HeaderMap {
         // SAFETY: sysconf only reads a constant.
         let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) }.max(4096) as u64;
         let mut at = from - from % page;
+        #[cfg(test)]
+        if self.no_populate {
+            return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
+        }
         while at < to {
             let w = at / WINDOW;
             let stop = to.min((w + 1) * WINDOW);

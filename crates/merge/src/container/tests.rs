@@ -274,6 +274,26 @@ fn room_claimed_by_populating_holds_blocks_written_in_place() {
 }
 
 #[test]
+fn a_kernel_without_populate_falls_back_to_fallocate() {
+    let path = tmp("no-populate");
+    let w = ContainerWriter::create(&path, ContainerOptions { align: 4096 }).unwrap();
+    w.set_claim_mode(ClaimMode::Populate);
+    w.simulate_no_populate();
+    for seq in 0..20 {
+        reserve_write_commit(&w, seq, 50_000).unwrap();
+    }
+    assert_eq!(w.claim_mode(), ClaimMode::Fallocate);
+    w.finish(false).unwrap();
+    let r = ContainerReader::open(&path).unwrap();
+    assert_eq!(r.blocks().len(), 20);
+    for b in r.blocks() {
+        assert_eq!(r.read_payload(b).unwrap(), payload(0, b.header.seq, 50_000));
+    }
+    assert!(r.verify().unwrap().is_whole());
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
+
+#[test]
 fn populating_a_full_file_system_reports_no_space_not_a_signal() {
     use std::process::Command;
     let dir = tmp("smallfs");

@@ -138,6 +138,15 @@ impl ContainerWriter {
             .set_mode(mode);
     }
 
+    /// Tests: makes `MADV_POPULATE_WRITE` fail with `EINVAL`, as on Linux before 5.14.
+    #[cfg(test)]
+    pub(crate) fn simulate_no_populate(&self) {
+        self.headers
+            .lock()
+            .expect("container header map")
+            .no_populate = true;
+    }
+
     /// The file's descriptor (for `fstatfs` and mapping probes).
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.file.as_raw_fd()
