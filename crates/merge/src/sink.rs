@@ -117,7 +117,7 @@ impl ContainerSink {
     }
 
     /// How the file's room is claimed when producers write in place
-    /// ([`crate::container::ClaimMode`]; `fallocate` unless `ACCIO_MERGE_CLAIM=populate`).
+    /// ([`crate::container::ClaimMode::for_file`]).
     pub fn claim_mode(&self) -> crate::container::ClaimMode {
         self.writer.claim_mode()
     }

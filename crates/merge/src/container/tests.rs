@@ -248,7 +248,11 @@ fn reserve_write_commit(w: &ContainerWriter, seq: u64, len: usize) -> crate::Res
 
 #[test]
 fn room_claimed_by_populating_holds_blocks_written_in_place() {
-    for mode in [ClaimMode::Populate, ClaimMode::Fallocate] {
+    for mode in [
+        ClaimMode::Populate,
+        ClaimMode::Fallocate,
+        ClaimMode::HeaderPages,
+    ] {
         let path = tmp(&format!("claim-{}", mode.name()));
         let w = ContainerWriter::create(&path, ContainerOptions { align: 4096 }).unwrap();
         w.set_claim_mode(mode);

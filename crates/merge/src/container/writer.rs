@@ -102,6 +102,7 @@ impl ContainerWriter {
         page[..HEADER_BYTES].copy_from_slice(&header.encode());
         file.write_all_at(&page, 0)
             .map_err(|e| MergeError::file("writing the header of", &path, e))?;
+        let claim = ClaimMode::for_file(&file);
         Ok(ContainerWriter {
             file,
             path,
@@ -114,7 +115,7 @@ impl ContainerWriter {
                 failed: None,
                 holes: Vec::new(),
             }),
-            headers: Mutex::new(HeaderMap::new(ClaimMode::from_env())),
+            headers: Mutex::new(HeaderMap::new(claim)),
         })
     }
 
@@ -129,7 +130,7 @@ impl ContainerWriter {
     }
 
     /// Claims room reserved for writers in place with `mode` from now on (the default
-    /// comes from [`ClaimMode::from_env`]). A populate that fails turns the writer back
+    /// comes from [`ClaimMode::for_file`]). A populate that fails turns the writer back
     /// to `fallocate` by itself.
     pub fn set_claim_mode(&self, mode: ClaimMode) {
         self.headers
