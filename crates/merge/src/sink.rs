@@ -116,6 +116,12 @@ impl ContainerSink {
         Ok(ContainerSink { path, writer })
     }
 
+    /// How the file's room is claimed when producers write in place
+    /// ([`crate::container::ClaimMode::for_file`]).
+    pub fn claim_mode(&self) -> crate::container::ClaimMode {
+        self.writer.claim_mode()
+    }
+
     fn start_of(&self, payload_at: u64) -> u64 {
         payload_at - block_extent(0, 0, self.writer.align()).0
     }

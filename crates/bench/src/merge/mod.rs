@@ -19,6 +19,9 @@
 //!   in parallel; the merger writes headers), or `copy`, into the merger's slots, which
 //!   the merger thread copies into the file. Measured side by side over shm (default
 //!   `--write-mode direct,copy`); tcp copies. The old figures without the parameter copied.
+//!   With `direct`, `claim` says how the merger claimed the file's room ahead
+//!   (`accio_merge::container::ClaimMode`): `header-pages` (tmpfs), `fallocate`
+//!   (elsewhere), or `populate` (only with `ACCIO_MERGE_CLAIM`, measured slower).
 //! - **naive** (`metric = "naive"`): what one does without a merger: P threads each write
 //!   their F·S bytes to their own file, then the files are concatenated into one
 //!   (`copy_file_range`, each part removed once appended) and, on a persistent file

@@ -287,6 +287,7 @@ impl MergeBench {
         let mut overhead = 0.0f64;
         let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
         let mut used = mode;
+        let mut claim = "";
         for _ in 0..self.repeats {
             let r = match self.merge_once(&info.path, backend, mode, placement, p, f, sync) {
                 Err(MergeBenchError::Merge {
@@ -302,6 +303,7 @@ impl MergeBench {
                 r => r?,
             };
             used = r.mode;
+            claim = r.claim;
             samples.push(r.gbps);
             writing.push(r.writing);
             idle.push(r.idle);
@@ -337,6 +339,14 @@ impl MergeBench {
         fig = fig
             .param("backend", backend)
             .param("write_mode", used.name())
+            .param(
+                "claim",
+                if used == WriteMode::Direct {
+                    claim
+                } else {
+                    "-"
+                },
+            )
             .param("placement", placement.name())
             .param("budget_bytes", self.budget as u64)
             .param("slot_bytes", self.slot_bytes() as u64)
@@ -439,6 +449,7 @@ impl MergeBench {
         };
         let sink = ContainerSink::create(&path, Default::default())
             .map_err(merr("creating the output"))?;
+        let claim = sink.claim_mode();
         let addr = match backend {
             "shm" => format!("shm://accio-bench-merge-{}", std::process::id()),
             _ => "tcp://127.0.0.1:0".to_string(),
@@ -600,6 +611,7 @@ impl MergeBench {
         let (end, ns) = (summary.stats, secs * 1e9);
         Ok(RunResult {
             mode: used,
+            claim: claim.name(),
             gbps: summary.sink.payload_bytes as f64 / secs / 1e9,
             file_overhead: summary.sink.file_bytes as f64
                 / (summary.sink.payload_bytes as f64).max(1.0)
@@ -642,6 +654,8 @@ const FILE_OVERHEAD_WARN: f64 = 0.02;
 struct RunResult {
     /// The write mode the merger used (`Auto` resolved).
     mode: WriteMode,
+    /// How the merger claimed room in the file (used in direct mode only).
+    claim: &'static str,
     gbps: f64,
     /// The file's size against the data written into it: block headers, the index and
     /// alignment padding.

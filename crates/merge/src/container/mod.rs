@@ -30,6 +30,7 @@ pub use format::{
     block_extent, round_up, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, DEFAULT_ALIGN,
     HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
+pub use headers::ClaimMode;
 pub use reader::{
     recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery,
     Verification,

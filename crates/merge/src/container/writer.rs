@@ -11,7 +11,7 @@ use super::format::{
     block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
     DEFAULT_ALIGN, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
-use super::headers::HeaderMap;
+use super::headers::{ClaimMode, HeaderMap};
 use crate::error::{MergeError, Result};
 
 /// Options of a new container file.
@@ -102,6 +102,7 @@ impl ContainerWriter {
         page[..HEADER_BYTES].copy_from_slice(&header.encode());
         file.write_all_at(&page, 0)
             .map_err(|e| MergeError::file("writing the header of", &path, e))?;
+        let claim = ClaimMode::for_file(&file);
         Ok(ContainerWriter {
             file,
             path,
@@ -114,13 +115,37 @@ impl ContainerWriter {
                 failed: None,
                 holes: Vec::new(),
             }),
-            headers: Mutex::new(HeaderMap::default()),
+            headers: Mutex::new(HeaderMap::new(claim)),
         })
     }
 
     /// The file being written.
     pub fn path(&self) -> &Path {
         &self.path
+    }
+
+    /// How room reserved for writers in place is claimed now (see [`ClaimMode`]).
+    pub fn claim_mode(&self) -> ClaimMode {
+        self.headers.lock().expect("container header map").mode()
+    }
+
+    /// Claims room reserved for writers in place with `mode` from now on (the default
+    /// comes from [`ClaimMode::for_file`]). A populate that fails turns the writer back
+    /// to `fallocate` by itself.
+    pub fn set_claim_mode(&self, mode: ClaimMode) {
+        self.headers
+            .lock()
+            .expect("container header map")
+            .set_mode(mode);
+    }
+
+    /// Tests: makes `MADV_POPULATE_WRITE` fail with `EINVAL`, as on Linux before 5.14.
+    #[cfg(test)]
+    pub(crate) fn simulate_no_populate(&self) {
+        self.headers
+            .lock()
+            .expect("container header map")
+            .no_populate = true;
     }
 
     /// The file's descriptor (for `fstatfs` and mapping probes).

@@ -54,7 +54,8 @@
 //! through a mapping of the file claimed ahead with `fallocate`, not with `pwrite`: a
 //! `pwrite` waits for the inode lock behind every payload write in progress, and the
 //! merger thread, which grants room and acknowledges commits, waited with it
-//! (`container/headers.rs` has the measurement). The budget bounds the
+//! (`container/headers.rs` has the measurement, and why faults do not replace
+//! `fallocate` there). The budget bounds the
 //! rooms in flight (granted, not committed). Room never committed becomes a hole
 //! (`docs/FORMAT.md`): a producer's unused prefetched room at its goodbye, a buffer given
 //! back, the room of a producer that died, and the tail of a room whose block is shorter
