@@ -12,22 +12,17 @@
 //!    - [`Path::Messages`]: pack each face into a buffer, send it, receive the neighbour's,
 //!      unpack it (the `MPI_Sendrecv` way). Sends and receives progress together with
 //!      `try_send`/`try_recv` in chunks the backend accepts, so no face size can deadlock.
-//!    - [`Path::Rma`]: one-sided copies between the face and the neighbour's ghost cells,
-//!      then `fence_signal` of a per-side counter (the SCIF way). A face that is not one
+//!    - [`Path::Rma`]: write each face straight into the neighbour's ghost cells with
+//!      `vwrite_to`, then `fence_signal` a per-side counter there (the SCIF way); the
+//!      receiver waits for the counter and has nothing else to do. A face that is not one
 //!      contiguous run (the faces normal to the contiguous axis: one element per row) is
-//!      packed first into an outbox, moved into a staging area of the receiving rank and
-//!      unpacked there: the copy section 6.3 of the seed measured, reported apart by
-//!      [`HaloExchange::sides`]. Who copies depends on the backend:
-//!      - where a rank can load from its neighbour's memory (`map_remote`: shm), each
-//!        rank *reads* the neighbour's face into its own ghosts (`vread_from`), then
-//!        tells the neighbour its face is taken. The face lines were just written by the
-//!        neighbour's sweep, and a read moves them at the speed of a local copy; a write
-//!        into the neighbour's ghosts would first have to take each ghost line back from
-//!        the neighbour's cache (it just read them), 5-10x slower for a 32 KiB face on
-//!        the machines of `MACHINE_NOTES.md`.
-//!      - elsewhere (tcp, mpi) each rank *writes* its face into the neighbour's ghosts
-//!        (`vwrite_to`) and signals them filled: one trip instead of a request and an
-//!        answer.
+//!      packed first into an outbox, written into a staging area of the neighbour's
+//!      region, and unpacked there: the copy section 6.3 of the seed measured, reported
+//!      apart by [`HaloExchange::sides`]. (Over shm each rank could instead read its
+//!      neighbours' faces, which their sweeps just left in cache. Tried and measured on
+//!      the 2-vCPU machine of `MACHINE_NOTES.md`, 4096x4096 f64 on two ranks, five
+//!      interleaved runs each: communicate 10.9 us median (contiguous faces) and 13.5
+//!      (strided) reading, 8.3 and 8.5 writing; so every backend writes.)
 //!
 //! In the synchronize phase the RMA path writes a "ghosts free" counter into each
 //! neighbour's region; the messages path sends an empty message. Counters only grow, one
@@ -147,9 +142,6 @@ pub struct SideInfo {
     pub elems: usize,
     /// Contiguous runs the face is made of (1: contiguous).
     pub runs: usize,
-    /// On the RMA path, this rank reads the ghosts of this side out of the neighbour rather
-    /// than the neighbour writing them (backends with `map_remote`, see the module docs).
-    pub pulled: bool,
 }
 
 struct Peer {
@@ -159,11 +151,6 @@ struct Peer {
     _window: Option<Window>,
     /// The peer's region in its window space.
     remote_base: u64,
-    /// RMA reads the peer's faces rather than the peer writing ours: where this rank can
-    /// load from the peer's memory (`map_remote`), a read pulls lines the peer just wrote,
-    /// while a write would first have to take the ghost lines back from the peer's cache
-    /// (5-10x slower for a 32 KiB face on the machines of `MACHINE_NOTES.md`).
-    pull: bool,
     chunk: usize,
     /// Sides of this rank whose faces go to this peer, in send order.
     sends: Vec<usize>,
@@ -181,9 +168,6 @@ struct Side {
     ghosts: Runs,
     /// RMA straight between the face and the ghosts (each is one run on both ranks).
     direct: bool,
-    /// The RMA path reads this side's ghosts out of the neighbour instead of the neighbour
-    /// writing them (see the module docs). Decided per endpoint, agreed in the greeting.
-    pull: bool,
     /// Where the face lands in the neighbour's region: its ghost cells (direct) or its
     /// staging area, and their tags.
     remote_data: u64,
@@ -191,10 +175,6 @@ struct Side {
     remote_ready: u64,
     remote_filled: u64,
     remote_probe: u64,
-    /// Where this side's ghosts come from in the neighbour's region when pulled: its face
-    /// (direct) or its outbox (strided), and their tags.
-    remote_src: u64,
-    remote_src_tags: u64,
     /// Packed face of the messages path (the RMA path packs into the region's outbox).
     send_buf: Vec<u8>,
     /// The caller keeps the packed face up to date while it computes (see
@@ -292,25 +272,17 @@ impl<T: Pod> HaloExchange<T> {
             let peer_secs = Sections::of(&peer_layout, ndim, elem, opts.checked);
             let face = layout.face(dir);
             let ghosts = layout.ghosts(dir);
-            let remote_face = peer_layout.face(dir.opposite());
             let remote_ghosts = peer_layout.ghosts(dir.opposite());
-            let direct = [&face, &ghosts, &remote_face, &remote_ghosts]
-                .iter()
-                .all(|r| r.is_contiguous());
-            // Offsets in the neighbour's region of a run's first cell and its tag.
-            let cell = |runs: &Runs| {
-                let first = runs.as_slice()[0].0;
+            let direct = face.is_contiguous() && remote_ghosts.is_contiguous();
+            let (remote_data, remote_tags) = if direct {
+                let first = remote_ghosts.as_slice()[0].0;
                 (
                     (peer_secs.data + first * elem) as u64,
                     (peer_secs.tags + first * TAG) as u64,
                 )
-            };
-            let packed = |at: usize| (at as u64, (at + face.elems() * elem) as u64);
-            let ((remote_data, remote_tags), (remote_src, remote_src_tags)) = if direct {
-                (cell(&remote_ghosts), cell(&remote_face))
             } else {
-                let o = dir.opposite().index();
-                (packed(peer_secs.staging[o]), packed(peer_secs.outbox[o]))
+                let s = peer_secs.staging[dir.opposite().index()];
+                (s as u64, (s + face.elems() * elem) as u64)
             };
             sides.push(Side {
                 dir,
@@ -319,14 +291,11 @@ impl<T: Pod> HaloExchange<T> {
                 ghosts,
                 face,
                 direct,
-                pull: false,
                 remote_data,
                 remote_tags,
                 remote_ready: peer_secs.ready(dir.opposite()) as u64,
                 remote_filled: peer_secs.filled(dir.opposite()) as u64,
                 remote_probe: peer_secs.probe(dir.opposite()) as u64,
-                remote_src,
-                remote_src_tags,
                 send_buf: Vec::new(),
                 caller_packs: false,
                 caller_unpacks: false,
@@ -366,12 +335,10 @@ impl<T: Pod> HaloExchange<T> {
                         .position(|s| s.dir == e.opposite() && s.rank == p)
                 })
                 .collect();
-            let pull = opts.path == Path::Rma && ep.capabilities().map_remote;
             peers.push(Peer {
                 rank: p,
                 ep,
                 remote_base: 0,
-                pull,
                 _window: window,
                 chunk,
                 sends,
@@ -380,7 +347,6 @@ impl<T: Pod> HaloExchange<T> {
         }
         for s in &mut sides {
             s.peer = peers.iter().position(|p| p.rank == s.rank);
-            s.pull = s.peer.is_some_and(|i| peers[i].pull);
         }
 
         let mut ex = HaloExchange {
@@ -587,7 +553,6 @@ impl<T: Pod> HaloExchange<T> {
                 peer: s.rank,
                 elems: s.face.elems(),
                 runs: s.face.as_slice().len(),
-                pulled: s.pull,
             })
             .collect()
     }
@@ -601,11 +566,9 @@ impl<T: Pod> HaloExchange<T> {
             .sum()
     }
 
-    /// Fault injection for tests of checked mode, as an indexing bug would do it: from now
-    /// on the face sent across `dir` is taken from `delta` elements off (messages, packed
-    /// RMA) or lands `delta` elements off in the neighbour (direct RMA written by this
-    /// rank); on a direct side this rank reads ([`SideInfo::pulled`]), the ghosts across
-    /// `dir` are read from `delta` elements off in the neighbour.
+    /// Fault injection for tests of checked mode: from now on the face sent across `dir`
+    /// is taken from `delta` elements off (messages, packed RMA) or lands `delta` elements
+    /// off in the neighbour (direct RMA), as an indexing bug would.
     pub fn inject_misplacement(&mut self, dir: Dir, delta: isize) {
         self.fault = Some((dir, delta));
     }
@@ -624,22 +587,15 @@ impl<T: Pod> HaloExchange<T> {
         if self.opts.checked {
             self.clear_ghost_tags();
         }
-        // Strided faces are packed before the neighbours hear "ready": one that pulls
-        // may read the outbox right after (timed as communication).
-        let packing = Instant::now();
-        if self.opts.path == Path::Rma {
-            self.pack_faces(true);
-        }
-        let packing = packing.elapsed();
         match self.opts.path {
             Path::Rma => self.sync_rma()?,
             Path::Messages => self.sync_messages()?,
         }
-        let sync = t0.elapsed().saturating_sub(packing);
+        let sync = t0.elapsed();
         let t1 = Instant::now();
         self.copy_to_self();
         if self.opts.path == Path::Rma {
-            self.move_faces()?;
+            self.put_faces()?;
         } else {
             self.pack_faces(false);
         }
@@ -647,7 +603,6 @@ impl<T: Pod> HaloExchange<T> {
             ex: self,
             sync,
             started: t1,
-            packing,
         })
     }
 
@@ -715,7 +670,6 @@ impl<T: Pod> HaloExchange<T> {
             let mut msg: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let base = self.peers[i]._window.as_ref().map_or(0, |w| w.offset());
             msg.extend(base.to_le_bytes());
-            msg.extend(u64::from(self.peers[i].pull).to_le_bytes());
             let p = &self.peers[i];
             p.ep.send(&msg)
                 .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
@@ -730,11 +684,11 @@ impl<T: Pod> HaloExchange<T> {
                 peer: p.rank,
                 reason,
             };
-            if buf.len() != (words.len() + 2) * 8 {
+            if buf.len() != (words.len() + 1) * 8 {
                 return Err(mismatch(format!(
                     "its greeting is {} bytes, not {}",
                     buf.len(),
-                    (words.len() + 2) * 8
+                    (words.len() + 1) * 8
                 )));
             }
             let theirs: Vec<u64> = buf
@@ -749,15 +703,6 @@ impl<T: Pod> HaloExchange<T> {
                         expected, theirs[k]
                     )));
                 }
-            }
-            let yes_no = |b: bool| if b { "yes" } else { "no" };
-            let pull = theirs[words.len() + 1] != 0;
-            if pull != p.pull {
-                return Err(mismatch(format!(
-                    "faces read by the receiver: {} here, {} there",
-                    yes_no(p.pull),
-                    yes_no(pull)
-                )));
             }
             let base = theirs[words.len()];
             self.peers[i].remote_base = base;
@@ -898,12 +843,7 @@ impl<T: Pod> HaloExchange<T> {
                         continue;
                     }
                     let at = self.secs.filled(self.sides[i].dir);
-                    let what = if self.sides[i].pull {
-                        "take this rank's face"
-                    } else {
-                        "fill its ghosts"
-                    };
-                    self.wait_counter(i, at, what)?;
+                    self.wait_counter(i, at, "fill its ghosts")?;
                     if !self.sides[i].direct && !self.sides[i].caller_unpacks {
                         self.unpack_staging(i);
                     }
@@ -942,8 +882,6 @@ pub struct Pending<'a, T: Pod> {
     ex: &'a mut HaloExchange<T>,
     sync: Duration,
     started: Instant,
-    /// Packing done before the synchronization, counted as communication.
-    packing: Duration,
 }
 
 impl<T: Pod> Pending<'_, T> {
@@ -952,7 +890,7 @@ impl<T: Pod> Pending<'_, T> {
         self.ex.finish()?;
         Ok(ExchangeTimes {
             sync: self.sync,
-            communicate: self.started.elapsed() + self.packing,
+            communicate: self.started.elapsed(),
         })
     }
 }

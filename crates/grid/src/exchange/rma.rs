@@ -59,18 +59,14 @@ impl<T: Pod> HaloExchange<T> {
         Ok(())
     }
 
-    /// RMA: moves every face (strided ones packed already): reads the neighbour's into
-    /// this rank's ghosts (or staging) where this rank can, writes this rank's into the
-    /// neighbour's elsewhere; then signals the neighbour ("taken", "filled").
-    pub(super) fn move_faces(&mut self) -> Result<()> {
+    /// RMA: writes every face (strided ones packed already) into the neighbour's ghosts
+    /// (or staging), then signals them filled.
+    pub(super) fn put_faces(&mut self) -> Result<()> {
+        self.pack_faces(true);
         for i in 0..self.sides.len() {
             let s = &self.sides[i];
             if s.peer.is_some() {
-                if s.pull {
-                    self.take_side(i, s.remote_filled, self.generation)?;
-                } else {
-                    self.put_side(i, s.remote_filled, self.generation)?;
-                }
+                self.put_side(i, s.remote_filled, self.generation)?;
             }
         }
         Ok(())
@@ -127,59 +123,14 @@ impl<T: Pod> HaloExchange<T> {
             .map_err(fail)
     }
 
-    /// Reads side `i`'s ghosts out of its neighbour (its face, or its outbox into this
-    /// rank's staging area), then stores `value` at `counter` of the neighbour's region:
-    /// the neighbour may overwrite its face again.
-    pub(super) fn take_side(&self, i: usize, counter: u64, value: u64) -> Result<()> {
-        let elem = self.elem();
-        let s = &self.sides[i];
-        let p = &self.peers[s.peer.expect("a side with another rank")];
-        let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
-        let shift = self.shift(i);
-        let src = |base: u64, size: usize| {
-            (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
-        };
-        if s.direct {
-            let (start, n) = s.ghosts.as_slice()[0];
-            // SAFETY: the run lies inside the data section; this rank alone writes its
-            // ghosts on this path, between `start` and the end of `wait`.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(self.ptr(self.secs.data + start * elem), n * elem)
-            };
-            p.ep.vread_from(dst, src(s.remote_src, elem), RmaFlags::SYNC)
-                .map_err(fail)?;
-            if self.opts.checked {
-                // SAFETY: as above, in the tag section.
-                let dst = unsafe {
-                    std::slice::from_raw_parts_mut(self.ptr(self.secs.tags + start * TAG), n * TAG)
-                };
-                p.ep.vread_from(dst, src(s.remote_src_tags, TAG), RmaFlags::SYNC)
-                    .map_err(fail)?;
-            }
-        } else {
-            // SAFETY: the staging area of the side holds its ghosts' elements and tags
-            // (`Sections::of`), written only here.
-            let dst = unsafe {
-                std::slice::from_raw_parts_mut(
-                    self.ptr(self.secs.staging[s.dir.index()]),
-                    s.ghosts.elems() * self.per_cell(),
-                )
-            };
-            p.ep.vread_from(dst, p.remote_base + s.remote_src, RmaFlags::SYNC)
-                .map_err(fail)?;
-        }
-        p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
-            .map_err(fail)
-    }
-
     /// The one-way time of one face across every side, the "pair bandwidth" an exchange is
     /// judged against: each pair of neighbours ping-pongs its faces `reps` times by this
     /// exchange's path (after one round not timed), the lower side's rank timing the round
-    /// trips and halving them. Each face crosses as it does in a run: the sender's copy
-    /// freshly written, so that its bytes really move between the two ranks' caches (on a
-    /// pulled side the sender rewrites its face before each round, untimed; pushed
-    /// sides, on backends where the bytes cross a socket or a library anyway, are not
-    /// read back). Collective: every rank calls it, and pairs take turns in one global order,
+    /// trips and halving them. On the RMA path each face crosses as in a run: before each
+    /// round, untimed, both ranks rewrite their faces (their lines in the sender's cache, as
+    /// a sweep leaves them) and read the ghosts (or staging) the neighbour will write (in
+    /// the receiver's cache, as the stencil leaves them), so every line really changes
+    /// hands. Collective: every rank calls it, and pairs take turns in one global order,
     /// so no rank waits on a pair that waits on it. Overwrites the ghosts: call it before
     /// filling the grid. Returns, for the sides this rank timed, the side and the median
     /// one-way time.
@@ -187,10 +138,10 @@ impl<T: Pod> HaloExchange<T> {
         self.probe_rounds(reps, false)
     }
 
-    /// [`probe`](Self::probe) in the cache state a run leaves: on pulled sides both ranks
+    /// [`probe`](Self::probe) in the cache state a run leaves: on the RMA path both ranks
     /// rewrite their whole array, face last, before each round (untimed), as a sweep does,
     /// so the face crosses between two caches full of other dirty lines and through page
-    /// translations the sweep has evicted. Pushed sides are probed as by `probe`.
+    /// translations the sweep has evicted.
     pub fn probe_after_sweep(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
         self.probe_rounds(reps, true)
     }
@@ -231,18 +182,10 @@ impl<T: Pod> HaloExchange<T> {
                 let mut times = Vec::with_capacity(reps);
                 for rep in 0..=reps {
                     let v = epoch | (pair << 24) | (8 * (rep as u64 + 1));
-                    let round = if self.sides[i].pull {
-                        self.probe_pulled(i, initiator, v, sweep)?
+                    let round = if self.opts.path == Path::Rma {
+                        self.probe_round(i, initiator, v, sweep)?
                     } else {
-                        let t = Instant::now();
-                        if initiator {
-                            self.probe_send(i, v)?;
-                            self.probe_recv(i, v)?;
-                        } else {
-                            self.probe_recv(i, v)?;
-                            self.probe_send(i, v)?;
-                        }
-                        t.elapsed()
+                        self.probe_messages(i, initiator)?
                     };
                     if rep > 0 {
                         times.push(round / 2);
@@ -257,13 +200,11 @@ impl<T: Pod> HaloExchange<T> {
         Ok(out)
     }
 
-    /// One round of the probe on a pulled side, as an exchange moves a face: the sender's
-    /// face freshly written (as the sweep leaves it: its lines in the sender's cache), the
-    /// receiver reading it. Both ranks rewrite their faces first, untimed, each while the
-    /// other waits; then the initiator times its signal, the responder's read of its face,
-    /// the responder's signal and its own read of the responder's face. Counter values
-    /// `v + 1 ..= v + 5`, so rounds (`v` steps of 8) never satisfy each other's waits.
-    fn probe_pulled(&mut self, i: usize, initiator: bool, v: u64, sweep: bool) -> Result<Duration> {
+    /// One round of the RMA probe: both ranks prepare their caches as a run leaves them
+    /// ([`Self::prepare`]), each while the other waits; then the initiator times its put
+    /// of its face and signal, the responder's put and signal back. Counter values
+    /// `v + 1 ..= v + 4`, so rounds (`v` steps of 8) never satisfy each other's waits.
+    fn probe_round(&mut self, i: usize, initiator: bool, v: u64, sweep: bool) -> Result<Duration> {
         let (counter, at) = (
             self.sides[i].remote_probe,
             self.secs.probe(self.sides[i].dir),
@@ -276,81 +217,91 @@ impl<T: Pod> HaloExchange<T> {
         };
         let what = "answer the probe";
         if initiator {
-            self.rewrite(i, sweep);
+            self.prepare(i, sweep);
             signal(self, v + 1)?;
             self.wait_until(i, at, v + 2, what)?;
             let t = Instant::now();
-            signal(self, v + 3)?;
+            self.put_side(i, counter, v + 3)?;
             self.wait_until(i, at, v + 4, what)?;
-            self.take_side(i, counter, v + 5)?;
             Ok(t.elapsed())
         } else {
             self.wait_until(i, at, v + 1, what)?;
-            self.rewrite(i, sweep);
+            self.prepare(i, sweep);
             signal(self, v + 2)?;
             self.wait_until(i, at, v + 3, what)?;
-            self.take_side(i, counter, v + 4)?;
-            // The initiator has taken this rank's face: it may change (or go) now.
-            self.wait_until(i, at, v + 5, what)?;
+            self.put_side(i, counter, v + 4)?;
             Ok(Duration::ZERO)
         }
     }
 
-    /// Rewrites side `i`'s face with its own values (a strided face: packs it), so that
-    /// its lines are modified in this core's cache, as after a sweep; with `sweep`, the
-    /// whole array first.
-    fn rewrite(&mut self, i: usize, sweep: bool) {
+    /// Puts side `i` in the state a sweep leaves it: its face rewritten with its own values
+    /// (a strided face packed), so its lines are modified in this core's cache, and the
+    /// ghosts (or staging) the neighbour writes read, so their lines are in this core's
+    /// cache too; with `sweep`, the whole array rewritten first.
+    fn prepare(&mut self, i: usize, sweep: bool) {
+        let elem = self.elem();
         if sweep {
-            self.rewrite_bytes(self.secs.data, self.layout.elems() * self.elem());
+            self.touch(self.secs.data, self.layout.elems() * elem, true);
         }
         let s = &self.sides[i];
-        if !s.direct {
+        if s.direct {
+            let (face, _) = s.face.as_slice()[0];
+            let (ghost, n) = s.ghosts.as_slice()[0];
+            self.touch(self.secs.data + face * elem, n * elem, true);
+            self.touch(self.secs.data + ghost * elem, n * elem, false);
+        } else {
+            let (staging, n) = (self.secs.staging[s.dir.index()], s.ghosts.elems());
             self.pack_side(i);
-            return;
+            self.touch(staging, n * self.per_cell(), false);
         }
-        let (start, n) = s.face.as_slice()[0];
-        self.rewrite_bytes(self.secs.data + start * self.elem(), n * self.elem());
     }
 
-    /// Rewrites one byte of every cache line of `len` bytes at `at` with its own value.
-    fn rewrite_bytes(&self, at: usize, len: usize) {
+    /// Reads (`write`: rewrites with its own value) one byte of every cache line of `len`
+    /// bytes at `at` of this rank's region.
+    fn touch(&self, at: usize, len: usize, write: bool) {
         for line in (0..len).step_by(64) {
             let p = self.ptr(at + line);
-            // SAFETY: `p` lies inside the data section; nothing else reads or writes this
-            // rank's array during the probe's rewrite (the neighbour waits for a signal),
-            // and the value written is the one read.
-            unsafe { std::ptr::write_volatile(p, std::ptr::read_volatile(p)) };
+            // SAFETY: `p` lies inside the region; during the probe's preparation the
+            // neighbour waits for a signal, so nothing else reads or writes this rank's
+            // region, and a write stores the value just read.
+            unsafe {
+                let v = std::ptr::read_volatile(p);
+                if write {
+                    std::ptr::write_volatile(p, v);
+                }
+            }
         }
     }
 
-    pub(super) fn probe_send(&self, i: usize, v: u64) -> Result<()> {
+    /// One round of the messages path's probe: the packed face sent, the neighbour's
+    /// received, in the pair's order.
+    fn probe_messages(&mut self, i: usize, initiator: bool) -> Result<Duration> {
+        let t = Instant::now();
+        if initiator {
+            self.probe_send(i)?;
+            self.probe_recv(i)?;
+        } else {
+            self.probe_recv(i)?;
+            self.probe_send(i)?;
+        }
+        Ok(t.elapsed())
+    }
+
+    fn probe_send(&self, i: usize) -> Result<()> {
         let s = &self.sides[i];
-        match self.opts.path {
-            Path::Rma => self.put_side(i, s.remote_probe, v),
-            Path::Messages => {
-                let p = &self.peers[s.peer.expect("a side with another rank")];
-                p.ep.send(&s.send_buf)
-                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
-            }
-        }
+        let p = &self.peers[s.peer.expect("a side with another rank")];
+        p.ep.send(&s.send_buf)
+            .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
     }
 
-    pub(super) fn probe_recv(&mut self, i: usize, v: u64) -> Result<()> {
-        match self.opts.path {
-            Path::Rma => {
-                let at = self.secs.probe(self.sides[i].dir);
-                self.wait_until(i, at, v, "answer the probe")
-            }
-            Path::Messages => {
-                let s = &self.sides[i];
-                let p = &self.peers[s.peer.expect("a side with another rank")];
-                let mut buf = std::mem::take(&mut self.scratch);
-                let r = p.ep.recv_timeout(&mut buf, Some(self.opts.timeout));
-                self.scratch = buf;
-                r.map(|_| ())
-                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
-            }
-        }
+    fn probe_recv(&mut self, i: usize) -> Result<()> {
+        let s = &self.sides[i];
+        let p = &self.peers[s.peer.expect("a side with another rank")];
+        let mut buf = std::mem::take(&mut self.scratch);
+        let r = p.ep.recv_timeout(&mut buf, Some(self.opts.timeout));
+        self.scratch = buf;
+        r.map(|_| ())
+            .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
     }
 
     pub(super) fn unpack_staging(&mut self, i: usize) {

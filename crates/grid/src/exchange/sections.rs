@@ -14,8 +14,8 @@ pub(super) struct Sections {
     pub(super) data: usize,
     pub(super) tags: usize,
     pub(super) staging: [usize; 6],
-    /// Where a strided face is packed (data, then tags in checked mode) for the neighbour
-    /// to take, or to be written from.
+    /// Where a strided face is packed (data, then tags in checked mode), to be written into
+    /// the neighbour's staging area from, in the region the endpoints registered.
     pub(super) outbox: [usize; 6],
     pub(super) flags: usize,
     pub(super) len: usize,
@@ -58,13 +58,12 @@ impl Sections {
         }
     }
 
-    /// The "ghosts on side `d` are free" counter (and the face across `d` final).
+    /// The "ghosts on side `d` are free" counter.
     pub(super) fn ready(&self, d: Dir) -> usize {
         self.flags + 64 * d.index()
     }
 
-    /// The "ghosts on side `d` are filled" counter (pushed faces), or "the face across `d`
-    /// is taken" (pulled faces).
+    /// The "ghosts on side `d` are filled" counter.
     pub(super) fn filled(&self, d: Dir) -> usize {
         self.flags + 64 * (6 + d.index())
     }
