@@ -166,7 +166,7 @@ struct Side {
     peer: Option<usize>,
     face: Runs,
     ghosts: Runs,
-    /// RMA straight between the face and the ghosts (each is one run on both ranks).
+    /// RMA straight into the neighbour's ghosts (both are one run).
     direct: bool,
     /// Where the face lands in the neighbour's region: its ghost cells (direct) or its
     /// staging area, and their tags.
@@ -476,9 +476,8 @@ impl<T: Pod> HaloExchange<T> {
     /// now on, after an exchange those ghosts hold old values until the caller copies them
     /// from the staged data (the `j`-th element of the ghosts' runs at bytes
     /// `j · size_of::<T>()`); [`unpack_staged`](Self::unpack_staged) copies them all and
-    /// ends this mode. The staged data changes only in this rank's next exchange (the
-    /// neighbour writes it, or this rank reads it in, after this rank's next `start`), so
-    /// it stays valid through the compute between two exchanges.
+    /// ends this mode. The neighbour writes the staged data again only after this rank's
+    /// next `start`, so it stays valid through the compute between two exchanges.
     pub fn unpack_in_compute(&mut self) {
         if self.unpackable_ghosts().is_empty() {
             return;
@@ -515,8 +514,8 @@ impl<T: Pod> HaloExchange<T> {
             .filter(|s| s.caller_unpacks)
             .map(|s| {
                 // SAFETY: the staging area of a side holds its ghosts' elements (sized in
-                // `Sections::of`); it changes only after this rank's next `start`, which
-                // needs `&mut self`, so not while this borrow lives.
+                // `Sections::of`); the neighbour writes it only after this rank's next
+                // `start`, which needs `&mut self`, so not while this borrow lives.
                 unsafe {
                     std::slice::from_raw_parts(
                         self.ptr(self.secs.staging[s.dir.index()]),
@@ -531,8 +530,8 @@ impl<T: Pod> HaloExchange<T> {
             .filter(|s| s.caller_packs)
             .map(|s| {
                 // SAFETY: the outbox of a side holds its face's elements (`Sections::of`),
-                // one per side; a neighbour reads it only between this rank's next `start`
-                // and the end of that exchange, which need `&mut self`.
+                // one per side; the exchange reads it only in this rank's next `start`,
+                // which needs `&mut self`.
                 unsafe {
                     std::slice::from_raw_parts_mut(
                         self.ptr(self.secs.outbox[s.dir.index()]),
@@ -804,8 +803,8 @@ impl<T: Pod> HaloExchange<T> {
         }
     }
 
-    /// Packs side `i`'s face: into its outbox on the RMA path, where a neighbour can read
-    /// it, into its send buffer on the messages path.
+    /// Packs side `i`'s face: into its outbox on the RMA path (written into the neighbour
+    /// from there), into its send buffer on the messages path.
     fn pack_side(&mut self, i: usize) {
         let elem = self.elem();
         let face = self.face_runs(&self.sides[i]);
