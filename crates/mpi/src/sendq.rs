@@ -64,6 +64,7 @@ impl SendQueue {
     /// Completes what MPI finished, keeping large buffers for reuse. In posting order: the
     /// first unfinished request stops the scan (later ones rarely finish first).
     pub(crate) fn reap(&mut self) -> Result<()> {
+        crate::imp::count_poll();
         let mut done = 0;
         let mut err = Ok(());
         for (req, _) in self.pending.iter_mut() {

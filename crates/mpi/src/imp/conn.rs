@@ -70,8 +70,20 @@ impl Listener for MpiListener {
         let m = mpi()?;
         let t0 = Instant::now();
         let mut b = Backoff::new(Backoff::SPIN);
+        // While application threads poll MPI they route requests (`pump_soon`): an acceptor
+        // entering MPI beside them stalls them (see `app_polled`). Whether they do is asked
+        // once a millisecond.
+        let mut seen = POLLS.load(Ordering::Relaxed);
+        let mut asked = t0;
+        let mut busy = false;
         loop {
-            m.pump()?;
+            if asked.elapsed() >= CLOSE_PROBE_EVERY {
+                busy = app_polled(&mut seen);
+                asked = Instant::now();
+            }
+            if !busy {
+                m.pump()?;
+            }
             let req = lock(&self.queue).pop_front();
             if let Some(r) = req {
                 let ep = MpiEndpoint::new(

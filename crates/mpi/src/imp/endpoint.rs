@@ -225,6 +225,7 @@ impl MpiEndpoint {
             )
         };
         loop {
+            count_poll();
             test(&mut reqs, &mut flag)?;
             if flag != 0 {
                 return Ok(());
