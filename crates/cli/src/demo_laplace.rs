@@ -582,34 +582,34 @@ fn record_rank(
                 ),
         )?;
     }
-    for (side, peer, bytes, us) in &s.probes {
-        if let Some(f) = base(
-            m::PAIR_BW,
-            Unit::GBps,
-            vec![*bytes as f64 / (us * 1e-6) / 1e9],
-        ) {
-            rec.push(
-                f.param("side", side.clone())
-                    .param("peer", *peer as u64)
-                    .method("median one-way time of one face, ping-pong by the run's path"),
-            )?;
-        }
-    }
-    for (side, peer, bytes, us) in &s.swept {
-        if let Some(f) = base(
-            m::PAIR_BW,
-            Unit::GBps,
-            vec![*bytes as f64 / (us * 1e-6) / 1e9],
-        ) {
-            rec.push(
-                f.param("side", side.clone())
-                    .param("peer", *peer as u64)
-                    .param("cache", "after a sweep")
-                    .method(
-                        "median one-way time of one face, ping-pong by the run's path, \
-                         both arrays rewritten before each round",
-                    ),
-            )?;
+    let probes = [
+        (
+            &s.probes,
+            None,
+            "median one-way time of one face, ping-pong by the run's path",
+        ),
+        (
+            &s.swept,
+            Some("after a sweep"),
+            "median one-way time of one face, ping-pong by the run's path, \
+             both arrays rewritten before each round",
+        ),
+    ];
+    for (times, cache, method) in probes {
+        for (side, peer, bytes, us) in times {
+            let Some(f) = base(
+                m::PAIR_BW,
+                Unit::GBps,
+                vec![*bytes as f64 / (us * 1e-6) / 1e9],
+            ) else {
+                continue;
+            };
+            let f = f.param("side", side.clone()).param("peer", *peer as u64);
+            let f = match cache {
+                Some(c) => f.param("cache", c),
+                None => f,
+            };
+            rec.push(f.method(method))?;
         }
     }
     Ok(())

@@ -72,14 +72,6 @@ impl<T: Pod> HaloExchange<T> {
         Ok(())
     }
 
-    /// An injected fault's shift of side `i`'s remote offsets, in elements.
-    fn shift(&self, i: usize) -> isize {
-        match self.fault {
-            Some((d, delta)) if d == self.sides[i].dir => delta,
-            _ => 0,
-        }
-    }
-
     /// Writes side `i`'s face (packed already if it is strided) into its neighbour, then
     /// stores `value` at `counter` of the neighbour's region once the data is there.
     pub(super) fn put_side(&self, i: usize, counter: u64, value: u64) -> Result<()> {
@@ -89,7 +81,10 @@ impl<T: Pod> HaloExchange<T> {
         let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
         if s.direct {
             let (start, n) = s.face.as_slice()[0];
-            let shift = self.shift(i);
+            let shift = match self.fault {
+                Some((d, delta)) if d == s.dir => delta,
+                _ => 0,
+            };
             let dst = |base: u64, size: usize| {
                 (p.remote_base + base).wrapping_add_signed(shift as i64 * size as i64)
             };
