@@ -75,6 +75,7 @@
 
 #[cfg(feature = "arrow")]
 mod arrow;
+mod checksum;
 pub mod container;
 mod error;
 #[cfg(feature = "hdf5")]

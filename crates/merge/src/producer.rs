@@ -459,8 +459,8 @@ impl Producer {
         data: Option<&[u8]>,
     ) -> Result<u64> {
         let crc = match data {
-            Some(d) => crc32c::crc32c(d),
-            None => crc32c::crc32c(&self.slot_mut(slot)[..len]),
+            Some(d) => crate::checksum::crc32c(d),
+            None => crate::checksum::crc32c(&self.slot_mut(slot)[..len]),
         };
         if !self.mapped && len > 0 {
             let src = match data {

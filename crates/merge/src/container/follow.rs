@@ -132,7 +132,7 @@ impl Follower {
         if !self.read_at(&mut data, payload_at)? {
             return Ok(None);
         }
-        if crc32c::crc32c(&data) != bh.payload_crc {
+        if crate::checksum::crc32c(&data) != bh.payload_crc {
             self.damage.push(Damage {
                 offset: at,
                 len: end - at,

@@ -138,7 +138,7 @@ impl FileHeader {
         put32(&mut b, 12, HEADER_BYTES as u32);
         put32(&mut b, 16, self.align);
         put64(&mut b, 24, self.created_unix_ns);
-        let crc = crc32c::crc32c(&b[..60]);
+        let crc = crate::checksum::crc32c(&b[..60]);
         put32(&mut b, 60, crc);
         b
     }
@@ -154,7 +154,7 @@ impl FileHeader {
         if b[..8] != FILE_MAGIC {
             return Err("not an accio container file (bad magic at offset 0)".into());
         }
-        if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
+        if crate::checksum::crc32c(&b[..60]) != u32_at(b, 60) {
             return Err("file header checksum mismatch at offset 0".into());
         }
         let version = u32_at(b, 8);
@@ -207,7 +207,7 @@ impl BlockHeader {
         put64(&mut b, 16, self.seq);
         put64(&mut b, 24, self.len);
         put32(&mut b, 32, self.payload_crc);
-        let crc = crc32c::crc32c(&b[..60]);
+        let crc = crate::checksum::crc32c(&b[..60]);
         put32(&mut b, 60, crc);
         b
     }
@@ -220,7 +220,7 @@ impl BlockHeader {
         if b[..8] != BLOCK_MAGIC {
             return Err("no block magic".into());
         }
-        if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
+        if crate::checksum::crc32c(&b[..60]) != u32_at(b, 60) {
             return Err("block header checksum mismatch".into());
         }
         let len = u64_at(b, 24);
@@ -369,7 +369,7 @@ impl Trailer {
         put64(&mut b, 24, self.blocks);
         put32(&mut b, 32, self.index_crc);
         put32(&mut b, 36, self.flags);
-        let crc = crc32c::crc32c(&b[..60]);
+        let crc = crate::checksum::crc32c(&b[..60]);
         put32(&mut b, 60, crc);
         b
     }
@@ -379,7 +379,7 @@ impl Trailer {
         if b.len() < HEADER_BYTES || b[..8] != TRAILER_MAGIC {
             return Err("no trailer magic".into());
         }
-        if crc32c::crc32c(&b[..60]) != u32_at(b, 60) {
+        if crate::checksum::crc32c(&b[..60]) != u32_at(b, 60) {
             return Err("trailer checksum mismatch".into());
         }
         Ok(Trailer {

@@ -282,7 +282,7 @@ impl ContainerReader {
         self.src
             .read_at(&mut ib, trailer.index_offset)
             .map_err(|e| format!("reading the index: {e}"))?;
-        if crc32c::crc32c(&ib) != trailer.index_crc {
+        if crate::checksum::crc32c(&ib) != trailer.index_crc {
             return Err("index checksum mismatch".into());
         }
         let entries = decode_index(&ib, self.header.align, first, trailer.index_offset)?;
@@ -397,7 +397,7 @@ impl ContainerReader {
     }
 
     fn payload_crc(&self, at: u64, len: u64, buf: &mut Vec<u8>) -> Result<u32> {
-        let mut crc = 0u32;
+        let mut crc = crate::checksum::Crc32c::new();
         let mut done = 0u64;
         while done < len {
             let n = (len - done).min(CHUNK as u64) as usize;
@@ -405,10 +405,10 @@ impl ContainerReader {
             self.src
                 .read_at(buf, at + done)
                 .map_err(|e| MergeError::file("reading", &self.path, e))?;
-            crc = crc32c::crc32c_append(crc, buf);
+            crc.update(buf);
             done += n as u64;
         }
-        Ok(crc)
+        Ok(crc.finish())
     }
 
     /// The file (or `<memory>`).
@@ -458,7 +458,7 @@ impl ContainerReader {
         self.src
             .read_at(buf, at)
             .map_err(|e| MergeError::file(format!("reading block at {at:#x} of"), &self.path, e))?;
-        if crc32c::crc32c(buf) != block.header.payload_crc {
+        if crate::checksum::crc32c(buf) != block.header.payload_crc {
             return Err(MergeError::format(
                 &self.path,
                 format!(
@@ -664,7 +664,7 @@ pub fn recover(path: impl AsRef<Path>) -> Result<Recovery> {
         index_offset: data_end,
         index_len: index.len() as u64,
         blocks: scan.blocks.len() as u64,
-        index_crc: crc32c::crc32c(&index),
+        index_crc: crate::checksum::crc32c(&index),
         flags: 0,
     };
     pwritev_all(&file, &[&index, &trailer.encode()], data_end)

@@ -241,7 +241,7 @@ fn reserve_write_commit(w: &ContainerWriter, seq: u64, len: usize) -> crate::Res
         .unwrap();
     // Inside room the writer claimed: never short of space.
     f.write_all_at(&payload(0, seq, len), at).unwrap();
-    let crc = crc32c::crc32c(&payload(0, seq, len));
+    let crc = crate::checksum::crc32c(&payload(0, seq, len));
     w.commit_reserved(start, room, 0, seq, BlockKind::Raw, len as u64, crc)?;
     Ok(())
 }
