@@ -167,7 +167,13 @@ impl ContainerWriter {
         kind: BlockKind,
         payload: &[u8],
     ) -> Result<IndexEntry> {
-        self.append_with_crc(producer, seq, kind, payload, crc32c::crc32c(payload))
+        self.append_with_crc(
+            producer,
+            seq,
+            kind,
+            payload,
+            crate::checksum::crc32c(payload),
+        )
     }
 
     /// Appends one block whose payload checksum the caller computed (a producer does it
@@ -350,13 +356,6 @@ impl ContainerWriter {
     }
 
     fn write_hole(&self, start: u64, end: u64, may_cut: bool) -> std::io::Result<()> {
-        if may_cut {
-            self.state
-                .lock()
-                .expect("container writer lock")
-                .holes
-                .push((start, end));
-        }
         let (payload, _) = block_extent(start, 0, self.header.align);
         let h = BlockHeader {
             producer: u32::MAX,
@@ -365,7 +364,17 @@ impl ContainerWriter {
             len: end - payload,
             payload_crc: 0,
         };
-        self.store_header(start, &h.encode())
+        self.store_header(start, &h.encode())?;
+        // Only a hole whose header is there may be cut off: cutting the file where a
+        // header could not be stored (a full disk) would cut into the room around it.
+        if may_cut {
+            self.state
+                .lock()
+                .expect("container writer lock")
+                .holes
+                .push((start, end));
+        }
+        Ok(())
     }
 
     /// Writes a header into room reserved before (inside the claimed file).
@@ -423,7 +432,7 @@ impl ContainerWriter {
             index_offset: st.next,
             index_len: index.len() as u64,
             blocks: entries.len() as u64,
-            index_crc: crc32c::crc32c(&index),
+            index_crc: crate::checksum::crc32c(&index),
             flags: TRAILER_CLEAN,
         };
         let tb = trailer.encode();
