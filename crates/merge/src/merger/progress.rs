@@ -63,6 +63,14 @@ impl Core {
                 self.add(ep);
             }
             let work = self.round();
+            if self
+                .direct
+                .as_ref()
+                .is_some_and(|d| d.blocked_since.is_some())
+            {
+                // Grants held back by the writers limit are made past it after a while.
+                self.grant_waiters();
+            }
             self.flush_unsynced();
             self.cut_off_at_deadline();
             self.reap();

@@ -1,12 +1,13 @@
 //! The slot pool: lending windows to waiting connections, moving idle ones, taking them back.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use accio::{Access, ErrorKind, MemView, Region, Window};
 
 use super::conn::{Conn, Room, Why};
 use super::progress::Core;
-use super::Event;
+use super::{Event, WRITERS_PATIENCE};
 use crate::error::{MergeError, Result};
 use crate::wire::Msg;
 
@@ -115,6 +116,12 @@ impl Core {
             if d.inflight >= d.max {
                 return; // the budget is in producers' hands: the waiter waits
             }
+            if d.inflight >= d.writers {
+                let since = *d.blocked_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < WRITERS_PATIENCE {
+                    return; // enough writers in flight: the waiter waits for one to finish
+                }
+            }
             let Some(c) = self.conns.get_mut(&key) else {
                 self.waiters.pop_front();
                 continue;
@@ -129,6 +136,7 @@ impl Core {
                 Err(e) => return self.sink_failed(e.to_string()),
             };
             d.inflight += 1;
+            d.blocked_since = None;
             self.stats.peak_slots = self.stats.peak_slots.max(d.inflight);
             let id = self.next_slot;
             self.next_slot = self.next_slot.wrapping_add(1);
