@@ -10,6 +10,9 @@
 #   - beside it, fio writing as many bytes with one job and 2 MiB records into the same file
 #     system: `--rw=write` on tmpfs, `--rw=write --end_fsync=1` on ext4 (fio options as in
 #     compare-fs.sh, so that fio creates and fills a fresh file as the merger does);
+#   - fio with P jobs (processes) writing P disjoint ranges of one new file, 2 MiB records:
+#     the same work as P producers writing in place, without accio (its "fio P, 1 file"
+#     column; at P = 1 the one-job figure above);
 #   - and the ceiling `accio bench merge` measures itself in the same invocation (`bench fs`
 #     write, or write+sync, best of one stream and one per core, 2 MiB records, same path).
 #
@@ -130,6 +133,21 @@ for rep in $(seq "$REPS"); do
                 --fadvise_hint=0 --thread --output-format=json "${fio_extra[@]}" > "$OUT/fio.json"
             S[$fs/$P/fio]+="$(jq -r '.jobs[0].write.bw_bytes / 1e9' "$OUT/fio.json") "
             rm -rf "$dir/fio"
+            # The same work without accio: P writers, each its own range of one new file
+            # (the limit of P producers writing in place, whose writes take turns on the
+            # file's inode lock). One process per job, as the producers are.
+            if [ "$P" -gt 1 ]; then
+                mkdir -p "$dir/fio"
+                warm
+                fio --name=fiop --filename="$dir/fio/one" --rw=write --bs=2M --size=$((F * 2))M \
+                    --offset_increment=$((F * 2))M --numjobs="$P" --ioengine=psync --iomem_align=4096 \
+                    --fallocate=none --scramble_buffers=0 --fadvise_hint=0 --group_reporting \
+                    --output-format=json "${fio_extra[@]}" > "$OUT/fiop.json"
+                S[$fs/$P/fiop]+="$(jq -r '.jobs[0].write.bw_bytes / 1e9' "$OUT/fiop.json") "
+                rm -rf "$dir/fio"
+            else
+                S[$fs/$P/fiop]+="$(echo ${S[$fs/$P/fio]} | awk '{print $NF}') "
+            fi
         done
     done
 done
@@ -144,16 +162,19 @@ echo
 echo "merge of P producer processes (nice $NICE) x 2 MiB buffers, $MIB MiB per run, GB/s: median (min–max) over $REPS runs"
 echo "1 stream: bench fs, one thread writing one fresh file in the same invocation (the issue's single-stream ceiling);"
 echo "best: the bench's own ceiling, the best of 1 stream and one per core (one file each)"
-printf '%-9s %-3s %-20s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %-8s %s\n' "fs" "P" "merge direct" "merge copy" "1 stream" "best (bench)" "fio 1 job" "dir/1str" "dir/best" "dir/fio" "copy/1st" "dir/copy"
+printf '%-9s %-3s %-20s %-20s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %-8s %-8s %-8s %s\n' "fs" "P" "merge direct" "merge copy" "1 stream" "best (bench)" "fio 1 job" "fio P, 1 file" "dir/1str" "dir/best" "dir/fio" "dir/fioP" "fioP/1st" "copy/1st" "dir/copy"
 for fs in shm ext4; do
     for P in $PLIST; do
         d=$(stats "${S[$fs/$P/direct]}"); c=$(stats "${S[$fs/$P/copy]}")
         ce=$(stats "${S[$fs/$P/ceiling]}"); fi=$(stats "${S[$fs/$P/fio]}"); x1=$(stats "${S[$fs/$P/x1]}")
+        fp=$(stats "${S[$fs/$P/fiop]}")
         label=/dev/shm; [ $fs = ext4 ] && label="ext4+sync"
-        printf '%-9s %-3s %-20s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %-8s %s\n' "$label" "$P" "$(fmt "$d")" "$(fmt "$c")" \
-            "$(fmt "$x1")" "$(fmt "$ce")" "$(fmt "$fi")" "$(ratio "$(med "$d")" "$(med "$x1")")" \
+        printf '%-9s %-3s %-20s %-20s %-20s %-20s %-20s %-20s %-8s %-8s %-8s %-8s %-8s %-8s %s\n' "$label" "$P" "$(fmt "$d")" "$(fmt "$c")" \
+            "$(fmt "$x1")" "$(fmt "$ce")" "$(fmt "$fi")" "$(fmt "$fp")" "$(ratio "$(med "$d")" "$(med "$x1")")" \
             "$(ratio "$(med "$d")" "$(med "$ce")")" "$(ratio "$(med "$d")" "$(med "$fi")")" \
+            "$(ratio "$(med "$d")" "$(med "$fp")")" "$(ratio "$(med "$fp")" "$(med "$x1")")" \
             "$(ratio "$(med "$c")" "$(med "$x1")")" "$(ratio "$(med "$d")" "$(med "$c")")"
     done
 done
 echo "targets (issue 17): /dev/shm direct >= 0.9x the single-stream ceiling (dir/1str) at 1 and 16 producers, >= 0.8x at 60; ext4+sync direct >= 0.9x fio"
+echo "fioP/1st: what P writers into one file reach without accio, against one stream (the limit of the same work)"
