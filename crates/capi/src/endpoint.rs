@@ -99,6 +99,7 @@ fn rma_flags(op: &str, flags: u32) -> CResult<RmaFlags> {
     }
     Ok(RmaFlags {
         sync: flags & ACCIO_RMA_SYNC != 0,
+        streaming: false,
     })
 }
 

@@ -77,6 +77,61 @@ unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
     }
 }
 
+/// Copies shorter than this go through the cache even when streaming is asked for: the
+/// fence and the partial lines at both ends would cost more than the stores save.
+const STREAM_MIN: usize = 4096;
+
+/// [`copy_bytes`] with non-temporal stores: the destination lines are written whole to
+/// memory, neither read first nor kept in this core's cache. For data its reader will not
+/// touch before other work has evicted it, copied into memory another core holds in its
+/// cache: a cached store first reads each line from that core (a "read for ownership"
+/// per 64 bytes, slow between the cores of a VM that the host may place far apart),
+/// a streaming store only invalidates it. Ends with a store fence, so the bytes are
+/// visible before any later store (a completion signal) is. Shorter than 4 KiB, a skew
+/// that 4K-aliases, or not x86-64: [`copy_bytes`].
+///
+/// # Safety
+/// As [`copy_bytes`].
+pub unsafe fn copy_streaming(dst: *mut u8, src: *const u8, n: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let skew = (dst as usize).wrapping_sub(src as usize) % 4096;
+        if n >= STREAM_MIN && !(skew != 0 && skew < ALIAS_WINDOW) {
+            use std::arch::x86_64::{__m128i, _mm_loadu_si128, _mm_sfence, _mm_stream_si128};
+            // Up to the first 64-byte boundary of the destination through the cache.
+            let head = (dst as usize).wrapping_neg() % 64;
+            // SAFETY: `head < 64 <= n`; forwarded caller contract.
+            unsafe { copy_bytes(dst, src, head) };
+            let mut i = head;
+            while i + 64 <= n {
+                // SAFETY: `i + 64 <= n`, so the line is inside both ranges; `dst + i` is
+                // 64-byte aligned (so each 16-byte store is aligned, as `movntdq` needs);
+                // SSE2 is part of the x86-64 baseline.
+                unsafe {
+                    let s = src.add(i) as *const __m128i;
+                    let d = dst.add(i) as *mut __m128i;
+                    let (a, b) = (_mm_loadu_si128(s), _mm_loadu_si128(s.add(1)));
+                    let (c, e) = (_mm_loadu_si128(s.add(2)), _mm_loadu_si128(s.add(3)));
+                    _mm_stream_si128(d, a);
+                    _mm_stream_si128(d.add(1), b);
+                    _mm_stream_si128(d.add(2), c);
+                    _mm_stream_si128(d.add(3), e);
+                }
+                i += 64;
+            }
+            // SAFETY: the last `n - i < 64` bytes; forwarded caller contract. The fence
+            // orders the streaming stores before every later store.
+            unsafe {
+                copy_bytes(dst.add(i), src.add(i), n - i);
+                _mm_sfence();
+            }
+            return;
+        }
+    }
+    // SAFETY: forwarded caller contract.
+    unsafe { copy_bytes(dst, src, n) }
+}
+
 /// Safe wrapper of [`copy_bytes`] for two slices of equal length.
 ///
 /// # Panics
@@ -121,6 +176,22 @@ unsafe fn copy_backward(dst: *mut u8, src: *const u8, n: usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn streaming_copies_every_size_and_skew_exactly() {
+        let src: Vec<u8> = (0..70_000u32).map(|i| (i * 13 + i / 241) as u8).collect();
+        let mut dst = vec![0u8; 70_200];
+        for n in [0usize, 1, 63, 4095, 4096, 4097, 4160, 32_768, 65_537] {
+            for skew in [0usize, 1, 8, 31, 63, 64, 100, 4096 - 8] {
+                dst.fill(0xEE);
+                // SAFETY: both ranges are in bounds and belong to different vectors.
+                unsafe { copy_streaming(dst.as_mut_ptr().add(skew), src.as_ptr(), n) };
+                assert_eq!(&dst[skew..skew + n], &src[..n], "n={n} skew={skew}");
+                assert!(dst[..skew].iter().all(|&b| b == 0xEE), "wrote before dst");
+                assert!(dst[skew + n..].iter().all(|&b| b == 0xEE), "wrote past dst");
+            }
+        }
+    }
 
     #[test]
     fn copies_every_size_and_skew_exactly() {

@@ -9,7 +9,8 @@
 //! - [`WindowTable`] and [`OffsetAllocator`]: the registered-address-space bookkeeping, with
 //!   the bounds and rights checks that turn a bad RMA into a precise error.
 //! - [`Error`] / [`ErrorKind`]: one typed error for all backends.
-//! - [`copy_bytes`]: the copy routine of every data path (it sidesteps 4 KiB aliasing).
+//! - [`copy_bytes`]: the copy routine of every data path (it sidesteps 4 KiB aliasing);
+//!   [`copy_streaming`], the same with non-temporal stores.
 //!
 //! Applications normally use the `accio` facade crate, which picks a backend by address.
 
@@ -24,7 +25,7 @@ mod types;
 
 pub use addr::Addr;
 pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
-pub use copy::{copy_bytes, copy_slice};
+pub use copy::{copy_bytes, copy_slice, copy_streaming};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
 pub use memory::{MemView, Region, RemoteMap, Window, PAGE};

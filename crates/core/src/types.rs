@@ -75,13 +75,29 @@ pub struct RmaFlags {
     /// `SCIF_RMA_SYNC`. Without it, `write_to` may return once the source bytes have been
     /// consumed (the source may be reused) and completion is observed with a fence.
     pub sync: bool,
+    /// The target will not read these bytes before other work has moved them out of the
+    /// caches: the copy may bypass them (non-temporal stores on `shm`, which skip reading
+    /// each destination line from the core that holds it; see `accio_core::copy_streaming`).
+    /// A hint: backends whose copies are not the CPU's ignore it.
+    pub streaming: bool,
 }
 
 impl RmaFlags {
     /// Asynchronous completion (the default).
-    pub const ASYNC: RmaFlags = RmaFlags { sync: false };
+    pub const ASYNC: RmaFlags = RmaFlags {
+        sync: false,
+        streaming: false,
+    };
     /// Synchronous completion.
-    pub const SYNC: RmaFlags = RmaFlags { sync: true };
+    pub const SYNC: RmaFlags = RmaFlags {
+        sync: true,
+        streaming: false,
+    };
+    /// Asynchronous completion, copied past the caches ([`RmaFlags::streaming`]).
+    pub const STREAMING: RmaFlags = RmaFlags {
+        sync: false,
+        streaming: true,
+    };
 }
 
 /// Outcome of a non-blocking call: done, or it would have had to wait.

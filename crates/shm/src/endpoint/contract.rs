@@ -35,6 +35,21 @@ impl ShmEndpoint {
     }
 }
 
+/// The copy of a write into the peer's memory: streaming stores when `flags` ask for them.
+///
+/// # Safety
+/// As [`copy_bytes`].
+unsafe fn copy_into_peer(dst: *mut u8, src: *const u8, len: usize, flags: RmaFlags) {
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        if flags.streaming {
+            accio_core::copy_streaming(dst, src, len)
+        } else {
+            copy_bytes(dst, src, len)
+        }
+    }
+}
+
 impl Endpoint for ShmEndpoint {
     fn backend(&self) -> &'static str {
         "shm"
@@ -209,7 +224,7 @@ impl Endpoint for ShmEndpoint {
             // SAFETY: both ranges were checked against their windows, which stay mapped
             // during the call; they are different mappings (ours and the peer's), so they
             // do not overlap.
-            unsafe { copy_bytes(dst, src, len) }
+            unsafe { copy_into_peer(dst, src, len, flags) }
         })?;
         self.finish_rma(flags)
     }
@@ -235,7 +250,7 @@ impl Endpoint for ShmEndpoint {
             // SAFETY: `dst` covers src.len() checked bytes of a peer mapping; `src` is a
             // Rust slice of caller memory, which is never a peer window mapping of this
             // endpoint.
-            unsafe { copy_bytes(dst, src.as_ptr(), src.len()) }
+            unsafe { copy_into_peer(dst, src.as_ptr(), src.len(), flags) }
         })?;
         self.finish_rma(flags)
     }
