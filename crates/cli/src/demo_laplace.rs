@@ -48,6 +48,11 @@ pub struct LaplaceArgs {
     /// `messages` (packed, sent, unpacked).
     #[arg(long, default_value = "rma")]
     path: Path,
+    /// RMA path: how faces are stored into the neighbours: `streaming` (non-temporal
+    /// stores, past the caches), `cached`, or `auto` (streaming when a rank's array is 8
+    /// MiB or more, which its sweep evicts from the caches anyway).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "streaming", "cached"])]
+    stores: String,
     /// Carry each cell's owner and global coordinates and verify every ghost (seed 001,
     /// section 6.2); slower.
     #[arg(long)]
@@ -59,6 +64,11 @@ pub struct LaplaceArgs {
     /// Ping-pongs per pair measuring the pair bandwidth.
     #[arg(long, default_value_t = 50)]
     probe_reps: usize,
+    /// Every N iterations, time one face crossing each pair right after the sweep, in the
+    /// run's own cache state (the `comm/in-run` column); those iterations are left out of
+    /// the phase times. 0: never.
+    #[arg(long, default_value_t = 10)]
+    probe_every: usize,
     /// Pin each rank to a core of its own (`core`, as `mpirun --bind-to core` does for up to
     /// one rank per core) or let them float (`none`). Ranks that would share cores are never
     /// pinned; they also yield their core while they wait instead of spinning.
@@ -108,6 +118,12 @@ struct RankSummary {
     probes: Vec<PairTime>,
     /// The same after a sweep of both ranks' arrays ([`HaloExchange::probe_after_sweep`]).
     swept: Vec<PairTime>,
+    /// The same during the run, right after its sweeps ([`HaloExchange::probe_in_run`]):
+    /// the median of each pair's in-run probes.
+    in_run: Vec<PairTime>,
+    /// This rank's put time while the neighbour put its face at the same moment, in the run
+    /// (`InRunProbe::both`), median per side.
+    both: Vec<PairTime>,
     /// An in-place sweep of as many bytes as this rank's grid, GB/s, every rank at once.
     sweep_gbps: f64,
     digest: u64,
@@ -174,6 +190,11 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
         } else {
             Duration::from_micros(100)
         },
+        streaming: match a.stores.as_str() {
+            "streaming" => Some(true),
+            "cached" => Some(false),
+            _ => None,
+        },
     };
     let mut connect = |p: usize| -> Result<Box<dyn accio::Endpoint>, BoxError> {
         let ep = match &a.backend {
@@ -192,6 +213,7 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
         .with_context(|| format!("rank {rank}: measuring the pair bandwidth after a sweep"))?;
     let lopts = LaplaceOptions {
         iters: a.iters,
+        probe_every: a.probe_every,
         ..Default::default()
     };
     let run = laplace::run(&mut ex, &lopts).with_context(|| format!("rank {rank}: the run"))?;
@@ -325,14 +347,53 @@ fn summarize(
                 )
             })
             .collect(),
-        compute: run.steps.iter().map(|s| ms(s.compute)).collect(),
-        sync: run.steps.iter().map(|s| ms(s.sync)).collect(),
-        communicate: run.steps.iter().map(|s| ms(s.communicate)).collect(),
+        compute: run
+            .steps
+            .iter()
+            .filter(|s| !s.probed)
+            .map(|s| ms(s.compute))
+            .collect(),
+        sync: run
+            .steps
+            .iter()
+            .filter(|s| !s.probed)
+            .map(|s| ms(s.sync))
+            .collect(),
+        communicate: run
+            .steps
+            .iter()
+            .filter(|s| !s.probed)
+            .map(|s| ms(s.communicate))
+            .collect(),
         probes: pair_times(probes),
         swept: pair_times(swept),
+        in_run: pair_times(median_per_side(&run.probes.one_way)),
+        both: pair_times(median_per_side(&run.probes.both)),
         sweep_gbps,
         digest: run.digest,
     })
+}
+
+/// The median time of each side among `probes` (several samples per side).
+fn median_per_side(
+    probes: &[(accio_grid::SideInfo, Duration)],
+) -> Vec<(accio_grid::SideInfo, Duration)> {
+    let mut out: Vec<(accio_grid::SideInfo, Vec<Duration>)> = Vec::new();
+    for (side, t) in probes {
+        match out
+            .iter_mut()
+            .find(|(s, _)| s.dir == side.dir && s.peer == side.peer)
+        {
+            Some((_, v)) => v.push(*t),
+            None => out.push((side.clone(), vec![*t])),
+        }
+    }
+    out.into_iter()
+        .map(|(side, mut v)| {
+            v.sort_unstable();
+            (side, v[v.len() / 2])
+        })
+        .collect()
 }
 
 /// Probe results as (side, peer, face bytes, one-way us).
@@ -377,8 +438,9 @@ fn stats(v: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// The one-way time of one face across each of `s`'s sides with another rank, from the
-/// probes of whichever rank timed that pair; the slowest side bounds an exchange whose sides
-/// move at once.
+/// probes of whichever rank timed that pair (of the slower of the two where both timed
+/// their own side, as in a both-at-once probe); the slowest side bounds an exchange whose
+/// sides move at once.
 fn slowest_side_us(
     s: &RankSummary,
     all: &[RankSummary],
@@ -396,7 +458,8 @@ fn slowest_side_us(
             .iter()
             .find(|o| o.rank == *peer)
             .and_then(|o| times(o).iter().find(|p| p.0 == opposite && p.1 == s.rank));
-        if let Some(t) = mine.or(theirs).map(|p| p.3) {
+        // One of the two timed a one-way probe; each timed its own put of a both-at-once.
+        for t in [mine, theirs].into_iter().flatten().map(|p| p.3) {
             worst = Some(worst.map_or(t, |w: f64| w.max(t)));
         }
     }
@@ -437,9 +500,17 @@ fn report(
     };
     let (tm, tx) = stats(all.iter().flat_map(total));
     println!();
+    let counted = all.first().map_or(0, |s| s.compute.len());
+    let probed = if counted < a.iters {
+        format!(
+            " ({} more with an in-run probe, not counted)",
+            a.iters - counted
+        )
+    } else {
+        String::new()
+    };
     println!(
-        "time per iteration (ms)   median        max   over {n} rank(s) x {} iterations",
-        a.iters
+        "time per iteration (ms)   median        max   over {n} rank(s) x {counted} iterations{probed}"
     );
     for (name, med, max) in [
         ("compute", cm, cx),
@@ -451,8 +522,8 @@ fn report(
     }
     println!();
     println!(
-        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>15} {:>15} {:>22}  faces (side peer backend elems runs)",
-        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "comm/swept", "sweep/ceiling GB/s"
+        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>15} {:>22}  faces (side peer backend elems runs)",
+        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "comm/swept", "comm/in-run", "comm/both", "sweep/ceiling GB/s"
     );
     let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
         format!(
@@ -472,6 +543,14 @@ fn report(
             _ => "no halo".into(),
         };
         let (vs_one_way, vs_swept) = (vs(one_way), vs(slowest_side_us(s, all, |s| &s.swept)));
+        let in_run = |times: fn(&RankSummary) -> &[PairTime]| {
+            if all.iter().all(|s| times(s).is_empty()) {
+                "not probed".to_string()
+            } else {
+                vs(slowest_side_us(s, all, times))
+            }
+        };
+        let (vs_in_run, vs_both) = (in_run(|s| &s.in_run), in_run(|s| &s.both));
         let sweep_med = (s.updated * 8) as f64 / (median(s.compute.clone()) * 1e-3) / 1e9;
         let faces: Vec<String> = s
             .faces
@@ -479,7 +558,7 @@ fn report(
             .map(|f| format!("{} {} {} {} {}", f.0, f.1, f.2, f.3, f.4))
             .collect();
         println!(
-            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>15} {:>15} {:>22}  {}",
+            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>15} {:>15} {:>15} {:>15} {:>22}  {}",
             s.rank,
             truncate(&s.node, 36),
             s.cells,
@@ -488,6 +567,8 @@ fn report(
             comm_med,
             vs_one_way,
             vs_swept,
+            vs_in_run,
+            vs_both,
             format!(
                 "{:.2}/{:.2} = {:.0}%",
                 sweep_med,
@@ -593,6 +674,18 @@ fn record_rank(
             Some("after a sweep"),
             "median one-way time of one face, ping-pong by the run's path, \
              both arrays rewritten before each round",
+        ),
+        (
+            &s.in_run,
+            Some("in the run"),
+            "median one-way time of one face, one ping-pong by the run's path right after \
+             the run's sweep, every --probe-every iterations",
+        ),
+        (
+            &s.both,
+            Some("in the run, both faces at once"),
+            "median time of this rank's put while its neighbour puts at the same moment, \
+             right after the run's sweep, every --probe-every iterations",
         ),
     ];
     for (times, cache, method) in probes {

@@ -484,3 +484,60 @@ fn probes_run_again_and_after_a_sweep_on_a_line_of_ranks() {
         assert_eq!(timed, vec![[1; 3], [1; 3], [0; 3]], "{scheme} {path:?}");
     }
 }
+
+#[test]
+fn in_run_probes_leave_the_grid_unchanged_and_time_every_pair() {
+    // 2x2 ranks: every rank has two neighbours, one contiguous face and one strided; the
+    // probes alternate between one face alone and both at once, and write real faces into
+    // the neighbours mid-run, so the grid must still equal the run without them.
+    let shape = [23, 29];
+    let d = Decomposition::new(&shape, 4, Some(&[2, 2]), &[], 1).unwrap();
+    for (scheme, path, streaming) in [
+        ("shm", Path::Rma, Some(true)),
+        ("shm", Path::Rma, Some(false)),
+        ("tcp", Path::Rma, None),
+        ("shm", Path::Messages, None),
+    ] {
+        let opts = ExchangeOptions {
+            path,
+            streaming,
+            ..Default::default()
+        };
+        let digests = |probe_every: usize| {
+            let runs = on_ranks(&d, scheme, opts.clone(), move |mut ex| {
+                let lopts = LaplaceOptions {
+                    iters: 12,
+                    probe_every,
+                    ..Default::default()
+                };
+                laplace::run(&mut ex, &lopts).unwrap()
+            });
+            runs.into_iter().map(|r| r.unwrap()).collect::<Vec<_>>()
+        };
+        let plain = digests(0);
+        let probed = digests(4);
+        for (a, b) in plain.iter().zip(&probed) {
+            assert_eq!(a.digest, b.digest, "rank {} {scheme} {path:?}", a.rank);
+            assert_eq!(b.steps.len(), 12);
+            // Iterations 2, 6 and 10 probed: one face alone, both at once, one alone.
+            let probed_at: Vec<usize> = (0..12).filter(|&i| b.steps[i].probed).collect();
+            assert_eq!(probed_at, [2, 6, 10]);
+            assert!(a.probes.one_way.is_empty() && a.probes.both.is_empty());
+            // Each rank times its upper pairs alone (twice), and puts to every neighbour
+            // at once (once, on the RMA path).
+            let ups = [Dir { axis: 1, up: true }, Dir { axis: 2, up: true }]
+                .iter()
+                .filter(|&&dir| d.neighbour(b.rank, dir).is_some())
+                .count();
+            assert_eq!(b.probes.one_way.len(), 2 * ups, "rank {} {scheme}", b.rank);
+            let sides = if path == Path::Rma { 2 } else { 0 };
+            assert_eq!(b.probes.both.len(), sides, "rank {} {scheme}", b.rank);
+            assert!(b
+                .probes
+                .one_way
+                .iter()
+                .chain(&b.probes.both)
+                .all(|(_, t)| *t > Duration::ZERO));
+        }
+    }
+}

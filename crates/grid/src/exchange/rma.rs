@@ -6,9 +6,21 @@ use std::time::{Duration, Instant};
 use accio_core::RmaFlags;
 use bytemuck::Pod;
 
-use super::{unpack, HaloExchange, Path, SideInfo, Wait, TAG};
+use super::{unpack, HaloExchange, InRunProbe, Path, SideInfo, Wait, TAG};
 use crate::decomp::Dir;
 use crate::error::{GridError, Result};
+
+/// What one probe round does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Round {
+    /// The caches put in a run's state first (with `sweep`, the whole arrays rewritten);
+    /// one face each way.
+    Prepared { sweep: bool },
+    /// The caches as the caller left them; one face each way.
+    AsLeft,
+    /// The caches as the caller left them; both faces at once.
+    Both,
+}
 
 impl<T: Pod> HaloExchange<T> {
     /// Tells every neighbour this rank's ghosts are free, then waits until each neighbour
@@ -76,6 +88,14 @@ impl<T: Pod> HaloExchange<T> {
     /// stores `value` at `counter` of the neighbour's region once the data is there.
     pub(super) fn put_side(&self, i: usize, counter: u64, value: u64) -> Result<()> {
         let elem = self.elem();
+        let streaming = self
+            .opts
+            .streaming
+            .unwrap_or(self.layout.elems() * elem >= super::STREAM_ARRAY_BYTES);
+        let flags = RmaFlags {
+            streaming,
+            ..RmaFlags::ASYNC
+        };
         let s = &self.sides[i];
         let p = &self.peers[s.peer.expect("a side with another rank")];
         let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
@@ -92,14 +112,14 @@ impl<T: Pod> HaloExchange<T> {
             let src = unsafe {
                 std::slice::from_raw_parts(self.ptr(self.secs.data + start * elem), n * elem)
             };
-            p.ep.vwrite_to(src, dst(s.remote_data, elem), RmaFlags::ASYNC)
+            p.ep.vwrite_to(src, dst(s.remote_data, elem), flags)
                 .map_err(fail)?;
             if self.opts.checked {
                 // SAFETY: as above, in the tag section.
                 let src = unsafe {
                     std::slice::from_raw_parts(self.ptr(self.secs.tags + start * TAG), n * TAG)
                 };
-                p.ep.vwrite_to(src, dst(s.remote_tags, TAG), RmaFlags::ASYNC)
+                p.ep.vwrite_to(src, dst(s.remote_tags, TAG), flags)
                     .map_err(fail)?;
             }
         } else {
@@ -111,7 +131,7 @@ impl<T: Pod> HaloExchange<T> {
                     s.face.elems() * self.per_cell(),
                 )
             };
-            p.ep.vwrite_to(src, p.remote_base + s.remote_data, RmaFlags::ASYNC)
+            p.ep.vwrite_to(src, p.remote_base + s.remote_data, flags)
                 .map_err(fail)?;
         }
         p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
@@ -130,7 +150,9 @@ impl<T: Pod> HaloExchange<T> {
     /// filling the grid. Returns, for the sides this rank timed, the side and the median
     /// one-way time.
     pub fn probe(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
-        self.probe_rounds(reps, false)
+        Ok(self
+            .probe_rounds(reps, Round::Prepared { sweep: false })?
+            .one_way)
     }
 
     /// [`probe`](Self::probe) in the cache state a run leaves: on the RMA path both ranks
@@ -138,10 +160,28 @@ impl<T: Pod> HaloExchange<T> {
     /// so the face crosses between two caches full of other dirty lines and through page
     /// translations the sweep has evicted.
     pub fn probe_after_sweep(&mut self, reps: usize) -> Result<Vec<(SideInfo, Duration)>> {
-        self.probe_rounds(reps, true)
+        Ok(self
+            .probe_rounds(reps, Round::Prepared { sweep: true })?
+            .one_way)
     }
 
-    fn probe_rounds(&mut self, reps: usize, sweep: bool) -> Result<Vec<(SideInfo, Duration)>> {
+    /// One probe round per pair in whatever state the caches are in. Called during a run,
+    /// after a sweep and before the exchange, it times the faces crossing in exactly the
+    /// state (and the host's placement of the ranks) of the run's own exchanges: with
+    /// `both` false, one face alone, as [`probe`](Self::probe) (the pair bandwidth); with
+    /// `both` true (RMA path only), both faces of each pair at once, each rank timing its
+    /// own put: what the pair's memory path gives two copies at a time, which an exchange
+    /// cannot beat. Nothing is prepared and no round is left untimed, and only one kind
+    /// runs per call: the first round moves the lines, so a second would find them warm.
+    /// The faces it writes into the neighbours are the ones the exchange writes next, and
+    /// every neighbour has finished its sweep when they land (each waits in its own call
+    /// first), so the run computes the same grid; the exchange that follows finds the
+    /// lines moved already, and its times are not the run's. Collective, as `probe`.
+    pub fn probe_in_run(&mut self, both: bool) -> Result<InRunProbe> {
+        self.probe_rounds(1, if both { Round::Both } else { Round::AsLeft })
+    }
+
+    fn probe_rounds(&mut self, reps: usize, kind: Round) -> Result<InRunProbe> {
         // Counters only grow: this probe's values start above every earlier probe's
         // (probe number, then pair, then round: 8 values per round, 2^21 per pair).
         let reps = reps.clamp(1, (1 << 20) - 1);
@@ -155,6 +195,7 @@ impl<T: Pod> HaloExchange<T> {
         let decomp = self.decomp.clone();
         let infos = self.sides();
         let mut out = Vec::new();
+        let mut both = Vec::new();
         let mut pair = 0u64;
         for r in 0..decomp.size() {
             for d in Dir::all(decomp.ndim()).filter(|d| d.up) {
@@ -174,15 +215,26 @@ impl<T: Pod> HaloExchange<T> {
                     .iter()
                     .position(|s| s.dir == mine && s.rank == if initiator { q } else { r })
                     .expect("the pair's side exists");
+                if kind == Round::Both {
+                    if self.opts.path == Path::Rma {
+                        let v = epoch | (pair << 24) | 8;
+                        both.push((infos[i].clone(), self.probe_both(i, v)?));
+                    }
+                    continue;
+                }
+                let (prepare, untimed) = match kind {
+                    Round::Prepared { sweep } => (Some(sweep), 1),
+                    _ => (None, 0),
+                };
                 let mut times = Vec::with_capacity(reps);
-                for rep in 0..=reps {
+                for rep in 0..reps + untimed {
                     let v = epoch | (pair << 24) | (8 * (rep as u64 + 1));
                     let round = if self.opts.path == Path::Rma {
-                        self.probe_round(i, initiator, v, sweep)?
+                        self.probe_round(i, initiator, v, prepare)?
                     } else {
                         self.probe_messages(i, initiator)?
                     };
-                    if rep > 0 {
+                    if rep >= untimed {
                         times.push(round / 2);
                     }
                 }
@@ -192,14 +244,41 @@ impl<T: Pod> HaloExchange<T> {
                 }
             }
         }
-        Ok(out)
+        Ok(InRunProbe { one_way: out, both })
+    }
+
+    /// Both faces of side `i`'s pair at once: each rank says it is ready (`v + 1`), waits
+    /// for the other's word, puts its face (`v + 2`), and waits for the other's. Returns
+    /// this rank's put time (the copy and its signal).
+    fn probe_both(&mut self, i: usize, v: u64) -> Result<Duration> {
+        let (counter, at) = (
+            self.sides[i].remote_probe,
+            self.secs.probe(self.sides[i].dir),
+        );
+        let s = &self.sides[i];
+        let p = &self.peers[s.peer.expect("a side with another rank")];
+        p.ep.fence_signal(None, Some((p.remote_base + counter, v + 1)))
+            .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))?;
+        let what = "answer the probe";
+        self.wait_until(i, at, v + 1, what)?;
+        let t = Instant::now();
+        self.put_side(i, counter, v + 2)?;
+        let put = t.elapsed();
+        self.wait_until(i, at, v + 2, what)?;
+        Ok(put)
     }
 
     /// One round of the RMA probe: both ranks prepare their caches as a run leaves them
     /// ([`Self::prepare`]), each while the other waits; then the initiator times its put
     /// of its face and signal, the responder's put and signal back. Counter values
     /// `v + 1 ..= v + 4`, so rounds (`v` steps of 8) never satisfy each other's waits.
-    fn probe_round(&mut self, i: usize, initiator: bool, v: u64, sweep: bool) -> Result<Duration> {
+    fn probe_round(
+        &mut self,
+        i: usize,
+        initiator: bool,
+        v: u64,
+        prepare: Option<bool>,
+    ) -> Result<Duration> {
         let (counter, at) = (
             self.sides[i].remote_probe,
             self.secs.probe(self.sides[i].dir),
@@ -212,7 +291,9 @@ impl<T: Pod> HaloExchange<T> {
         };
         let what = "answer the probe";
         if initiator {
-            self.prepare(i, sweep);
+            if let Some(sweep) = prepare {
+                self.prepare(i, sweep);
+            }
             signal(self, v + 1)?;
             self.wait_until(i, at, v + 2, what)?;
             let t = Instant::now();
@@ -221,7 +302,9 @@ impl<T: Pod> HaloExchange<T> {
             Ok(t.elapsed())
         } else {
             self.wait_until(i, at, v + 1, what)?;
-            self.prepare(i, sweep);
+            if let Some(sweep) = prepare {
+                self.prepare(i, sweep);
+            }
             signal(self, v + 2)?;
             self.wait_until(i, at, v + 3, what)?;
             self.put_side(i, counter, v + 4)?;
