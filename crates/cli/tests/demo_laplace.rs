@@ -69,6 +69,8 @@ fn figures_land_in_the_results_file_per_rank_and_phase() {
         "2",
         "--iters",
         "10",
+        "--probe-every",
+        "4",
         "--json",
         json.to_str().unwrap(),
     ]);
@@ -85,7 +87,8 @@ fn figures_land_in_the_results_file_per_rank_and_phase() {
                 })
                 .unwrap_or_else(|| panic!("no {metric} figure for rank {rank}"));
             assert!(f.summary.median > 0.0, "{metric}: {:?}", f.summary);
-            assert_eq!(f.summary.n, 10, "{metric}: one sample per iteration");
+            // Iterations 2 and 6 probed the pair in the run: their phases are not counted.
+            assert_eq!(f.summary.n, 8, "{metric}: one sample per unprobed iteration");
         }
     }
     let bw = report
@@ -94,7 +97,15 @@ fn figures_land_in_the_results_file_per_rank_and_phase() {
         .find(|f| f.metric == "compute_bw")
         .unwrap();
     assert!(bw.ceiling.as_ref().is_some_and(|c| c.value > 0.0));
-    assert!(report.figures.iter().any(|f| f.metric == "pair_bw"));
+    for cache in ["", "after a sweep", "in the run", "in the run, both faces at once"] {
+        assert!(
+            report
+                .figures
+                .iter()
+                .any(|f| f.metric == "pair_bw" && f.param_str("cache") == cache),
+            "no pair_bw figure with cache {cache:?}"
+        );
+    }
 }
 
 #[test]
