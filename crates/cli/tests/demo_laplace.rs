@@ -88,7 +88,10 @@ fn figures_land_in_the_results_file_per_rank_and_phase() {
                 .unwrap_or_else(|| panic!("no {metric} figure for rank {rank}"));
             assert!(f.summary.median > 0.0, "{metric}: {:?}", f.summary);
             // Iterations 2 and 6 probed the pair in the run: their phases are not counted.
-            assert_eq!(f.summary.n, 8, "{metric}: one sample per unprobed iteration");
+            assert_eq!(
+                f.summary.n, 8,
+                "{metric}: one sample per unprobed iteration"
+            );
         }
     }
     let bw = report
@@ -97,7 +100,12 @@ fn figures_land_in_the_results_file_per_rank_and_phase() {
         .find(|f| f.metric == "compute_bw")
         .unwrap();
     assert!(bw.ceiling.as_ref().is_some_and(|c| c.value > 0.0));
-    for cache in ["", "after a sweep", "in the run", "in the run, both faces at once"] {
+    for cache in [
+        "",
+        "after a sweep",
+        "in the run",
+        "in the run, both faces at once",
+    ] {
         assert!(
             report
                 .figures
