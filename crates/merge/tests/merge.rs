@@ -641,3 +641,31 @@ fn follower_sees_acknowledged_blocks(mode: WriteMode) {
     assert_eq!(all.len() as u64, u64::from(producers) * rounds * per_round);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+#[test]
+fn the_writers_limit_never_stops_producers_that_one_thread_drives_in_turn() {
+    // Four producers written by one thread, round robin, with room for two writers in
+    // flight: each producer keeps a prefetched room it is not writing, so the third must
+    // be granted past the limit (after its patience) or the thread would wait forever.
+    let path = tmp("writers-limit");
+    let merger = Merger::builder()
+        .slot_bytes(64 << 10)
+        .write_mode(WriteMode::Direct)
+        .direct_writers(2)
+        .listen(&addr("shm", "writers-limit"), sink(&path))
+        .unwrap();
+    let a = merger.addr().to_string();
+    let mut producers: Vec<Producer> = (0..4u32).map(|id| connect_as(&a, id)).collect();
+    for seq in 0..3u64 {
+        for (id, p) in producers.iter_mut().enumerate() {
+            p.write_block(&payload(id as u32, seq, 50_000)).unwrap();
+        }
+    }
+    for p in producers {
+        p.finish().unwrap();
+    }
+    let s = merger.close().unwrap();
+    assert!(s.stats.peak_slots > 2, "{:?}", s.stats);
+    check_file(&path, 4, 3, |_| 50_000);
+    std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
+}
