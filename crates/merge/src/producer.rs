@@ -76,6 +76,8 @@ pub struct Producer {
     /// opened here, and the mappings of the rooms in use, by slot id.
     direct: Option<(std::fs::File, std::path::PathBuf)>,
     rooms: HashMap<u32, FileMap>,
+    /// Writing in place, the merger checksums the blocks ([`Msg::Checksums`]).
+    merger_checksums: bool,
     /// `write_block` in place through a mapping instead of `pwrite` (measurements only:
     /// `ACCIO_MERGE_MAP_BLOCKS=1`).
     map_blocks: bool,
@@ -145,6 +147,7 @@ impl Producer {
             mapped,
             direct: None,
             rooms: HashMap::new(),
+            merger_checksums: false,
             map_blocks: std::env::var_os("ACCIO_MERGE_MAP_BLOCKS").is_some_and(|v| v == "1"),
             free: VecDeque::new(),
             requested: 0,
@@ -292,6 +295,7 @@ impl Producer {
                     }
                 }
             }
+            Msg::Checksums { merger } => self.merger_checksums = merger,
             Msg::ByeAck => self.bye_acked = true,
             Msg::Fail { reason } => {
                 self.failed.get_or_insert(reason);
@@ -458,9 +462,12 @@ impl Producer {
         kind: BlockKind,
         data: Option<&[u8]>,
     ) -> Result<u64> {
+        // In place, while the merger has a CPU of its own, it checksums the block from the
+        // file beside this producer's next copy.
         let crc = match data {
-            Some(d) => crate::checksum::crc32c(d),
-            None => crate::checksum::crc32c(&self.slot_mut(slot)[..len]),
+            _ if self.direct.is_some() && self.merger_checksums => None,
+            Some(d) => Some(crate::checksum::crc32c(d)),
+            None => Some(crate::checksum::crc32c(&self.slot_mut(slot)[..len])),
         };
         if !self.mapped && len > 0 {
             let src = match data {

@@ -75,7 +75,8 @@ pub trait DirectSink {
     fn reserve(&mut self, bytes: u64) -> Result<u64>;
 
     /// Records the block written into the room whose payload starts at `payload_at`: its
-    /// length, kind and the checksum of its bytes, which are in the file already.
+    /// length, kind and the checksum of its bytes, which are in the file already (and
+    /// which the sink reads to compute it when the block comes without one).
     fn commit(&mut self, payload_at: u64, bytes: u64, block: &DirectBlock) -> Result<()>;
 
     /// Marks reserved room that will not be committed as a hole. `released`: its producer
@@ -96,8 +97,9 @@ pub struct DirectBlock {
     pub kind: BlockKind,
     /// Payload length.
     pub len: u64,
-    /// CRC32C of the payload, computed by the producer over the file's bytes.
-    pub crc: u32,
+    /// CRC32C of the payload, computed by the producer over the bytes it wrote; `None`:
+    /// the sink computes it from the file.
+    pub crc: Option<u32>,
 }
 
 /// Writes blocks into an accio container file (see [`crate::container`]).
@@ -202,8 +204,12 @@ impl DirectSink for ContainerSink {
 
     fn commit(&mut self, payload_at: u64, bytes: u64, b: &DirectBlock) -> Result<()> {
         let start = self.start_of(payload_at);
+        let crc = match b.crc {
+            Some(c) => c,
+            None => self.writer.reserved_payload_crc(start, b.len)?,
+        };
         self.writer
-            .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, b.crc)
+            .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, crc)
             .map(|_| ())
     }
 

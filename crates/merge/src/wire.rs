@@ -3,7 +3,7 @@
 //! be buggy or hostile, and its bad message costs only its own connection.
 
 /// Protocol version; a producer of another version is refused.
-pub const PROTOCOL: u16 = 2;
+pub const PROTOCOL: u16 = 3;
 
 /// Producer id a producer sends to let the merger pick one.
 pub const ANY_PRODUCER: u32 = u32::MAX;
@@ -55,8 +55,9 @@ pub enum Msg {
         seq: u64,
         /// Payload bytes.
         len: u64,
-        /// CRC32C of the payload.
-        crc: u32,
+        /// CRC32C of the payload, or `None` from a producer writing in place after the
+        /// merger said it checksums ([`Msg::Checksums`]): it reads the block from the file.
+        crc: Option<u32>,
         /// Block kind code.
         kind: u8,
     },
@@ -74,6 +75,13 @@ pub enum Msg {
     Bye,
     /// Merger → producer: every commit is written; the connection may close.
     ByeAck,
+    /// Merger → producer writing in place: who checksums the blocks committed from now
+    /// on. The merger does while it has a CPU to itself (fewer producers than CPUs), so
+    /// that a producer's only work per block is its copy; the producers do otherwise.
+    Checksums {
+        /// The merger checksums.
+        merger: bool,
+    },
     /// Merger → producer: the merge failed for this producer (sink error, protocol error).
     Fail {
         /// Lowercase text naming the file or message and the cause.
@@ -92,6 +100,7 @@ const BYE: u8 = 8;
 const BYE_ACK: u8 = 9;
 const FAIL: u8 = 10;
 const DIRECT: u8 = 11;
+const CHECKSUMS: u8 = 12;
 
 impl Msg {
     /// Encodes into `out` (cleared first).
@@ -134,8 +143,13 @@ impl Msg {
                 out.extend_from_slice(&slot.to_le_bytes());
                 out.extend_from_slice(&seq.to_le_bytes());
                 out.extend_from_slice(&len.to_le_bytes());
-                out.extend_from_slice(&crc.to_le_bytes());
+                out.extend_from_slice(&crc.unwrap_or(0).to_le_bytes());
                 out.push(*kind);
+                out.push(u8::from(crc.is_some()));
+            }
+            Msg::Checksums { merger } => {
+                out.push(CHECKSUMS);
+                out.push(u8::from(*merger));
             }
             Msg::Release { slot } => {
                 out.push(RELEASE);
@@ -202,13 +216,32 @@ impl Msg {
                 }
             }
             COMMIT => {
-                want(25, "commit")?;
+                want(26, "commit")?;
                 Msg::Commit {
                     slot: u32_at(0),
                     seq: u64_at(4),
                     len: u64_at(12),
-                    crc: u32_at(20),
+                    crc: match (body[25], u32_at(20)) {
+                        (0, 0) => None,
+                        (1, crc) => Some(crc),
+                        (0, crc) => {
+                            return Err(format!(
+                                "commit message without a checksum but {crc:#x} in its place"
+                            ))
+                        }
+                        (f, _) => return Err(format!("commit message with checksum flag {f}")),
+                    },
                     kind: body[24],
+                }
+            }
+            CHECKSUMS => {
+                want(1, "checksums")?;
+                Msg::Checksums {
+                    merger: match body[0] {
+                        0 => false,
+                        1 => true,
+                        f => return Err(format!("checksums message with flag {f}")),
+                    },
                 }
             }
             RELEASE => {
@@ -274,9 +307,18 @@ mod tests {
                 slot: 9,
                 seq: 77,
                 len: 12345,
-                crc: 0xabcd,
+                crc: Some(0xabcd),
                 kind: 1,
             },
+            Msg::Commit {
+                slot: 9,
+                seq: 78,
+                len: 1,
+                crc: None,
+                kind: 1,
+            },
+            Msg::Checksums { merger: true },
+            Msg::Checksums { merger: false },
             Msg::Release { slot: 4 },
             Msg::Ack { seq: 77 },
             Msg::Bye,
@@ -296,9 +338,32 @@ mod tests {
     fn short_and_unknown_messages_are_refused_with_a_reason() {
         assert_eq!(
             Msg::decode(&[COMMIT, 1, 2]).unwrap_err(),
-            "commit message of 3 bytes, expected 26"
+            "commit message of 3 bytes, expected 27"
         );
         assert_eq!(Msg::decode(&[99]).unwrap_err(), "unknown message type 99");
+        let mut commit = Vec::new();
+        Msg::Commit {
+            slot: 1,
+            seq: 2,
+            len: 3,
+            crc: Some(0xdead_beef),
+            kind: 1,
+        }
+        .encode(&mut commit);
+        *commit.last_mut().unwrap() = 0;
+        assert_eq!(
+            Msg::decode(&commit).unwrap_err(),
+            "commit message without a checksum but 0xdeadbeef in its place"
+        );
+        *commit.last_mut().unwrap() = 2;
+        assert_eq!(
+            Msg::decode(&commit).unwrap_err(),
+            "commit message with checksum flag 2"
+        );
+        assert_eq!(
+            Msg::decode(&[CHECKSUMS, 7]).unwrap_err(),
+            "checksums message with flag 7"
+        );
         assert_eq!(Msg::decode(&[]).unwrap_err(), "empty message");
     }
 }

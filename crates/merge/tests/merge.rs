@@ -521,7 +521,7 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
         slot: 999,
         seq: 0,
         len: 1,
-        crc: 0,
+        crc: Some(0),
         kind: 0,
     });
     wait_for(|| merger.stats().dropped == 1);

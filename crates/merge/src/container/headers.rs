@@ -370,6 +370,50 @@ impl HeaderMap {
         Ok(self.windows[w].as_ref().expect("mapped above").ptr)
     }
 
+    /// CRC-32C of `len` bytes of `file` at `offset` (inside its size), read through the
+    /// mapping: mapped for reading in one call per window (`MADV_POPULATE_READ`, Linux
+    /// 5.14; page by page before), checksummed, and unmapped again (the pages stay in the
+    /// file; mapped, they would count in the merger's resident memory).
+    pub(super) fn checksum(&mut self, file: &File, offset: u64, len: u64) -> std::io::Result<u32> {
+        const MADV_POPULATE_READ: libc::c_int = 22;
+        let mut crc = crate::checksum::Crc32c::new();
+        let (mut at, end) = (offset, offset + len);
+        while at < end {
+            let w = at / WINDOW;
+            let stop = end.min((w + 1) * WINDOW);
+            let base = self.window(file, w as usize)?;
+            let lo = (at % WINDOW) & !4095;
+            let span = (((stop - 1) % WINDOW) | 4095) + 1 - lo;
+            // SAFETY: `lo..lo + span` are whole pages of window `w`, inside the file's size
+            // (the room was claimed); the advice only maps them, and failing it only means
+            // the reads below fault the pages in one by one.
+            unsafe {
+                libc::madvise(
+                    base.add(lo as usize).cast(),
+                    span as usize,
+                    MADV_POPULATE_READ,
+                )
+            };
+            // SAFETY: `at..stop` is mapped and inside the file, so reading cannot fault for
+            // want of a page; the producer that wrote these bytes committed the block and
+            // writes there no more (the slice is read once, by the checksum).
+            crc.update(unsafe {
+                std::slice::from_raw_parts(base.add((at % WINDOW) as usize), (stop - at) as usize)
+            });
+            // SAFETY: drops this process's page-table entries of the pages just read; the
+            // file keeps every byte.
+            unsafe {
+                libc::madvise(
+                    base.add(lo as usize).cast(),
+                    span as usize,
+                    libc::MADV_DONTNEED,
+                )
+            };
+            at = stop;
+        }
+        Ok(crc.finish())
+    }
+
     /// Stores `bytes` at `offset` of `file` through the mapping. The range must lie in one
     /// page, inside what [`HeaderMap::claim`] claimed.
     pub(super) fn store(&mut self, file: &File, offset: u64, bytes: &[u8]) -> std::io::Result<()> {

@@ -385,6 +385,17 @@ impl ContainerWriter {
             .store(&self.file, start, header)
     }
 
+    /// CRC-32C of the `len` payload bytes of the block reserved at `start`, which a
+    /// producer wrote in place (for [`ContainerWriter::commit_reserved`]).
+    pub fn reserved_payload_crc(&self, start: u64, len: u64) -> Result<u32> {
+        let (payload_at, _) = block_extent(start, 0, self.header.align);
+        self.headers
+            .lock()
+            .expect("container header map")
+            .checksum(&self.file, payload_at, len)
+            .map_err(|e| MergeError::file("reading a block written in place in", &self.path, e))
+    }
+
     /// Flushes written blocks to stable storage (`fdatasync`).
     pub fn sync(&self) -> Result<()> {
         self.file

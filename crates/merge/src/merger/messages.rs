@@ -64,6 +64,9 @@ impl Core {
                     credit: self.credit,
                 },
             );
+            if self.direct.as_ref().is_some_and(|d| d.merger_checksums) {
+                self.send(key, &Msg::Checksums { merger: true });
+            }
             (self.shared.events)(&Event::Connected { producer: id, peer });
             if let Some(why) = self.failed.clone() {
                 self.send(key, &Msg::Fail { reason: why });
@@ -153,7 +156,7 @@ impl Core {
         slot: u32,
         seq: u64,
         len: u64,
-        crc: u32,
+        crc: Option<u32>,
         kind: u8,
     ) -> std::result::Result<(), Why> {
         let slot_bytes = self.slot_bytes as u64;
@@ -182,6 +185,11 @@ impl Core {
         if self.direct.is_some() {
             return self.commit_direct(key, slot, seq, len, crc, kind);
         }
+        let Some(crc) = crc else {
+            return Err(Why::Protocol(format!(
+                "commit of block {seq} without a checksum into a slot of the merger's"
+            )));
+        };
         let Some(idx) = c.slots.iter().position(|s| s.id == slot && s.granted) else {
             return Err(Why::Protocol(format!(
                 "commit into slot {slot}, which it does not hold"
@@ -242,7 +250,7 @@ impl Core {
         slot: u32,
         seq: u64,
         len: u64,
-        crc: u32,
+        crc: Option<u32>,
         kind: u8,
     ) -> std::result::Result<(), Why> {
         let bytes = self.slot_bytes as u64;
@@ -268,6 +276,10 @@ impl Core {
             len,
             crc,
         };
+        // The producer is done with the room: the next writer may start while this block
+        // is checksummed (when it came without a checksum) and recorded.
+        self.direct.as_mut().expect("direct").inflight -= 1;
+        self.grant_waiters();
         let sink = self.sink.as_mut().expect("sink present until close");
         let t = Instant::now();
         let written = sink
@@ -275,9 +287,9 @@ impl Core {
             .expect("direct sink")
             .commit(room.at, bytes, &block);
         self.stats.sink_write_ns += t.elapsed().as_nanos() as u64;
-        self.direct.as_mut().expect("direct").inflight -= 1;
         match written {
             Ok(()) => {
+                let c = self.conns.get_mut(&key).expect("live connection");
                 c.blocks += 1;
                 c.bytes += len;
                 self.stats.blocks += 1;
@@ -286,7 +298,6 @@ impl Core {
             }
             Err(e) => self.sink_failed(e.to_string()),
         }
-        self.grant_waiters();
         Ok(())
     }
 }

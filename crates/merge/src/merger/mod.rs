@@ -62,8 +62,9 @@
 //! than a slot (so blocks much smaller than the slot size waste file space: size slots
 //! to the blocks, or copy). A producer killed mid-block leaves its room reserved, never a
 //! torn block: the header that makes a block visible is written only after the commit,
-//! over a payload whose CRC the producer computed from the bytes it wrote, and readers
-//! check it.
+//! over a payload whose CRC the producer computed from the bytes it wrote (or, while the
+//! merger has a CPU to itself, the merger from the file after the commit:
+//! `Core::update_checksums`), and readers check it.
 //!
 //! [`WriteMode::Auto`] picks direct where producers share the machine (`shm://`) and the
 //! sink writes in place on a file system known to take shared writable mappings and
@@ -465,6 +466,8 @@ impl MergerBuilder {
                     std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
                 }),
                 blocked_since: None,
+                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                merger_checksums: false,
                 inflight: 0,
                 path: sink
                     .direct()
@@ -564,6 +567,10 @@ pub(super) struct Direct {
     pub(super) writers: usize,
     /// Since when grants have waited for the writers limit, no room coming back.
     pub(super) blocked_since: Option<Instant>,
+    /// CPUs this process may run on.
+    pub(super) cpus: usize,
+    /// The merger checksums the blocks (it has a CPU to itself); producers were told.
+    pub(super) merger_checksums: bool,
     pub(super) inflight: usize,
     /// The file's path, sent to producers.
     pub(super) path: Vec<u8>,

@@ -63,6 +63,7 @@ impl Core {
                 self.add(ep);
             }
             let work = self.round();
+            self.update_checksums();
             if self
                 .direct
                 .as_ref()

@@ -153,6 +153,34 @@ impl Core {
         }
     }
 
+    /// Direct mode: who checksums the blocks. The merger does while the producers leave it
+    /// a CPU of its own (fewer of them than CPUs): a producer's only work per block is
+    /// then its copy, and the checksum is read back from the file on the other CPU. With
+    /// as many producers as CPUs or more, every CPU is busy and the producers checksum
+    /// what they wrote, so that the merger thread, which every grant passes through,
+    /// stays free. Producers are told when it changes ([`Msg::Checksums`]); every commit
+    /// says whether it carries a checksum, so one in flight across the change is fine.
+    pub(super) fn update_checksums(&mut self) {
+        let active = self.stats.active;
+        let Some(d) = self.direct.as_mut() else {
+            return;
+        };
+        let merger = active < d.cpus;
+        if merger == d.merger_checksums {
+            return;
+        }
+        d.merger_checksums = merger;
+        let keys: Vec<u64> = self
+            .conns
+            .iter()
+            .filter(|(_, c)| c.producer.is_some() && !c.done && c.drop_reason.is_none())
+            .map(|(k, _)| *k)
+            .collect();
+        for key in keys {
+            self.send(key, &Msg::Checksums { merger });
+        }
+    }
+
     /// Direct mode: marks rooms that will not be committed as holes and frees their share
     /// of the budget.
     pub(super) fn abandon_rooms(&mut self, rooms: &[Room], released: bool) {
