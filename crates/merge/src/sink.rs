@@ -67,6 +67,13 @@ pub trait DirectSink {
     /// why not (the merger then copies).
     fn support(&self) -> std::result::Result<(), String>;
 
+    /// Whether reading a block back from the file while producers write the next ones
+    /// costs them nothing, so that the merger may checksum blocks committed without one
+    /// (see [`DirectSink::commit`]). Default: no.
+    fn reads_back_cheaply(&self) -> bool {
+        false
+    }
+
     /// The granularity of reservations (the file's block alignment).
     fn reserve_align(&self) -> u64;
 
@@ -191,6 +198,13 @@ impl DirectSink for ContainerSink {
         // SAFETY: `p` is the mapping made just above, of that length.
         unsafe { libc::munmap(p, page as usize) };
         Ok(())
+    }
+
+    /// On tmpfs. On ext4 the merger's read faults on the pages being written slowed one
+    /// producer writing in place 1.6x (`accio bench merge` into an ext4 loop device,
+    /// synced at close, 5 interleaved runs: 1.01-1.59 GB/s against 1.35-2.30).
+    fn reads_back_cheaply(&self) -> bool {
+        self.writer.claim_mode() == crate::container::ClaimMode::HeaderPages
     }
 
     fn reserve_align(&self) -> u64 {

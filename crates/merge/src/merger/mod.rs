@@ -62,8 +62,8 @@
 //! than a slot (so blocks much smaller than the slot size waste file space: size slots
 //! to the blocks, or copy). A producer killed mid-block leaves its room reserved, never a
 //! torn block: the header that makes a block visible is written only after the commit,
-//! over a payload whose CRC the producer computed from the bytes it wrote (or, while the
-//! merger has a CPU to itself, the merger from the file after the commit:
+//! over a payload whose CRC the producer computed from the bytes it wrote (or, on tmpfs
+//! while the merger has a CPU to itself, the merger from the file after the commit:
 //! `Core::update_checksums`), and readers check it.
 //!
 //! [`WriteMode::Auto`] picks direct where producers share the machine (`shm://`) and the
@@ -467,6 +467,10 @@ impl MergerBuilder {
                 }),
                 blocked_since: None,
                 cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
+                reads_back: sink
+                    .direct()
+                    .expect("checked by resolve_mode")
+                    .reads_back_cheaply(),
                 merger_checksums: false,
                 inflight: 0,
                 path: sink
@@ -569,6 +573,8 @@ pub(super) struct Direct {
     pub(super) blocked_since: Option<Instant>,
     /// CPUs this process may run on.
     pub(super) cpus: usize,
+    /// The sink reads blocks back cheaply ([`crate::DirectSink::reads_back_cheaply`]).
+    pub(super) reads_back: bool,
     /// The merger checksums the blocks (it has a CPU to itself); producers were told.
     pub(super) merger_checksums: bool,
     pub(super) inflight: usize,
