@@ -325,18 +325,7 @@ struct Standing {
 /// one backend: the one whose worse direction comes closest to the best backend measured
 /// in that direction; ties go to the larger sum of both directions.
 fn ranked(cells: &[Cell], a: usize, b: usize, big: u64) -> Vec<Standing> {
-    let bw = |s: &str, src: usize, dst: usize| {
-        cells
-            .iter()
-            .find(|c| {
-                c.src == src
-                    && c.dst == dst
-                    && c.scheme == s
-                    && c.size == big
-                    && c.metric == m::STREAM_BW
-            })
-            .map(|c| median(&c.samples))
-    };
+    let bw = |s: &str, src: usize, dst: usize| cell_median(cells, src, dst, s, big, m::STREAM_BW);
     let mut out: Vec<Standing> = Vec::new();
     for c in cells.iter().filter(|c| c.src == a && c.dst == b) {
         if out.iter().any(|x| x.scheme == c.scheme) {
@@ -381,6 +370,28 @@ fn measured_config(size: usize, cells: &[Cell], sizes: &[u64]) -> String {
         }
     }
     out
+}
+
+/// The median of the cell measuring `metric` at `size` bytes from `src` to `dst` over
+/// `scheme`, if there is one.
+fn cell_median(
+    cells: &[Cell],
+    src: usize,
+    dst: usize,
+    scheme: &str,
+    size: u64,
+    metric: &str,
+) -> Option<f64> {
+    cells
+        .iter()
+        .find(|c| {
+            c.src == src
+                && c.dst == dst
+                && c.scheme == scheme
+                && c.size == size
+                && c.metric == metric
+        })
+        .map(|c| median(&c.samples))
 }
 
 fn median(v: &[f64]) -> f64 {
@@ -458,28 +469,8 @@ fn print_choices(w: &World, cells: &[Cell], sizes: &[u64]) {
                 }
                 _ => rule,
             };
-            let bw = |s: &str| {
-                cells
-                    .iter()
-                    .find(|c| {
-                        c.src == a
-                            && c.dst == b
-                            && c.scheme == s
-                            && c.size == big
-                            && c.metric == m::STREAM_BW
-                    })
-                    .map(|c| median(&c.samples))
-            };
-            let lat = cells
-                .iter()
-                .find(|c| {
-                    c.src == a
-                        && c.dst == b
-                        && c.scheme == choice.scheme
-                        && c.size == small
-                        && c.metric == m::LATENCY
-                })
-                .map(|c| median(&c.samples));
+            let bw = |s: &str| cell_median(cells, a, b, s, big, m::STREAM_BW);
+            let lat = cell_median(cells, a, b, &choice.scheme, small, m::LATENCY);
             let mut best: Option<(String, f64)> = None;
             for c in cells
                 .iter()

@@ -10,7 +10,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use accio_grid::laplace::{self, LaplaceOptions, RankRun};
+use accio_grid::laplace::{self, LaplaceOptions, RankRun, StepTimes};
 use accio_grid::{parse_shape, BoxError, Decomposition, ExchangeOptions, HaloExchange, Path};
 use accio_results::metric::laplace as m;
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
@@ -318,6 +318,14 @@ fn summarize(
     pair_backends: &[(usize, String)],
 ) -> anyhow::Result<RankSummary> {
     let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    // A phase's time in every iteration the in-run probe left alone, ms.
+    let phase = |time: fn(&StepTimes) -> Duration| -> Vec<f64> {
+        run.steps
+            .iter()
+            .filter(|s| !s.probed)
+            .map(|s| ms(time(s)))
+            .collect()
+    };
     let backend_of = |peer: usize| {
         pair_backends
             .iter()
@@ -347,24 +355,9 @@ fn summarize(
                 )
             })
             .collect(),
-        compute: run
-            .steps
-            .iter()
-            .filter(|s| !s.probed)
-            .map(|s| ms(s.compute))
-            .collect(),
-        sync: run
-            .steps
-            .iter()
-            .filter(|s| !s.probed)
-            .map(|s| ms(s.sync))
-            .collect(),
-        communicate: run
-            .steps
-            .iter()
-            .filter(|s| !s.probed)
-            .map(|s| ms(s.communicate))
-            .collect(),
+        compute: phase(|s| s.compute),
+        sync: phase(|s| s.sync),
+        communicate: phase(|s| s.communicate),
         probes: pair_times(probes),
         swept: pair_times(swept),
         in_run: pair_times(median_per_side(&run.probes.one_way)),
