@@ -460,27 +460,20 @@ impl MergerBuilder {
         // Direct producers write into the file: the budget bounds the rooms in flight,
         // and the merger holds no slot memory at all.
         let direct = match mode {
-            WriteMode::Direct => Some(Direct {
-                max: max_slots,
-                writers: self.writers.unwrap_or_else(|| {
-                    std::thread::available_parallelism().map_or(2, |n| n.get()) + 1
-                }),
-                blocked_since: None,
-                cpus: std::thread::available_parallelism().map_or(1, |n| n.get()),
-                reads_back: sink
-                    .direct()
-                    .expect("checked by resolve_mode")
-                    .reads_back_cheaply(),
-                merger_checksums: false,
-                inflight: 0,
-                path: sink
-                    .direct()
-                    .expect("checked by resolve_mode")
-                    .file_path()
-                    .as_os_str()
-                    .as_encoded_bytes()
-                    .to_vec(),
-            }),
+            WriteMode::Direct => {
+                let d = sink.direct().expect("checked by resolve_mode");
+                let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
+                Some(Direct {
+                    max: max_slots,
+                    writers: self.writers.unwrap_or(cpus + 1),
+                    blocked_since: None,
+                    cpus,
+                    reads_back: d.reads_back_cheaply(),
+                    merger_checksums: false,
+                    inflight: 0,
+                    path: d.file_path().as_os_str().as_encoded_bytes().to_vec(),
+                })
+            }
             _ => None,
         };
         let pool = if direct.is_some() {
