@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use accio::{ErrorKind, Options, ShmOptions, TcpOptions};
+use accio::{ErrorKind, Options, ShmOptions, ShmStores, TcpOptions};
 
 const WAIT: Duration = Duration::from_secs(10);
 
@@ -26,15 +26,22 @@ fn shm_ring_options_reach_the_connecting_endpoint() {
         ring_bytes: 1 << 20,
         chunk_bytes: 64 << 10,
         spin: Duration::ZERO,
+        stores: ShmStores::Streaming,
     };
     // tcp options in the same set are ignored by an shm address.
     let opts = Options::new()
         .with(shm)
         .with(TcpOptions::new().max_try_send(4096));
     let ep = accio::connect_with(&addr, WAIT, &opts).unwrap();
-    let _server = server.join().unwrap();
+    let server = server.join().unwrap();
     // shm's try_send limit is its record size: the option's, not the default 256 KiB.
     assert_eq!(ep.capabilities().max_try_send, 64 << 10);
+    // Payloads written with streaming stores arrive whole (records of 64 KiB and a tail).
+    let msg: Vec<u8> = (0..200_003u32).map(|i| (i % 251) as u8).collect();
+    ep.send(&msg).unwrap();
+    let mut got = Vec::new();
+    server.recv(&mut got).unwrap();
+    assert_eq!(got, msg);
 }
 
 #[test]

@@ -135,6 +135,7 @@ impl Producer {
             } else {
                 Duration::ZERO
             },
+            stores: env.stores,
         };
         let ep = accio::connect_with(addr, opts.timeout, &accio::Options::new().with(shm))?;
         let mapped = ep.capabilities().map_remote;

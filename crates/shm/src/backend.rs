@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use accio_core::{Addr, Backend, BackendOptions, Endpoint, Listener, Options, Result};
 
-use crate::{ShmEndpoint, ShmListener, ShmOptions};
+use crate::{ShmEndpoint, ShmListener, ShmOptions, ShmStores};
 
 impl BackendOptions for ShmOptions {
     const SCHEME: &'static str = "shm";
@@ -26,6 +26,7 @@ fn listen(addr: &Addr, opts: &Options) -> Result<Box<dyn Listener>> {
         Some(o) => Box::new(Configured {
             inner,
             spin: o.spin,
+            stores: o.stores,
         }),
     })
 }
@@ -39,11 +40,13 @@ fn connect(addr: &Addr, timeout: Duration, opts: &Options) -> Result<Box<dyn End
 }
 
 /// A listener given options: the connecting side chooses the rings, so what the accepting
-/// side's options decide is how long its endpoints spin before they sleep.
+/// side's options decide is how long its endpoints spin before they sleep and how they
+/// store into their rings.
 #[derive(Debug)]
 struct Configured {
     inner: ShmListener,
     spin: Duration,
+    stores: ShmStores,
 }
 
 impl Listener for Configured {
@@ -54,6 +57,7 @@ impl Listener for Configured {
     fn accept(&self, timeout: Option<Duration>) -> Result<Box<dyn Endpoint>> {
         let mut ep = self.inner.accept_shm(timeout)?;
         ep.set_spin(self.spin);
+        ep.set_stores(self.stores);
         Ok(Box::new(ep))
     }
 }

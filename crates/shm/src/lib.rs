@@ -38,6 +38,7 @@ mod link;
 #[cfg(all(test, loom))]
 mod loom_models;
 mod ring;
+mod stores;
 mod sync;
 #[cfg(not(loom))]
 mod sys;
@@ -46,3 +47,4 @@ mod sys;
 pub use backend::BACKEND;
 #[cfg(not(loom))]
 pub use endpoint::{ShmEndpoint, ShmListener, ShmOptions};
+pub use stores::ShmStores;

@@ -33,6 +33,7 @@ use std::time::Duration;
 
 use accio_core::copy_bytes;
 
+use crate::stores::{ShmStores, Stores};
 use crate::sync::{self, fence, AtomicU32, AtomicU64, Ordering};
 
 /// Bytes of the control page in front of the data.
@@ -257,6 +258,7 @@ pub struct Producer {
     head: u64,
     tail: u64,
     max_chunk: usize,
+    stores: Stores,
 }
 
 impl Producer {
@@ -269,7 +271,13 @@ impl Producer {
             head,
             tail,
             max_chunk,
+            stores: Stores::default(),
         }
+    }
+
+    /// How payloads are stored into the ring from now on.
+    pub fn set_stores(&mut self, mode: ShmStores) {
+        self.stores = Stores::new(mode);
     }
 
     /// Largest payload of one record.
@@ -333,7 +341,7 @@ impl Producer {
         // `chunk` is caller memory, distinct from the ring.
         unsafe {
             write_header(at, chunk.len() as u32, total);
-            copy_bytes(
+            self.stores.copy(
                 at.add(payload_offset(chunk.len())),
                 chunk.as_ptr(),
                 chunk.len(),
@@ -518,15 +526,18 @@ mod tests {
         assert_eq!(record_bytes(65), 192);
     }
 
-    #[test]
-    fn records_round_trip_across_wraps_in_order() {
-        let (_m, r) = ring(4096);
-        let mut p = Producer::new(r, 1024);
-        let mut c = Consumer::new(r, 1024);
+    /// Pushes 2000 messages of sizes up to `max_chunk` through a ring of `cap` bytes whose
+    /// producer stores as `stores` says, popping when it is full; each arrives whole and in
+    /// order.
+    fn round_trip(cap: usize, max_chunk: usize, stores: ShmStores) {
+        let (_m, r) = ring(cap);
+        let mut p = Producer::new(r, max_chunk);
+        p.set_stores(stores);
+        let mut c = Consumer::new(r, max_chunk);
         let mut next_in = 0u32;
         let mut next_out = 0u32;
         for round in 0..2000usize {
-            let len = (round * 37) % 1025;
+            let len = (round * 37 * (max_chunk / 1024)) % (max_chunk + 1);
             let msg: Vec<u8> = (0..len).map(|i| (i as u32 ^ next_in) as u8).collect();
             while !p.try_push(&msg, true, false, len as u64) {
                 let rec = c.peek().unwrap().expect("ring full means data is there");
@@ -535,10 +546,13 @@ mod tests {
                 unsafe { c.copy_out(&rec, out.as_mut_ptr()) };
                 assert!(rec.first && !rec.more);
                 assert_eq!(rec.total as usize, rec.len);
-                assert!(out
-                    .iter()
-                    .enumerate()
-                    .all(|(i, &b)| b == (i as u32 ^ next_out) as u8));
+                assert!(
+                    out.iter()
+                        .enumerate()
+                        .all(|(i, &b)| b == (i as u32 ^ next_out) as u8),
+                    "message {next_out} ({} bytes, stores {stores:?}) arrived changed",
+                    rec.len
+                );
                 c.pop(&rec);
                 next_out += 1;
             }
@@ -549,6 +563,18 @@ mod tests {
             next_out += 1;
         }
         assert_eq!(next_in, next_out);
+    }
+
+    #[test]
+    fn records_round_trip_across_wraps_in_order() {
+        round_trip(4096, 1024, ShmStores::Auto);
+    }
+
+    #[test]
+    fn large_records_round_trip_with_every_store_mode() {
+        for stores in [ShmStores::Auto, ShmStores::Cached, ShmStores::Streaming] {
+            round_trip(1 << 16, 16 << 10, stores);
+        }
     }
 
     #[test]

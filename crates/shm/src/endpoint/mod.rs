@@ -31,6 +31,7 @@ use accio_core::{Addr, Error, Region, Result};
 
 use crate::link::{Geometry, Gone, Link};
 use crate::ring::{Consumer, Producer};
+use crate::stores::ShmStores;
 use crate::sys;
 
 pub use self::listener::ShmListener;
@@ -47,6 +48,9 @@ pub struct ShmOptions {
     /// How long a waiting call spins before it sleeps (default 50 µs). Spinning keeps
     /// latency at cache-transfer cost; sleeping frees the core.
     pub spin: Duration,
+    /// How payloads of 4 KiB and more are written into the ring (default: following the
+    /// host's placement of the two cores, see [`ShmStores`]).
+    pub stores: ShmStores,
 }
 
 impl Default for ShmOptions {
@@ -55,14 +59,15 @@ impl Default for ShmOptions {
             ring_bytes: 4 << 20,
             chunk_bytes: 256 << 10,
             spin: Duration::from_micros(50),
+            stores: ShmStores::Auto,
         }
     }
 }
 
 impl ShmOptions {
-    /// The defaults, overridden by `ACCIO_SHM_RING_BYTES`, `ACCIO_SHM_CHUNK_BYTES` and
-    /// `ACCIO_SHM_SPIN_US` where set (as UCX reads `UCX_*`): tuning without a rebuild.
-    /// Unparsable values are ignored.
+    /// The defaults, overridden by `ACCIO_SHM_RING_BYTES`, `ACCIO_SHM_CHUNK_BYTES`,
+    /// `ACCIO_SHM_SPIN_US` and `ACCIO_SHM_STORES` where set (as UCX reads `UCX_*`): tuning
+    /// without a rebuild. Unparsable values are ignored.
     pub fn from_env() -> ShmOptions {
         let var = |k: &str| {
             std::env::var(k)
@@ -74,6 +79,10 @@ impl ShmOptions {
             ring_bytes: var("ACCIO_SHM_RING_BYTES").map_or(d.ring_bytes, |v| v as usize),
             chunk_bytes: var("ACCIO_SHM_CHUNK_BYTES").map_or(d.chunk_bytes, |v| v as usize),
             spin: var("ACCIO_SHM_SPIN_US").map_or(d.spin, Duration::from_micros),
+            stores: std::env::var("ACCIO_SHM_STORES")
+                .ok()
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap_or(d.stores),
         }
     }
 }
@@ -203,6 +212,7 @@ impl ShmEndpoint {
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
         let mut ep = ShmEndpoint::new(addr.clone(), stream, region, link, 0)?;
         ep.opts.spin = opts.spin;
+        ep.set_stores(opts.stores);
         Ok(ep)
     }
 
@@ -214,16 +224,19 @@ impl ShmEndpoint {
         side: usize,
     ) -> Result<ShmEndpoint> {
         let geo = link.geometry();
+        let opts = ShmOptions {
+            ring_bytes: geo.ring_cap,
+            chunk_bytes: geo.max_chunk,
+            ..ShmOptions::from_env()
+        };
+        let mut tx = Producer::new(link.ring(side), geo.max_chunk);
+        tx.set_stores(opts.stores);
         Ok(ShmEndpoint {
             addr,
             side,
-            opts: ShmOptions {
-                ring_bytes: geo.ring_cap,
-                chunk_bytes: geo.max_chunk,
-                ..ShmOptions::from_env()
-            },
+            opts,
             _segment: segment,
-            tx: Mutex::new(Producer::new(link.ring(side), geo.max_chunk)),
+            tx: Mutex::new(tx),
             rx: Mutex::new(Consumer::new(link.ring(1 - side), geo.max_chunk)),
             link,
             sock,
@@ -245,6 +258,12 @@ impl ShmEndpoint {
     /// Sets how long waiting calls spin before sleeping.
     pub fn set_spin(&mut self, spin: Duration) {
         self.opts.spin = spin;
+    }
+
+    /// Sets how this end writes payloads of 4 KiB and more into its ring.
+    pub fn set_stores(&mut self, stores: ShmStores) {
+        self.opts.stores = stores;
+        self.tx.get_mut().expect("send lock").set_stores(stores);
     }
 
     /// The options in effect (ring geometry as agreed with the peer).
