@@ -78,8 +78,9 @@ unsafe fn copy_small(dst: *mut u8, src: *const u8, n: usize) {
 }
 
 /// Copies shorter than this go through the cache even when streaming is asked for: the
-/// fence and the partial lines at both ends would cost more than the stores save.
-const STREAM_MIN: usize = 4096;
+/// fence and the partial lines at both ends would cost more than the stores save. (A
+/// stream of 1 KiB shm messages between far cores: 2.4 GB/s streaming, 1.7 cached.)
+const STREAM_MIN: usize = 1024;
 
 /// [`copy_bytes`] with non-temporal stores: the destination lines are written whole to
 /// memory, neither read first nor kept in this core's cache. For data its reader will not
@@ -87,7 +88,7 @@ const STREAM_MIN: usize = 4096;
 /// cache: a cached store first reads each line from that core (a "read for ownership"
 /// per 64 bytes, slow between the cores of a VM that the host may place far apart),
 /// a streaming store only invalidates it. Ends with a store fence, so the bytes are
-/// visible before any later store (a completion signal) is. Shorter than 4 KiB, a skew
+/// visible before any later store (a completion signal) is. Shorter than 1 KiB, a skew
 /// that 4K-aliases, or not x86-64: [`copy_bytes`].
 ///
 /// # Safety

@@ -5,23 +5,27 @@
 //! read it one lap earlier; the consumer then reads it back from the producer's. Between
 //! cores close together both transfers are cheap (4 KiB messages stream at 35-50 GB/s end
 //! to end here). When the host puts this VM's two vCPUs far apart (`MACHINE_NOTES.md`,
-//! trait 7), every line that changes hands costs so much that a stream of 4 KiB to 4 MiB
+//! trait 7), every line that changes hands costs so much that a stream of 1 KiB to 4 MiB
 //! messages crawls at about 2 GB/s, UCX's as much as ours. A non-temporal store only
 //! invalidates the consumer's copy and sends the line to memory, which the consumer then
-//! streams from: 6-7 GB/s at 4 KiB and 13-15 at 64 KiB to 1 MiB in that phase. Between
-//! close cores it loses (4 KiB: 4 against 8-50 GB/s), so it has to follow the phase.
+//! streams from: in that phase 2.3 GB/s at 1 KiB, 2.8 at 2 KiB, 6.8 at 4 KiB, 16 at 16 KiB
+//! (against 1.7, 2.0, 2.0 and 2.4 cached). Between close cores it loses badly (1 KiB: 4
+//! against 31 GB/s), so it has to follow the phase.
 //!
 //! The producer sees the phase in its own cached copies, which wait for the lines to come
 //! from the consumer's core: 2-7 GB/s from a far core, 9 and more from a close one. So one
-//! large payload in [`Stores::SAMPLE`] is copied through the cache and timed with the time
+//! large payload in [`Stores::SAMPLE`] is copied through the cache, fenced (the stores of
+//! a short copy could otherwise still wait in the store buffer) and timed with the time
 //! stamp counter (a `clock_gettime` there, with the fences it takes to order the read,
 //! cost a third of the 4 KiB stream between close cores); two in a row below
 //! [`Stores::SLOW_GBPS`] switch the payloads in between to streaming stores, one above it
-//! switches them back.
+//! switches them back. What the producer cannot see is the consumer's side alone: a 1 or
+//! 2 KiB ping-pong whose lap is long enough for the lines to leave the consumer's cache
+//! stays cached (0.88 and 1.4 us one way between far cores, 0.73 and 0.83 streaming).
 
 use accio_core::copy_bytes;
 
-/// How a shm endpoint writes message payloads of 4 KiB and more into its ring
+/// How a shm endpoint writes message payloads of 1 KiB and more into its ring
 /// ([`crate::ShmOptions::stores`], `ACCIO_SHM_STORES=auto|cached|streaming`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
 pub enum ShmStores {
@@ -71,8 +75,8 @@ impl Stores {
 
     /// Payloads from this size up follow the policy; smaller ones always go through the
     /// cache (a few lines the consumer waits for, which any cache hands over sooner than
-    /// memory).
-    const MIN: usize = 4096;
+    /// memory; `copy_streaming` copies them so anyway).
+    const MIN: usize = 1024;
     /// One large payload in this many is a timed cached copy.
     const SAMPLE: u32 = 64;
     /// A cached copy slower than this many bytes per nanosecond means a far consumer.
@@ -94,6 +98,9 @@ impl Stores {
             let t = clock::ticks();
             // SAFETY: forwarded caller contract.
             unsafe { copy_bytes(dst, src, n) };
+            // The stores of a short copy could still sit in the store buffer, waiting for
+            // their lines: the fence makes the time include them.
+            std::sync::atomic::fence(std::sync::atomic::Ordering::SeqCst);
             self.judge(n, clock::ns(clock::ticks().wrapping_sub(t)));
         } else if self.streaming {
             // SAFETY: forwarded caller contract.
@@ -190,7 +197,9 @@ mod tests {
         let src: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + 3) as u8).collect();
         for mode in [ShmStores::Auto, ShmStores::Cached, ShmStores::Streaming] {
             let mut s = Stores::new(mode);
-            for n in [0, 1, 63, 64, 4095, 4096, 4097, 5000, 65_536, 65_600] {
+            for n in [
+                0, 1, 63, 64, 1023, 1024, 1500, 4095, 4096, 4097, 65_536, 65_600,
+            ] {
                 for off in [0, 1, 17, 64] {
                     let mut dst = vec![0u8; n + 128];
                     // SAFETY: `dst` holds `n` bytes from `off`, `src` holds `n` bytes from

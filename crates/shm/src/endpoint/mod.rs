@@ -48,7 +48,7 @@ pub struct ShmOptions {
     /// How long a waiting call spins before it sleeps (default 50 µs). Spinning keeps
     /// latency at cache-transfer cost; sleeping frees the core.
     pub spin: Duration,
-    /// How payloads of 4 KiB and more are written into the ring (default: following the
+    /// How payloads of 1 KiB and more are written into the ring (default: following the
     /// host's placement of the two cores, see [`ShmStores`]).
     pub stores: ShmStores,
 }
@@ -260,7 +260,7 @@ impl ShmEndpoint {
         self.opts.spin = spin;
     }
 
-    /// Sets how this end writes payloads of 4 KiB and more into its ring.
+    /// Sets how this end writes payloads of 1 KiB and more into its ring.
     pub fn set_stores(&mut self, stores: ShmStores) {
         self.opts.stores = stores;
         self.tx.get_mut().expect("send lock").set_stores(stores);
