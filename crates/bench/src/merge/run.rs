@@ -619,7 +619,10 @@ impl MergeBench {
             peak_rss,
             stats: summary.stats,
             writing: end.sink_write_ns.saturating_sub(before.sink_write_ns) as f64 / ns,
-            idle: end.idle_ns.saturating_sub(before.idle_ns) as f64 / ns,
+            idle: end
+                .idle_ns_at(t0 + Duration::from_secs_f64(secs))
+                .saturating_sub(before.idle_ns_at(t0)) as f64
+                / ns,
             sched,
         })
     }

@@ -56,9 +56,9 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         let writing = f.params["merger_writing_share"].as_f64().unwrap();
         assert!(writing > 0.0 && writing <= 1.0, "{writing}");
         let idle = f.params["merger_idle_share"].as_f64().unwrap();
-        // An idle sleep under way when the clock starts counts whole: up to 0.5 ms,
-        // more on a loaded machine, which shows in a run of a few ms like this one.
-        assert!(idle >= 0.0 && writing + idle <= 1.25, "{writing} + {idle}");
+        // Both are times of the merger thread inside the measured window (an idle pause
+        // under way when the clock starts counts from then on), and never overlap.
+        assert!(idle >= 0.0 && writing + idle <= 1.02, "{writing} + {idle}");
         assert!(f.params["merger_write_gbps"].as_f64().unwrap() >= f.summary.min);
         if let Some(on_cpu) = f.params["merger_on_cpu_share"].as_f64() {
             assert!(on_cpu > 0.0 && on_cpu <= 1.05, "{on_cpu}");

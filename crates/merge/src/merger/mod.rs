@@ -299,8 +299,23 @@ pub struct MergerStats {
     pub moves: u64,
     /// Nanoseconds the merger thread spent in the sink's `write` (the file writes).
     pub sink_write_ns: u64,
-    /// Nanoseconds it spent idle (sleeping or yielding between empty polling rounds).
+    /// Nanoseconds it spent idle (sleeping or yielding between empty polling rounds),
+    /// pauses under way not counted (see [`MergerStats::idle_ns_at`]).
     pub idle_ns: u64,
+    /// When the idle pause under way began, if one is.
+    pub idle_since: Option<Instant>,
+}
+
+impl MergerStats {
+    /// [`idle_ns`](Self::idle_ns) as of `now`, the pause under way counted up to then:
+    /// the difference of two snapshots' values is the idle time between their `now`s,
+    /// not a whole pause that began before the first.
+    pub fn idle_ns_at(&self, now: Instant) -> u64 {
+        self.idle_ns
+            + self
+                .idle_since
+                .map_or(0, |t| now.saturating_duration_since(t).as_nanos() as u64)
+    }
 }
 
 /// What a closed merger wrote.

@@ -94,6 +94,12 @@ impl Core {
             } else {
                 idle = idle.saturating_add(1);
                 let t = Instant::now();
+                self.stats.idle_since = Some(t);
+                self.shared
+                    .stats
+                    .lock()
+                    .expect("merger stats lock")
+                    .idle_since = Some(t);
                 if idle < 16 {
                     std::thread::yield_now();
                 } else {
@@ -101,6 +107,7 @@ impl Core {
                     std::thread::sleep(Duration::from_micros(us).min(MAX_IDLE_SLEEP));
                 }
                 self.stats.idle_ns += t.elapsed().as_nanos() as u64;
+                self.stats.idle_since = None;
             }
         }
         let sink = self.sink.take().expect("sink present until close");
