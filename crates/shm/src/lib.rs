@@ -18,12 +18,14 @@
 //!   no round trip), and two single-producer single-consumer message rings.
 //! - **Messages** go through the rings: one copy in, one copy out, no system call on the
 //!   hot path; a waiter spins for [`ShmOptions::spin`] and then sleeps on a futex in shared
-//!   memory, which the other side wakes only when the waiter announced itself.
+//!   memory, which the other side wakes only when the waiter announced itself. Payloads of
+//!   1 KiB and more are copied in through the cache or with non-temporal stores, whichever
+//!   the host's placement of the two cores favours at the moment ([`ShmStores`]).
 //! - **RMA** copies straight between the caller's memory and the peer's window mapping
 //!   (mapped on first use): the peer's CPU takes no part, every call completes before it
 //!   returns, and fences reduce to memory barriers.
 //!
-//! All copies go through [`accio_core::copy_bytes`], which avoids the 4 KiB aliasing
+//! All other copies go through [`accio_core::copy_bytes`], which avoids the 4 KiB aliasing
 //! penalty of `memcpy` on the machines accio is measured on.
 
 // Built with `--cfg loom` (ci/loom.sh), the crate is only its rings and link, under the
