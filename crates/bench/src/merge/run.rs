@@ -508,8 +508,12 @@ impl MergeBench {
                     .collect();
                 wait_warm(&merger, p);
                 let before = (merger.stats(), merger_sched());
-                go.wait();
+                // The clock starts before the producers are released: a main thread that
+                // the scheduler parks after the barrier would otherwise start it after
+                // the first blocks were written, and the merger's shares of the window
+                // could add up past the whole.
                 let t0 = Instant::now();
+                go.wait();
                 for h in handles {
                     h.join()
                         .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))?
