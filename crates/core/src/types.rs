@@ -93,11 +93,6 @@ impl RmaFlags {
         sync: true,
         streaming: false,
     };
-    /// Asynchronous completion, copied past the caches ([`RmaFlags::streaming`]).
-    pub const STREAMING: RmaFlags = RmaFlags {
-        sync: false,
-        streaming: true,
-    };
 }
 
 /// Outcome of a non-blocking call: done, or it would have had to wait.

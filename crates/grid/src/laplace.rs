@@ -176,12 +176,13 @@ pub fn run(ex: &mut HaloExchange<f64>, opts: &LaplaceOptions) -> Result<RankRun>
     // Every rank sweeps in memory order, as the MPI reference does. Sweeping toward the
     // face that leaves next (descending on a rank whose only neighbour is below) kept the
     // face in cache for its put, but the descending sweeps ran slower beside an ascending
-    // one and the pair waited for them: 4096x4096 on 2 ranks over shm, 6 interleaved runs
-    // of 3 each way, total per iteration 1.02x the MPI reference's (median of the runs'
-    // ratios) toward the face, 0.97x in memory order, synchronize 0.02-0.06 ms against
-    // 0.01-0.05. With streaming puts, a face read from memory costs the put little.
-    // Strided faces are packed in the sweep, where their cells are hot.
-    // and their ghosts unpacked in it, each row's just before its stencil.
+    // one and the pair waited for them, so the kernel no longer sweeps descending:
+    // 4096x4096 on 2 ranks over shm, 6 interleaved runs of 3 each way, total per iteration
+    // 1.02x the MPI reference's (median of the runs' ratios) toward the face, 0.97x in
+    // memory order, synchronize 0.02-0.06 ms against 0.01-0.05. With streaming puts, a
+    // face read from memory costs the put little.
+    // Strided faces are packed in the sweep, where their cells are hot, and their ghosts
+    // unpacked in it, each row's just before its stencil.
     if kernel.pack_faces(&ex.packable_faces()) {
         ex.pack_in_compute();
     }
@@ -236,8 +237,6 @@ pub struct Kernel {
     slab: Vec<f64>,
     /// The widest vectors the CPU has: the loops run in a copy compiled for them.
     simd: Simd,
-    /// Slabs are swept from the last to the first (see [`Kernel::set_descending`]).
-    descending: bool,
     /// The columns of the faces packed in the sweep (see [`Kernel::pack_faces`]).
     face_cols: Vec<usize>,
     /// The columns of the ghosts unpacked in the sweep (see [`Kernel::unpack_ghosts`]).
@@ -270,18 +269,9 @@ impl Kernel {
             hi,
             slab: vec![0.0; slab],
             simd: Simd::detect(),
-            descending: false,
             face_cols: Vec::new(),
             ghost_cols: Vec::new(),
         }
-    }
-
-    /// Sweeps the slabs from the last to the first instead (same results bit for bit: each
-    /// slab's `X` is still updated only after the last stencil that reads it), which would
-    /// leave a first-slab face hot in cache for its exchange. [`run`] does not: beside
-    /// ranks sweeping in memory order the descending sweep ran slower (see there).
-    pub fn set_descending(&mut self, descending: bool) {
-        self.descending = descending;
     }
 
     /// Packs these faces during the sweep: each updated cell of a face is also written into
@@ -451,19 +441,11 @@ impl Kernel {
         let s_axis = 3 - self.ndim;
         let (first, last) = (self.lo[s_axis], self.hi[s_axis]);
         let mut y = std::mem::take(&mut self.slab);
-        if self.descending {
-            self.laplacian(x, last - 1, &mut y, ghosts);
-            for s in (first..last - 1).rev() {
-                self.fused(x, s, &mut y, coef, faces, ghosts);
-            }
-            self.update(x, first, &y, coef, faces);
-        } else {
-            self.laplacian(x, first, &mut y, ghosts);
-            for s in first + 1..last {
-                self.fused(x, s, &mut y, coef, faces, ghosts);
-            }
-            self.update(x, last - 1, &y, coef, faces);
+        self.laplacian(x, first, &mut y, ghosts);
+        for s in first + 1..last {
+            self.fused(x, s, &mut y, coef, faces, ghosts);
         }
+        self.update(x, last - 1, &y, coef, faces);
         self.slab = y;
     }
 
@@ -509,7 +491,7 @@ impl Kernel {
     }
 
     /// `Y` of slab `s`, and in the same loop `X += coef · y` on the slab swept before it
-    /// (`s - 1`, or `s + 1` when descending), `y` then taking slab `s`'s `Y`.
+    /// (`s - 1`), `y` then taking slab `s`'s `Y`.
     #[inline(always)]
     fn fused(
         &self,
@@ -528,62 +510,36 @@ impl Kernel {
             self.unpack_row(x, zz, yy, ghosts);
             let m = self.layout.index([zz, yy, self.lo[2]]);
             let ys = &mut y[k * w..(k + 1) * w];
-            // The row updated is one of the stencil's operands (up/down in 2D, front/back in
-            // 3D) and lies wholly before (ascending) or after (descending) every other one,
-            // so `x` splits into that row, mutable, and the rest.
-            if self.descending {
-                let (rest, after) = x.split_at_mut(m + back);
-                let done = &mut after[..w];
-                let o = |d: isize| &rest[(m as isize + d) as usize..][..w];
-                let (left, mid, right) = (o(-1), o(0), o(1));
-                if self.ndim == 2 {
-                    let up = o(-(row as isize));
-                    for i in 0..w {
-                        let v = (left[i] + right[i]) + (up[i] + done[i]) - 4.0 * mid[i];
-                        done[i] += coef * ys[i];
-                        ys[i] = v;
-                    }
-                } else {
-                    let (up, down) = (o(-(row as isize)), o(row as isize));
-                    let front = o(-(plane as isize));
-                    for i in 0..w {
-                        let v = ((left[i] + right[i]) + (up[i] + down[i])) + (front[i] + done[i])
-                            - 6.0 * mid[i];
-                        done[i] += coef * ys[i];
-                        ys[i] = v;
-                    }
+            // The row updated is one of the stencil's operands (up in 2D, front in 3D) and
+            // lies wholly before every other one, so `x` splits into that row, mutable, and
+            // the rest.
+            let base = m - back + w;
+            let (before, rest) = x.split_at_mut(base);
+            let done = &mut before[m - back..];
+            let o = |d: isize| &rest[(m as isize + d) as usize - base..][..w];
+            let (left, mid, right) = (o(-1), o(0), o(1));
+            if self.ndim == 2 {
+                let down = o(row as isize);
+                for i in 0..w {
+                    let v = (left[i] + right[i]) + (done[i] + down[i]) - 4.0 * mid[i];
+                    done[i] += coef * ys[i];
+                    ys[i] = v;
                 }
             } else {
-                let base = m - back + w;
-                let (before, rest) = x.split_at_mut(base);
-                let done = &mut before[m - back..];
-                let o = |d: isize| &rest[(m as isize + d) as usize - base..][..w];
-                let (left, mid, right) = (o(-1), o(0), o(1));
-                if self.ndim == 2 {
-                    let down = o(row as isize);
-                    for i in 0..w {
-                        let v = (left[i] + right[i]) + (done[i] + down[i]) - 4.0 * mid[i];
-                        done[i] += coef * ys[i];
-                        ys[i] = v;
-                    }
-                } else {
-                    let (up, down) = (o(-(row as isize)), o(row as isize));
-                    let behind = o(plane as isize);
-                    for i in 0..w {
-                        let v = ((left[i] + right[i]) + (up[i] + down[i])) + (done[i] + behind[i])
-                            - 6.0 * mid[i];
-                        done[i] += coef * ys[i];
-                        ys[i] = v;
-                    }
+                let (up, down) = (o(-(row as isize)), o(row as isize));
+                let behind = o(plane as isize);
+                for i in 0..w {
+                    let v = ((left[i] + right[i]) + (up[i] + down[i])) + (done[i] + behind[i])
+                        - 6.0 * mid[i];
+                    done[i] += coef * ys[i];
+                    ys[i] = v;
                 }
             }
             // The row of the slab before, just updated.
-            let done = if self.descending { yy + 1 } else { yy - 1 };
             if self.ndim == 2 {
-                self.pack_row(x, zz, done, faces);
+                self.pack_row(x, zz, yy - 1, faces);
             } else {
-                let dz = if self.descending { zz + 1 } else { zz - 1 };
-                self.pack_row(x, dz, yy, faces);
+                self.pack_row(x, zz - 1, yy, faces);
             }
         }
     }
@@ -694,7 +650,7 @@ mod tests {
         Layout::for_each_cell(lo, hi, |c| x[l.index(c)] += coef * y[l.index(c)]);
     }
 
-    /// The fused one-buffer sweep, both directions, equals the two-array step bit for bit
+    /// The fused one-buffer sweep equals the two-array step bit for bit
     /// (2D and 3D, one rank, non-periodic: every updated cell's neighbours are owned).
     #[test]
     fn the_fused_sweep_equals_the_two_array_step_bit_for_bit() {
@@ -713,18 +669,15 @@ mod tests {
                 x0[l.index(c)] = initial_value(&d, g, 7);
             });
             let coef = coef(&d, &LaplaceOptions::default());
-            for descending in [false, true] {
-                let mut k = Kernel::new(&d, &l);
-                k.set_descending(descending);
-                let (mut x, mut want) = (x0.clone(), x0.clone());
-                for _ in 0..3 {
-                    k.step(&mut x, coef);
-                    naive_step(&mut want, &l, k.lo, k.hi, d.ndim());
-                }
-                let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
-                assert_eq!(bits(&x), bits(&want), "{shape:?}, descending {descending}");
-                assert_ne!(bits(&x), bits(&x0), "{shape:?}: the step changed nothing");
+            let mut k = Kernel::new(&d, &l);
+            let (mut x, mut want) = (x0.clone(), x0.clone());
+            for _ in 0..3 {
+                k.step(&mut x, coef);
+                naive_step(&mut want, &l, k.lo, k.hi, d.ndim());
             }
+            let bits = |v: &[f64]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+            assert_eq!(bits(&x), bits(&want), "{shape:?}");
+            assert_ne!(bits(&x), bits(&x0), "{shape:?}: the step changed nothing");
         }
     }
 }
