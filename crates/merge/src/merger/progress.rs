@@ -75,6 +75,9 @@ impl Core {
             self.flush_unsynced();
             self.cut_off_at_deadline();
             self.reap();
+            // An idle pause starts here when the round found nothing to do; published with
+            // the other counters, so a snapshot can count the pause under way.
+            self.stats.idle_since = (work == 0).then(Instant::now);
             self.publish();
             if self.shared.abandoned.load(Ordering::SeqCst) {
                 // Dropped without close: hang up on everyone and leave the file as a crash
@@ -93,13 +96,7 @@ impl Core {
                 idle = 0;
             } else {
                 idle = idle.saturating_add(1);
-                let t = Instant::now();
-                self.stats.idle_since = Some(t);
-                self.shared
-                    .stats
-                    .lock()
-                    .expect("merger stats lock")
-                    .idle_since = Some(t);
+                let t = self.stats.idle_since.unwrap_or_else(Instant::now);
                 if idle < 16 {
                     std::thread::yield_now();
                 } else {
