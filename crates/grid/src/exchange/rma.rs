@@ -26,12 +26,9 @@ impl<T: Pod> HaloExchange<T> {
     /// Tells every neighbour this rank's ghosts are free, then waits until each neighbour
     /// says the same of its own.
     pub(super) fn sync_rma(&mut self) -> Result<()> {
-        let g = self.generation;
-        for s in &self.sides {
-            if let Some(pi) = s.peer {
-                let p = &self.peers[pi];
-                p.ep.fence_signal(None, Some((p.remote_base + s.remote_ready, g)))
-                    .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))?;
+        for i in 0..self.sides.len() {
+            if self.sides[i].peer.is_some() {
+                self.signal(i, self.sides[i].remote_ready, self.generation)?;
             }
         }
         for i in 0..self.sides.len() {
@@ -134,8 +131,16 @@ impl<T: Pod> HaloExchange<T> {
             p.ep.vwrite_to(src, p.remote_base + s.remote_data, flags)
                 .map_err(fail)?;
         }
+        self.signal(i, counter, value)
+    }
+
+    /// Stores `value` at `counter` of side `i`'s neighbour's region, once every earlier
+    /// write of this endpoint is there (`fence_signal`).
+    fn signal(&self, i: usize, counter: u64, value: u64) -> Result<()> {
+        let s = &self.sides[i];
+        let p = &self.peers[s.peer.expect("a side with another rank")];
         p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
-            .map_err(fail)
+            .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))
     }
 
     /// The one-way time of one face across every side, the "pair bandwidth" an exchange is
@@ -255,10 +260,7 @@ impl<T: Pod> HaloExchange<T> {
             self.sides[i].remote_probe,
             self.secs.probe(self.sides[i].dir),
         );
-        let s = &self.sides[i];
-        let p = &self.peers[s.peer.expect("a side with another rank")];
-        p.ep.fence_signal(None, Some((p.remote_base + counter, v + 1)))
-            .map_err(|e| self.peer_err(s.rank, &s.dir.to_string(), e))?;
+        self.signal(i, counter, v + 1)?;
         let what = "answer the probe";
         self.wait_until(i, at, v + 1, what)?;
         let t = Instant::now();
@@ -283,18 +285,12 @@ impl<T: Pod> HaloExchange<T> {
             self.sides[i].remote_probe,
             self.secs.probe(self.sides[i].dir),
         );
-        let signal = |ex: &Self, value: u64| {
-            let s = &ex.sides[i];
-            let p = &ex.peers[s.peer.expect("a side with another rank")];
-            p.ep.fence_signal(None, Some((p.remote_base + counter, value)))
-                .map_err(|e| ex.peer_err(s.rank, &s.dir.to_string(), e))
-        };
         let what = "answer the probe";
         if initiator {
             if let Some(sweep) = prepare {
                 self.prepare(i, sweep);
             }
-            signal(self, v + 1)?;
+            self.signal(i, counter, v + 1)?;
             self.wait_until(i, at, v + 2, what)?;
             let t = Instant::now();
             self.put_side(i, counter, v + 3)?;
@@ -305,7 +301,7 @@ impl<T: Pod> HaloExchange<T> {
             if let Some(sweep) = prepare {
                 self.prepare(i, sweep);
             }
-            signal(self, v + 2)?;
+            self.signal(i, counter, v + 2)?;
             self.wait_until(i, at, v + 3, what)?;
             self.put_side(i, counter, v + 4)?;
             Ok(Duration::ZERO)
