@@ -27,9 +27,10 @@
 #   --mib M         MiB per run, split over the producers in 2 MiB buffers (default 960:
 #                   60 x 8 x 2 MiB, 16 x 30, 1 x 480)
 #   --producer-nice N  the producers' CPU priority, 0-19 (default 0; see accio bench merge --help)
-#   --map-blocks    direct producers write whole blocks through a shared mapping of their
-#                   room (fallocate + MADV_POPULATE_WRITE + memcpy) instead of one pwrite
-#                   (ACCIO_MERGE_MAP_BLOCKS=1): to choose the default (see MACHINE_NOTES 10)
+#   --in-place M    how direct producers write whole blocks (ACCIO_MERGE_IN_PLACE): auto
+#                   (default: one pwrite while one producer writes, inserting pages on tmpfs
+#                   while several do), pwrite, insert, or map (a shared mapping of the room,
+#                   fallocate + MADV_POPULATE_WRITE + memcpy); to measure the choice
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
 #   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # Needs root (loop device), fio, jq, mkfs.ext4, losetup.
@@ -49,7 +50,7 @@ while [ $# -gt 0 ]; do
         --reps) REPS="$2"; shift 2 ;;
         --producers) PLIST="$2"; shift 2 ;;
         --mib) MIB="$2"; shift 2 ;;
-        --map-blocks) export ACCIO_MERGE_MAP_BLOCKS=1; shift ;;
+        --in-place) export ACCIO_MERGE_IN_PLACE="$2"; shift 2 ;;
         --producer-nice) NICE="$2"; shift 2 ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --out) OUT="$2"; shift 2 ;;

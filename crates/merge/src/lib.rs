@@ -80,6 +80,7 @@ pub mod container;
 mod error;
 #[cfg(feature = "hdf5")]
 mod hdf5;
+mod insert;
 pub mod merger;
 mod producer;
 mod sink;

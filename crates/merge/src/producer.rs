@@ -13,6 +13,7 @@ use accio::{Endpoint, ErrorKind, MemView, Progress, RemoteMap, RmaFlags};
 
 use crate::container::BlockKind;
 use crate::error::{MergeError, Result};
+use crate::insert::{Mapping, PageInserter};
 use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
 
 /// Ring size of a producer's shm connection: control messages are tiny, so 64 KiB rings
@@ -46,6 +47,9 @@ pub struct ProducerSummary {
     pub blocks: u64,
     /// Payload bytes acknowledged.
     pub bytes: u64,
+    /// Blocks written in place by inserting pages (`write_block` beside other producers
+    /// on tmpfs) rather than with `pwrite` or through a mapping.
+    pub inserted_blocks: u64,
 }
 
 /// A slot granted by the merger.
@@ -75,12 +79,19 @@ pub struct Producer {
     /// Set when the merger lends room in the output file ([`Msg::Direct`]): the file,
     /// opened here, and the mappings of the rooms in use, by slot id.
     direct: Option<(std::fs::File, std::path::PathBuf)>,
-    rooms: HashMap<u32, FileMap>,
-    /// Writing in place, the merger checksums the blocks ([`Msg::Checksums`]).
+    rooms: HashMap<u32, Mapping>,
+    /// Writing in place, the merger checksums the blocks ([`Msg::Policy`]).
     merger_checksums: bool,
-    /// `write_block` in place through a mapping instead of `pwrite` (measurements only:
-    /// `ACCIO_MERGE_MAP_BLOCKS=1`).
-    map_blocks: bool,
+    /// Writing in place, other producers write beside this one ([`Msg::Policy`]).
+    shared: bool,
+    /// Inserts pages into the output file (tmpfs; `crate::insert`), until one insertion
+    /// fails.
+    inserter: Option<PageInserter>,
+    /// How `write_block` writes in place when set (measurements only:
+    /// `ACCIO_MERGE_IN_PLACE`); else `pwrite` alone, inserting pages when shared.
+    in_place: Option<InPlace>,
+    /// Blocks written by inserting pages.
+    inserted: u64,
     /// Granted, unused slots.
     free: VecDeque<Slot>,
     /// Slots asked for, not granted yet.
@@ -149,7 +160,10 @@ impl Producer {
             direct: None,
             rooms: HashMap::new(),
             merger_checksums: false,
-            map_blocks: std::env::var_os("ACCIO_MERGE_MAP_BLOCKS").is_some_and(|v| v == "1"),
+            shared: false,
+            inserter: None,
+            in_place: InPlace::from_env()?,
+            inserted: 0,
             free: VecDeque::new(),
             requested: 0,
             in_use: 0,
@@ -287,7 +301,13 @@ impl Producer {
                     .write(true)
                     .open(path)
                 {
-                    Ok(f) => self.direct = Some((f, path.to_path_buf())),
+                    Ok(f) => {
+                        self.inserter = match self.in_place {
+                            Some(InPlace::Pwrite | InPlace::Map) => None,
+                            _ => PageInserter::for_file(&f),
+                        };
+                        self.direct = Some((f, path.to_path_buf()));
+                    }
                     Err(e) => {
                         self.failed.get_or_insert(format!(
                             "cannot open the output {} to write in place: {e}",
@@ -296,7 +316,13 @@ impl Producer {
                     }
                 }
             }
-            Msg::Checksums { merger } => self.merger_checksums = merger,
+            Msg::Policy {
+                merger_checksums,
+                shared,
+            } => {
+                self.merger_checksums = merger_checksums;
+                self.shared = shared;
+            }
             Msg::ByeAck => self.bye_acked = true,
             Msg::Fail { reason } => {
                 self.failed.get_or_insert(reason);
@@ -415,7 +441,7 @@ impl Producer {
     /// Makes `slot` writable here: maps it (shm) or sizes the staging buffer (tcp).
     fn prepare(&mut self, slot: Slot) -> Result<()> {
         if let Some((f, path)) = &self.direct {
-            let m = FileMap::room(f, slot.offset, self.slot_bytes).map_err(|e| {
+            let m = map_room(f, slot.offset, self.slot_bytes).map_err(|e| {
                 MergeError::file(
                     format!(
                         "claiming {} bytes at {:#x} to write in place in",
@@ -540,7 +566,7 @@ impl Producer {
                 limit: self.slot_bytes,
             });
         }
-        if self.direct.is_some() && !self.map_blocks {
+        if self.direct.is_some() && self.in_place != Some(InPlace::Map) {
             return self.write_block_in_place(data, kind);
         }
         let slot = self.take_slot(true)?.expect("blocking take");
@@ -556,25 +582,44 @@ impl Producer {
         r
     }
 
-    /// A whole block from `data`, written in place with one `pwrite` into room in the file:
-    /// one copy, no mapping, no page faults here, no zero-filled pages on tmpfs (a full
-    /// page written by `pwrite` is not cleared first; a mapped page is).
+    /// A whole block from `data`, written in place into room in the file: one copy, no
+    /// page cleared first (a page faulted in through a mapping is). Alone, with one
+    /// `pwrite`; beside other producers on tmpfs, by inserting its pages, so that the
+    /// producers' copies run in parallel instead of taking turns on the inode lock
+    /// (`crate::insert` has the measurements); with `pwrite` again if that fails.
     fn write_block_in_place(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
         use std::os::unix::fs::FileExt;
         let slot = self.take_slot_as(true, false)?.expect("blocking take");
         let (f, path) = self.direct.as_ref().expect("direct");
-        if let Err(e) = f.write_all_at(data, slot.offset) {
-            let e = MergeError::file(
-                format!(
-                    "writing {} bytes at {:#x} in place in",
-                    data.len(),
-                    slot.offset
-                ),
-                path,
-                e,
-            );
-            self.release(slot);
-            return Err(e);
+        let insert = match self.in_place {
+            Some(m) => m == InPlace::Insert,
+            None => self.shared,
+        };
+        let inserted = insert
+            && self
+                .inserter
+                .as_ref()
+                .is_some_and(|ins| ins.write_at(f, data, slot.offset).is_ok());
+        self.inserted += u64::from(inserted);
+        if insert && !inserted {
+            // Not again: a failure here is a page already there, a full file system or
+            // no userfaultfd after all; `pwrite` writes over what was inserted.
+            self.inserter = None;
+        }
+        if !inserted {
+            if let Err(e) = f.write_all_at(data, slot.offset) {
+                let e = MergeError::file(
+                    format!(
+                        "writing {} bytes at {:#x} in place in",
+                        data.len(),
+                        slot.offset
+                    ),
+                    path,
+                    e,
+                );
+                self.release(slot);
+                return Err(e);
+            }
         }
         let r = self.commit_slot(slot, data.len(), kind, Some(data));
         if r.is_err() {
@@ -667,6 +712,7 @@ impl Producer {
             id: self.id,
             blocks: self.acked,
             bytes: self.acked_bytes,
+            inserted_blocks: self.inserted,
         })
     }
 
@@ -703,59 +749,50 @@ impl Producer {
     }
 }
 
-/// A producer's shared mapping of its room in the output file.
-struct FileMap {
-    ptr: *mut u8,
-    len: usize,
+/// How `write_block` writes a block in place (`ACCIO_MERGE_IN_PLACE`, for measurements).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum InPlace {
+    /// One `pwrite`.
+    Pwrite,
+    /// Inserting pages (tmpfs; `pwrite` where that fails).
+    Insert,
+    /// Through a shared mapping of the room, claimed and faulted in first.
+    Map,
 }
 
-// SAFETY: the mapping is plain memory owned by this value; moving it to another thread
-// moves that ownership (the producer using it is `Send`, not `Sync`).
-unsafe impl Send for FileMap {}
-
-impl FileMap {
-    /// Claims `len` bytes of `file` at `offset` (`fallocate`: a full disk fails here, not
-    /// as a `SIGBUS` on a store), maps them shared and writable, and faults the pages in
-    /// with one call (`MACHINE_NOTES.md` trait 10: faults, not copies, set the price).
-    fn room(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<FileMap> {
-        use std::os::fd::AsRawFd;
-        let fd = file.as_raw_fd();
-        let off = libc::off_t::try_from(offset)
-            .map_err(|_| std::io::Error::other("offset beyond off_t"))?;
-        // SAFETY: plain system calls on our own descriptor; `fallocate` only allocates.
-        let r = unsafe { libc::fallocate(fd, 0, off, len as libc::off_t) };
-        if r != 0 {
-            return Err(std::io::Error::last_os_error());
+impl InPlace {
+    fn from_env() -> Result<Option<InPlace>> {
+        match std::env::var("ACCIO_MERGE_IN_PLACE").as_deref() {
+            Err(_) | Ok("" | "auto") => Ok(None),
+            Ok("pwrite") => Ok(Some(InPlace::Pwrite)),
+            Ok("insert") => Ok(Some(InPlace::Insert)),
+            Ok("map") => Ok(Some(InPlace::Map)),
+            Ok(other) => Err(MergeError::Config(format!(
+                "ACCIO_MERGE_IN_PLACE={other}: expected auto, pwrite, insert or map"
+            ))),
         }
-        // SAFETY: maps `len` bytes of the file at a page-aligned offset (the merger's
-        // alignment is at least a page in direct mode); the kernel picks the address.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                off,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        // MADV_POPULATE_WRITE (Linux 5.14); on older kernels the stores fault page by page.
-        const MADV_POPULATE_WRITE: libc::c_int = 23;
-        // SAFETY: advice on the mapping just made; failure changes nothing.
-        unsafe { libc::madvise(p, len, MADV_POPULATE_WRITE) };
-        Ok(FileMap { ptr: p.cast(), len })
     }
 }
 
-impl Drop for FileMap {
-    fn drop(&mut self) {
-        // SAFETY: unmaps exactly the mapping `room` made; no slice of it outlives `self`
-        // (slices are borrowed from the producer that owns this value).
-        unsafe { libc::munmap(self.ptr.cast(), self.len) };
+/// A producer's shared mapping of its room in the output file: claims `len` bytes of
+/// `file` at `offset` (`fallocate`: a full disk fails here, not as a `SIGBUS` on a store),
+/// maps them shared and writable, and faults the pages in with one call
+/// (`MACHINE_NOTES.md` trait 10: faults, not copies, set the price).
+fn map_room(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Mapping> {
+    use std::os::fd::AsRawFd;
+    let off =
+        libc::off_t::try_from(offset).map_err(|_| std::io::Error::other("offset beyond off_t"))?;
+    // SAFETY: a plain system call on our own descriptor; `fallocate` only allocates.
+    let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len as libc::off_t) };
+    if r != 0 {
+        return Err(std::io::Error::last_os_error());
     }
+    let m = Mapping::new(file, offset, len)?;
+    // MADV_POPULATE_WRITE (Linux 5.14); on older kernels the stores fault page by page.
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: advice on the mapping just made; failure changes nothing.
+    unsafe { libc::madvise(m.ptr.cast(), len, MADV_POPULATE_WRITE) };
+    Ok(m)
 }
 
 /// `io::Write` into a fixed slice that counts what did not fit (to report the size).

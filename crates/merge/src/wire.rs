@@ -3,7 +3,7 @@
 //! be buggy or hostile, and its bad message costs only its own connection.
 
 /// Protocol version; a producer of another version is refused.
-pub const PROTOCOL: u16 = 3;
+pub const PROTOCOL: u16 = 4;
 
 /// Producer id a producer sends to let the merger pick one.
 pub const ANY_PRODUCER: u32 = u32::MAX;
@@ -56,7 +56,7 @@ pub enum Msg {
         /// Payload bytes.
         len: u64,
         /// CRC32C of the payload, or `None` from a producer writing in place after the
-        /// merger said it checksums ([`Msg::Checksums`]): it reads the block from the file.
+        /// merger said it checksums ([`Msg::Policy`]): it reads the block from the file.
         crc: Option<u32>,
         /// Block kind code.
         kind: u8,
@@ -75,12 +75,17 @@ pub enum Msg {
     Bye,
     /// Merger → producer: every commit is written; the connection may close.
     ByeAck,
-    /// Merger → producer writing in place: who checksums the blocks committed from now
-    /// on. The merger does while it has a CPU to itself (fewer producers than CPUs), so
-    /// that a producer's only work per block is its copy; the producers do otherwise.
-    Checksums {
-        /// The merger checksums.
-        merger: bool,
+    /// Merger → producer writing in place: how the blocks committed from now on are
+    /// written. Sent when it changes, as producers come and go.
+    Policy {
+        /// The merger checksums the blocks: it has a CPU to itself (fewer producers than
+        /// CPUs), so that a producer's only work per block is its copy. The producers
+        /// checksum otherwise.
+        merger_checksums: bool,
+        /// Other producers write into the file too: on tmpfs a producer then inserts its
+        /// pages (`insert` module: no inode lock to take turns on), where alone it
+        /// `pwrite`s (cheaper for one writer).
+        shared: bool,
     },
     /// Merger → producer: the merge failed for this producer (sink error, protocol error).
     Fail {
@@ -100,7 +105,7 @@ const BYE: u8 = 8;
 const BYE_ACK: u8 = 9;
 const FAIL: u8 = 10;
 const DIRECT: u8 = 11;
-const CHECKSUMS: u8 = 12;
+const POLICY: u8 = 12;
 
 impl Msg {
     /// Encodes into `out` (cleared first).
@@ -147,9 +152,12 @@ impl Msg {
                 out.push(*kind);
                 out.push(u8::from(crc.is_some()));
             }
-            Msg::Checksums { merger } => {
-                out.push(CHECKSUMS);
-                out.push(u8::from(*merger));
+            Msg::Policy {
+                merger_checksums,
+                shared,
+            } => {
+                out.push(POLICY);
+                out.push(u8::from(*merger_checksums) | u8::from(*shared) << 1);
             }
             Msg::Release { slot } => {
                 out.push(RELEASE);
@@ -234,14 +242,14 @@ impl Msg {
                     kind: body[24],
                 }
             }
-            CHECKSUMS => {
-                want(1, "checksums")?;
-                Msg::Checksums {
-                    merger: match body[0] {
-                        0 => false,
-                        1 => true,
-                        f => return Err(format!("checksums message with flag {f}")),
-                    },
+            POLICY => {
+                want(1, "policy")?;
+                if body[0] > 3 {
+                    return Err(format!("policy message with flags {:#x}", body[0]));
+                }
+                Msg::Policy {
+                    merger_checksums: body[0] & 1 != 0,
+                    shared: body[0] & 2 != 0,
                 }
             }
             RELEASE => {
@@ -317,8 +325,14 @@ mod tests {
                 crc: None,
                 kind: 1,
             },
-            Msg::Checksums { merger: true },
-            Msg::Checksums { merger: false },
+            Msg::Policy {
+                merger_checksums: true,
+                shared: false,
+            },
+            Msg::Policy {
+                merger_checksums: false,
+                shared: true,
+            },
             Msg::Release { slot: 4 },
             Msg::Ack { seq: 77 },
             Msg::Bye,
@@ -361,8 +375,8 @@ mod tests {
             "commit message with checksum flag 2"
         );
         assert_eq!(
-            Msg::decode(&[CHECKSUMS, 7]).unwrap_err(),
-            "checksums message with flag 7"
+            Msg::decode(&[POLICY, 7]).unwrap_err(),
+            "policy message with flags 0x7"
         );
         assert_eq!(Msg::decode(&[]).unwrap_err(), "empty message");
     }

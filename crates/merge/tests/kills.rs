@@ -5,7 +5,9 @@
 //!
 //! `ACCIO_MERGE_KILLS` sets how many kills (default 20, the CI size; `scripts/kill-merge.sh`
 //! runs 200), `ACCIO_MERGE_KILL_SEED` the random seed (printed, to replay a failure).
-//! Runs alternate between producers writing in place and the copying merger.
+//! Runs alternate between producers writing in place and the copying merger; every other
+//! in-place run writes into /dev/shm (tmpfs), where the producers, writing beside each
+//! other, insert their pages (`UFFDIO_COPY`) instead of `pwrite`-ing them.
 //!
 //! Child processes are this test binary re-run on the ignored test `kill_child`, with
 //! `ACCIO_MERGE_CHILD` naming the role.
@@ -173,8 +175,18 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     } else {
         WriteMode::Copy
     };
-    let dir = test_dir();
-    let path = dir.join(format!("run-{run}.accio"));
+    let shm = std::path::Path::new("/dev/shm");
+    let on_tmpfs = run.is_multiple_of(4) && shm.is_dir();
+    let dir = if on_tmpfs {
+        shm.to_path_buf()
+    } else {
+        test_dir()
+    };
+    let path = dir.join(format!(
+        "accio-merge-kills-{}-run-{run}.accio",
+        std::process::id()
+    ));
+    let label = format!("{}{}", mode.name(), if on_tmpfs { " on tmpfs" } else { "" });
     let addr = format!("shm://accio-merge-kills-{}-{run}", std::process::id());
     let producers = 4u32;
     let blocks = 300u64;
@@ -346,9 +358,8 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     }
     std::fs::remove_file(&path).unwrap();
     eprintln!(
-        "run {run} ({}): {} killed, {kills} mid-run; acknowledged {acked:?}, kept {have:?}, \
+        "run {run} ({label}): {} killed, {kills} mid-run; acknowledged {acked:?}, kept {have:?}, \
          followed {}",
-        mode.name(),
         if kill_merger {
             "merger".to_string()
         } else {

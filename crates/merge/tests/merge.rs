@@ -669,3 +669,74 @@ fn the_writers_limit_never_stops_producers_that_one_thread_drives_in_turn() {
     check_file(&path, 4, 3, |_| 50_000);
     std::fs::remove_dir_all(path.parent().unwrap()).unwrap();
 }
+
+/// Whether this kernel and sandbox give this process a userfaultfd (what inserting pages
+/// needs; `UFFD_USER_MODE_ONLY` needs no privilege from Linux 5.11).
+fn userfaultfd_available() -> bool {
+    // SAFETY: a system call with flags only; a descriptor it returns is closed at once.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1);
+        if fd >= 0 {
+            libc::close(fd as libc::c_int);
+        }
+        fd >= 0
+    }
+}
+
+#[test]
+fn producers_writing_beside_each_other_on_tmpfs_insert_their_pages_and_alone_pwrite() {
+    let shm = std::path::Path::new("/dev/shm");
+    if !shm.is_dir() {
+        eprintln!("skipped: no /dev/shm");
+        return;
+    }
+    let dir = shm.join(format!("accio-merge-insert-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("out.accio");
+    let merger = Merger::builder()
+        .budget(8 << 20)
+        .slot_bytes(256 << 10)
+        .listen(&addr("shm", "insert"), sink(&path))
+        .unwrap();
+    assert_eq!(merger.write_mode(), WriteMode::Direct);
+    let a = merger.addr().to_string();
+    // Whole pages, a partial last page, one byte, a full slot.
+    fn len_of(seq: u64) -> usize {
+        [8192, 100_000, 1, 256 << 10][(seq % 4) as usize]
+    }
+    const BLOCKS: u64 = 8;
+    fn write_all(p: &mut Producer, id: u32) {
+        for seq in 0..BLOCKS {
+            assert_eq!(p.write_block(&payload(id, seq, len_of(seq))).unwrap(), seq);
+        }
+    }
+    let blocks = BLOCKS;
+    // Alone: pwrite.
+    let mut alone = connect_as(&a, 0);
+    write_all(&mut alone, 0);
+    let s = alone.finish().unwrap();
+    assert_eq!((s.blocks, s.inserted_blocks), (blocks, 0));
+    // Three at once: every block inserted, once the merger has seen all three (it tells
+    // them in the round that counts them, before it publishes the count).
+    let producers: Vec<Producer> = (1..4u32).map(|id| connect_as(&a, id)).collect();
+    wait_for(|| merger.stats().active == 3);
+    let handles: Vec<_> = producers
+        .into_iter()
+        .enumerate()
+        .map(|(i, mut p)| {
+            std::thread::spawn(move || {
+                write_all(&mut p, i as u32 + 1);
+                p.finish().unwrap()
+            })
+        })
+        .collect();
+    let uffd = userfaultfd_available();
+    for h in handles {
+        let s = h.join().unwrap();
+        assert_eq!(s.blocks, blocks);
+        assert_eq!(s.inserted_blocks, if uffd { blocks } else { 0 }, "{s:?}");
+    }
+    merger.close().unwrap();
+    check_file(&path, 4, blocks, len_of);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

@@ -81,7 +81,8 @@ pub(super) fn set_nice(nice: i32) -> std::io::Result<()> {
 }
 
 /// The body of a producer process: connect, prepare the buffer, say `ready`, wait for a
-/// line on stdin, write the blocks, finish, say `done`.
+/// line on stdin, write the blocks, finish, say `done BLOCKS BYTES INSERTED` (the blocks
+/// written by inserting pages).
 pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
     let mut p = Producer::connect_with(
         &cfg.addr,
@@ -100,6 +101,6 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
         p.write_block(&src)?;
     }
     let s = p.finish()?;
-    println!("done {} {}", s.blocks, s.bytes);
+    println!("done {} {} {}", s.blocks, s.bytes, s.inserted_blocks);
     Ok(())
 }

@@ -286,6 +286,7 @@ impl MergeBench {
         let mut stats = None;
         let mut overhead = 0.0f64;
         let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
+        let mut inserted = Vec::new();
         let mut used = mode;
         let mut claim = "";
         for _ in 0..self.repeats {
@@ -308,13 +309,14 @@ impl MergeBench {
             writing.push(r.writing);
             idle.push(r.idle);
             sched.push(r.sched);
+            inserted.push(r.inserted);
             rss = rss.max(r.peak_rss);
             stats = Some(r.stats);
             overhead = r.file_overhead;
         }
         // Where the merger thread's time went, for the run with the median throughput.
         let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
-        let (writing, idle, sched) = (writing[mid], idle[mid], sched[mid]);
+        let (writing, idle, sched, inserted) = (writing[mid], idle[mid], sched[mid], inserted[mid]);
         let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
         let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
             return Ok(());
@@ -326,7 +328,10 @@ impl MergeBench {
              returned (index written{})",
             match (backend, used) {
                 ("shm", WriteMode::Direct) => {
-                    "written in place: one copy into room of the output file the producer                      mapped, commit by message; the merger writes only the header"
+                    "written in place: one copy into room of the output file, with one pwrite \
+                     while one producer writes and by inserting pages (userfaultfd, tmpfs) \
+                     while several do (inserted_blocks says how many were); commit by \
+                     message; the merger writes only the headers"
                 }
                 ("shm", _) => "one copy into the merger's shared slot, commit by message; the merger copies the slot into the file",
                 _ => "vwrite_to over the socket, commit by message; the merger copies the slot into the file",
@@ -347,6 +352,7 @@ impl MergeBench {
                     "-"
                 },
             )
+            .param("inserted_blocks", inserted)
             .param("placement", placement.name())
             .param("budget_bytes", self.budget as u64)
             .param("slot_bytes", self.slot_bytes() as u64)
@@ -370,7 +376,7 @@ impl MergeBench {
             .method(method);
         let detail = format!(
             "merge {}: {backend} {} {}, {p} producer(s): merger peak RSS {}; merger thread \
-             writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}",
+             writing {:.0}% of the time (at {} GB/s), idle {:.0}%{}{}",
             info.path.display(),
             used.name(),
             placement.name(),
@@ -382,7 +388,15 @@ impl MergeBench {
                 ", on a CPU {:.0}%, waiting for one {:.0}%",
                 on * 100.0,
                 wait * 100.0
-            ))
+            )),
+            if used == WriteMode::Direct {
+                format!(
+                    "; {inserted} of {} blocks written by inserting pages",
+                    p as u64 * f
+                )
+            } else {
+                String::new()
+            }
         );
         let key = fig.key();
         emit::figure(rec, events, fig).map_err(MergeBenchError::Record)?;
@@ -478,6 +492,7 @@ impl MergeBench {
         let addr = merger.addr().to_string();
         let used = merger.write_mode();
         reset_peak_rss();
+        let mut inserted = 0u64;
         let (t0, before, spawned) = match placement {
             Placement::Threads => {
                 let src = Arc::new(source_buffer(self.buffer_bytes, 1));
@@ -486,7 +501,7 @@ impl MergeBench {
                     .map(|i| {
                         let (addr, go, src) = (addr.clone(), go.clone(), src.clone());
                         let nice = self.producer_nice;
-                        std::thread::spawn(move || -> accio_merge::Result<()> {
+                        std::thread::spawn(move || -> accio_merge::Result<u64> {
                             set_nice(nice).map_err(|e| {
                                 accio_merge::MergeError::Config(format!("producer {i}: {e}"))
                             })?;
@@ -502,7 +517,7 @@ impl MergeBench {
                             for _ in 0..f {
                                 prod.write_block(&src)?;
                             }
-                            prod.finish().map(|_| ())
+                            prod.finish().map(|s| s.inserted_blocks)
                         })
                     })
                     .collect();
@@ -515,7 +530,8 @@ impl MergeBench {
                 let t0 = Instant::now();
                 go.wait();
                 for h in handles {
-                    h.join()
+                    inserted += h
+                        .join()
                         .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))?
                         .map_err(merr("a producer thread"))?;
                 }
@@ -578,6 +594,25 @@ impl MergeBench {
                         });
                     }
                 }
+                for (i, k) in kids.iter_mut().enumerate() {
+                    let mut line = String::new();
+                    let out = k.0.stdout.as_mut().expect("piped");
+                    BufReader::new(out)
+                        .read_line(&mut line)
+                        .map_err(io_err(format!("reading producer process {i}")))?;
+                    // "done BLOCKS BYTES INSERTED"
+                    inserted += line
+                        .split_whitespace()
+                        .nth(3)
+                        .and_then(|n| n.parse::<u64>().ok())
+                        .ok_or_else(|| MergeBenchError::Io {
+                            what: format!("producer process {i}"),
+                            source: std::io::Error::other(format!(
+                                "ended saying {:?}, not its summary",
+                                line.trim()
+                            )),
+                        })?;
+                }
                 (t0, before, kids)
             }
         };
@@ -628,6 +663,7 @@ impl MergeBench {
                 .saturating_sub(before.idle_ns_at(t0)) as f64
                 / ns,
             sched,
+            inserted,
         })
     }
 }
@@ -675,4 +711,6 @@ struct RunResult {
     /// Shares of the time until the producers finished that the merger thread was on a
     /// CPU, and runnable but waiting for one (Linux schedstat; `None` elsewhere).
     sched: Option<(f64, f64)>,
+    /// Blocks the producers wrote in place by inserting pages (the rest: `pwrite`).
+    inserted: u64,
 }

@@ -64,8 +64,16 @@ impl Core {
                     credit: self.credit,
                 },
             );
-            if self.direct.as_ref().is_some_and(|d| d.merger_checksums) {
-                self.send(key, &Msg::Checksums { merger: true });
+            if let Some(d) = self
+                .direct
+                .as_ref()
+                .filter(|d| d.merger_checksums || d.shared)
+            {
+                let policy = Msg::Policy {
+                    merger_checksums: d.merger_checksums,
+                    shared: d.shared,
+                };
+                self.send(key, &policy);
             }
             (self.shared.events)(&Event::Connected { producer: id, peer });
             if let Some(why) = self.failed.clone() {

@@ -45,9 +45,11 @@
 //!
 //! With [`WriteMode::Direct`] the budget is not slot memory but *room in the output file*:
 //! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
-//! opens the file by the path the merger sent it and writes its payload there itself (one
-//! `pwrite` for `write_block`; a shared writable mapping, claimed with `fallocate` and
-//! faulted in with `MADV_POPULATE_WRITE`, for `buffer()`), then commits; the merger writes
+//! opens the file by the path the merger sent it and writes its payload there itself (for
+//! `write_block` one `pwrite`, or on tmpfs while other producers write too, pages inserted
+//! with `UFFDIO_COPY`, which takes no inode lock: `crate::insert`; for `buffer()` a shared
+//! writable mapping, claimed with `fallocate` and faulted in with `MADV_POPULATE_WRITE`),
+//! then commits; the merger writes
 //! the block's header over the reserved one and acknowledges. The bytes are copied once,
 //! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
 //! slot memory, so its memory is its rings whatever the budget. It stores those headers
@@ -64,7 +66,7 @@
 //! torn block: the header that makes a block visible is written only after the commit,
 //! over a payload whose CRC the producer computed from the bytes it wrote (or, on tmpfs
 //! while the merger has a CPU to itself, the merger from the file after the commit:
-//! `Core::update_checksums`), and readers check it.
+//! `Core::update_policy`), and readers check it.
 //!
 //! [`WriteMode::Auto`] picks direct where producers share the machine (`shm://`) and the
 //! sink writes in place on a file system known to take shared writable mappings and
@@ -485,6 +487,7 @@ impl MergerBuilder {
                     cpus,
                     reads_back: d.reads_back_cheaply(),
                     merger_checksums: false,
+                    shared: false,
                     inflight: 0,
                     path: d.file_path().as_os_str().as_encoded_bytes().to_vec(),
                 })
@@ -585,6 +588,8 @@ pub(super) struct Direct {
     pub(super) reads_back: bool,
     /// The merger checksums the blocks (it has a CPU to itself); producers were told.
     pub(super) merger_checksums: bool,
+    /// More than one producer writes; producers were told ([`crate::wire::Msg::Policy`]).
+    pub(super) shared: bool,
     pub(super) inflight: usize,
     /// The file's path, sent to producers.
     pub(super) path: Vec<u8>,

@@ -63,7 +63,7 @@ impl Core {
                 self.add(ep);
             }
             let work = self.round();
-            self.update_checksums();
+            self.update_policy();
             if self
                 .direct
                 .as_ref()

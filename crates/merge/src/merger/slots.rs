@@ -153,25 +153,31 @@ impl Core {
         }
     }
 
-    /// Direct mode: who checksums the blocks. The merger does while the producers leave it
-    /// a CPU of its own (fewer of them than CPUs) and the sink reads blocks back cheaply
-    /// (tmpfs): a producer's only work per block is then its copy, and the checksum is
-    /// read back from the file on the other CPU (1 producer into /dev/shm, 12 interleaved
-    /// runs: 0.91x the single-stream ceiling, median, against 0.89). With as many
-    /// producers as CPUs or more, every CPU is busy and the producers checksum what they
-    /// wrote, so that the merger thread, which every grant passes through, stays free.
-    /// Producers are told when it changes ([`Msg::Checksums`]); every commit says
+    /// Direct mode: how producers write ([`Msg::Policy`]), told to them when it changes.
+    ///
+    /// Who checksums the blocks: the merger while the producers leave it a CPU of its own
+    /// (fewer of them than CPUs) and the sink reads blocks back cheaply (tmpfs): a
+    /// producer's only work per block is then its copy, and the checksum is read back from
+    /// the file on the other CPU (1 producer into /dev/shm, 12 interleaved runs: 0.91x the
+    /// single-stream ceiling, median, against 0.89). With as many producers as CPUs or
+    /// more, every CPU is busy and the producers checksum what they wrote, so that the
+    /// merger thread, which every grant passes through, stays free. Every commit says
     /// whether it carries a checksum, so one in flight across the change is fine.
-    pub(super) fn update_checksums(&mut self) {
+    ///
+    /// Whether producers write beside each other: then, on tmpfs, they insert their pages
+    /// instead of taking turns on the inode lock (`crate::insert`).
+    pub(super) fn update_policy(&mut self) {
         let active = self.stats.active;
         let Some(d) = self.direct.as_mut() else {
             return;
         };
-        let merger = d.reads_back && active < d.cpus;
-        if merger == d.merger_checksums {
+        let merger_checksums = d.reads_back && active < d.cpus;
+        let shared = active > 1;
+        if (merger_checksums, shared) == (d.merger_checksums, d.shared) {
             return;
         }
-        d.merger_checksums = merger;
+        d.merger_checksums = merger_checksums;
+        d.shared = shared;
         let keys: Vec<u64> = self
             .conns
             .iter()
@@ -179,7 +185,13 @@ impl Core {
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            self.send(key, &Msg::Checksums { merger });
+            self.send(
+                key,
+                &Msg::Policy {
+                    merger_checksums,
+                    shared,
+                },
+            );
         }
     }
 
