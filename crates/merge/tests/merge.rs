@@ -717,15 +717,19 @@ fn producers_writing_beside_each_other_on_tmpfs_insert_their_pages_and_alone_pwr
     let s = alone.finish().unwrap();
     assert_eq!((s.blocks, s.inserted_blocks), (blocks, 0));
     // Three at once: every block inserted, once the merger has seen all three (it tells
-    // them in the round that counts them, before it publishes the count).
+    // them in the round that counts them, before it publishes the count), and as long as
+    // none has finished (the last one left would write alone, with pwrite).
     let producers: Vec<Producer> = (1..4u32).map(|id| connect_as(&a, id)).collect();
     wait_for(|| merger.stats().active == 3);
+    let written = Arc::new(std::sync::Barrier::new(3));
     let handles: Vec<_> = producers
         .into_iter()
         .enumerate()
         .map(|(i, mut p)| {
+            let written = written.clone();
             std::thread::spawn(move || {
                 write_all(&mut p, i as u32 + 1);
+                written.wait();
                 p.finish().unwrap()
             })
         })
