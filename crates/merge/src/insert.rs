@@ -3,8 +3,8 @@
 //! Every `pwrite` into one tmpfs file holds the file's inode lock for its whole copy, so
 //! producers writing in place take turns and one CPU copies at a time, whatever the
 //! number of producers. A shared writable mapping takes no inode lock, but each page it
-//! faults in is cleared first, so every byte is written twice. `UFFDIO_COPY` (userfaultfd,
-//! Linux 4.11 for shmem; unprivileged with `UFFD_USER_MODE_ONLY` since 5.11) does neither:
+//! faults in is cleared first, so every byte is written twice. `UFFDIO_COPY` (userfaultfd;
+//! opened here with `UFFD_USER_MODE_ONLY`, which needs no privilege: Linux 5.11) does neither:
 //! it allocates each missing page of a registered shared mapping, copies the caller's
 //! bytes into it and adds it to the file, under the page's own lock.
 //!
@@ -13,8 +13,12 @@
 //! with `pwrite`, 3.86–4.58 with `UFFDIO_COPY`, 2.45–2.63 through mappings; 2 processes
 //! 2.54–2.78, 4.06–4.75 and 2.60–2.73; one process alone 2.63–2.82 with `pwrite`, but
 //! 2.42–2.55 with `UFFDIO_COPY` (the pages are mapped, then unmapped, as well as filled).
-//! So a producer inserts pages only while others write beside it (the merger says so:
-//! [`crate::wire::Msg::Policy`]), and `pwrite`s while it writes alone.
+//! So a producer inserts pages while other producers are connected to its merger (the
+//! merger says so: [`crate::wire::Msg::Policy`]), and `pwrite`s while it is the only one.
+//!
+//! A userfaultfd works on the memory of the process that opened it: an inserter used in a
+//! child forked after it was made would fill (and register) the parent's addresses, so it
+//! refuses to work outside the process that made it.
 //!
 //! Only missing pages can be inserted: the merger's rooms on tmpfs are holes until their
 //! producer writes them (`container::ClaimMode::HeaderPages`). Anything else (not tmpfs, a
@@ -34,6 +38,8 @@ const TMPFS_MAGIC: u64 = 0x0102_1994;
 #[derive(Debug)]
 pub(crate) struct PageInserter {
     uffd: OwnedFd,
+    /// The process that opened `uffd` (see the module docs on `fork`).
+    pid: u32,
 }
 
 impl PageInserter {
@@ -50,7 +56,10 @@ impl PageInserter {
         if st.f_type as u64 != TMPFS_MAGIC {
             return None;
         }
-        uffd::open().ok().map(|uffd| PageInserter { uffd })
+        uffd::open().ok().map(|uffd| PageInserter {
+            uffd,
+            pid: std::process::id(),
+        })
     }
 
     /// Writes `data` at `offset` of `file` (page-aligned, inside the file's size, on
@@ -65,22 +74,29 @@ impl PageInserter {
         if !offset.is_multiple_of(page as u64) {
             return Err(io::Error::from(io::ErrorKind::InvalidInput));
         }
+        if std::process::id() != self.pid {
+            return Err(io::Error::other(
+                "a userfaultfd opened by the parent of this forked process",
+            ));
+        }
         let len = data.len().div_ceil(page) * page;
         let map = Mapping::new(file, offset, len)?;
         let fd = self.uffd.as_raw_fd();
-        uffd::register(fd, map.ptr as u64, len)?;
+        // SAFETY: `map` is this process's own fresh mapping of `len` bytes, touched by
+        // nothing but the copies below and unmapped (ending the registration) when it drops.
+        unsafe { uffd::register(fd, map.ptr as u64, len)? };
         // Whole pages straight from `data`; a partial last page from a zero-padded copy.
         let whole = data.len() / page * page;
-        uffd::copy(fd, map.ptr as u64, data.as_ptr() as u64, whole)?;
+        // SAFETY: `data` has `whole` readable bytes; the destination is the mapping just
+        // registered.
+        unsafe { uffd::copy(fd, map.ptr as u64, data.as_ptr() as u64, whole)? };
         if whole < data.len() {
             let mut last = vec![0u8; page];
             last[..data.len() - whole].copy_from_slice(&data[whole..]);
-            uffd::copy(
-                fd,
-                map.ptr as u64 + whole as u64,
-                last.as_ptr() as u64,
-                page,
-            )?;
+            let dst = map.ptr as u64 + whole as u64;
+            // SAFETY: `last` has `page` readable bytes; `dst` is the registered mapping's
+            // last page.
+            unsafe { uffd::copy(fd, dst, last.as_ptr() as u64, page)? };
         }
         Ok(())
     }
@@ -157,7 +173,12 @@ mod uffd {
     }
 
     /// Registers `[start, start + len)` of this process's mappings for missing pages.
-    pub(super) fn register(fd: RawFd, start: u64, len: usize) -> io::Result<()> {
+    ///
+    /// # Safety
+    /// `fd` must be a userfaultfd of this process and the range a mapping that nothing
+    /// but `copy` touches until it is unmapped: a missing page of it that anything else
+    /// touched would wait forever for a fault handler there is none of.
+    pub(super) unsafe fn register(fd: RawFd, start: u64, len: usize) -> io::Result<()> {
         let mut reg = UffdioRegister {
             start,
             len: len as u64,
@@ -168,9 +189,12 @@ mod uffd {
     }
 
     /// `UFFDIO_COPY` of `len` bytes from `src` to the registered `dst`, resumed where the
-    /// kernel stopped early (`EAGAIN` with the bytes done). The caller vouches that `src`
-    /// has `len` readable bytes and `dst` is registered.
-    pub(super) fn copy(fd: RawFd, dst: u64, src: u64, len: usize) -> io::Result<()> {
+    /// kernel stopped early (`EAGAIN` with the bytes done).
+    ///
+    /// # Safety
+    /// `src` must have `len` readable bytes and `[dst, dst + len)` must lie in a range
+    /// [`register`]ed with `fd` (the kernel writes pages there).
+    pub(super) unsafe fn copy(fd: RawFd, dst: u64, src: u64, len: usize) -> io::Result<()> {
         let mut done = 0u64;
         while done < len as u64 {
             let mut c = UffdioCopy {
@@ -199,7 +223,7 @@ mod uffd {
     fn ioctl_raw<T>(fd: RawFd, request: libc::c_ulong, arg: &mut T) -> io::Result<()> {
         // SAFETY: every caller passes the struct the request number was made for (its size
         // is in the number); the kernel reads and writes only that struct, and for
-        // UFFDIO_COPY the ranges the caller vouched for.
+        // UFFDIO_REGISTER and UFFDIO_COPY the ranges their unsafe callers vouched for.
         if unsafe { libc::ioctl(fd, request as _, arg as *mut T) } == 0 {
             Ok(())
         } else {
@@ -224,10 +248,14 @@ mod uffd {
     pub(super) fn open() -> io::Result<OwnedFd> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
-    pub(super) fn register(_: RawFd, _: u64, _: usize) -> io::Result<()> {
+    /// # Safety
+    /// None needed here; unsafe as on Linux.
+    pub(super) unsafe fn register(_: RawFd, _: u64, _: usize) -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
-    pub(super) fn copy(_: RawFd, _: u64, _: u64, _: usize) -> io::Result<()> {
+    /// # Safety
+    /// None needed here; unsafe as on Linux.
+    pub(super) unsafe fn copy(_: RawFd, _: u64, _: u64, _: usize) -> io::Result<()> {
         Err(io::Error::from(io::ErrorKind::Unsupported))
     }
 }
@@ -307,22 +335,34 @@ mod tests {
         let Some((f, path)) = shm_file("bytes") else {
             return;
         };
-        f.set_len(1 << 20).unwrap();
+        let page = page_size();
+        f.set_len(16 * page as u64).unwrap();
         let Some(ins) = PageInserter::for_file(&f) else {
-            // No userfaultfd here (a sandbox or an old kernel): the producer pwrites.
+            eprintln!("skipped: no userfaultfd here (a sandbox or an old kernel)");
             std::fs::remove_file(&path).unwrap();
             return;
         };
-        let data: Vec<u8> = (0..3 * 4096 + 100).map(|i| (i * 7 + 3) as u8).collect();
-        ins.write_at(&f, &data, 8192).unwrap();
-        let mut back = vec![0xffu8; 4 * 4096];
-        f.read_exact_at(&mut back, 8192).unwrap();
+        let data: Vec<u8> = (0..3 * page + 100).map(|i| (i * 7 + 3) as u8).collect();
+        let at = 2 * page as u64;
+        ins.write_at(&f, &data, at).unwrap();
+        let mut back = vec![0xffu8; 4 * page];
+        f.read_exact_at(&mut back, at).unwrap();
         assert_eq!(&back[..data.len()], &data[..]);
         assert!(back[data.len()..].iter().all(|&b| b == 0));
         // A page already there cannot be inserted again: an error, not a silent skip.
-        assert!(ins.write_at(&f, &data[..4096], 8192).is_err());
+        assert!(ins.write_at(&f, &data[..page], at).is_err());
         // Unaligned offsets are refused.
-        assert!(ins.write_at(&f, &data[..10], 8193).is_err());
+        assert!(ins.write_at(&f, &data[..10], at + 1).is_err());
+        // So is a process that did not open the userfaultfd (a forked child's).
+        let mut ins = ins;
+        ins.pid = ins.pid.wrapping_add(1);
+        let e = ins
+            .write_at(&f, &data[..page], 8 * page as u64)
+            .unwrap_err();
+        assert!(e.to_string().contains("forked"), "{e}");
+        let mut empty = vec![0xffu8; page];
+        f.read_exact_at(&mut empty, 8 * page as u64).unwrap();
+        assert!(empty.iter().all(|&b| b == 0), "nothing written");
         std::fs::remove_file(&path).unwrap();
     }
 
@@ -331,9 +371,10 @@ mod tests {
         let Some((f, path)) = shm_file("end") else {
             return;
         };
-        f.set_len(4096).unwrap();
+        let page = page_size();
+        f.set_len(page as u64).unwrap();
         if let Some(ins) = PageInserter::for_file(&f) {
-            assert!(ins.write_at(&f, &[1u8; 8192], 0).is_err());
+            assert!(ins.write_at(&f, &vec![1u8; 2 * page], 0).is_err());
         }
         std::fs::remove_file(&path).unwrap();
     }

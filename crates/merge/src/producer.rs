@@ -596,6 +596,7 @@ impl Producer {
             None => self.shared,
         };
         let inserted = insert
+            && !data.is_empty()
             && self
                 .inserter
                 .as_ref()

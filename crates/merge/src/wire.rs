@@ -82,9 +82,9 @@ pub enum Msg {
         /// CPUs), so that a producer's only work per block is its copy. The producers
         /// checksum otherwise.
         merger_checksums: bool,
-        /// Other producers write into the file too: on tmpfs a producer then inserts its
-        /// pages (`insert` module: no inode lock to take turns on), where alone it
-        /// `pwrite`s (cheaper for one writer).
+        /// Other producers are connected too: on tmpfs a producer then inserts its pages
+        /// (`insert` module: no inode lock to take turns on), where alone it `pwrite`s
+        /// (cheaper for one writer).
         shared: bool,
     },
     /// Merger → producer: the merge failed for this producer (sink error, protocol error).
@@ -332,6 +332,14 @@ mod tests {
             Msg::Policy {
                 merger_checksums: false,
                 shared: true,
+            },
+            Msg::Policy {
+                merger_checksums: true,
+                shared: true,
+            },
+            Msg::Policy {
+                merger_checksums: false,
+                shared: false,
             },
             Msg::Release { slot: 4 },
             Msg::Ack { seq: 77 },

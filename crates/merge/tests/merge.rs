@@ -735,6 +735,9 @@ fn producers_writing_beside_each_other_on_tmpfs_insert_their_pages_and_alone_pwr
         })
         .collect();
     let uffd = userfaultfd_available();
+    if !uffd {
+        eprintln!("note: no userfaultfd here: checking that the producers pwrite instead");
+    }
     for h in handles {
         let s = h.join().unwrap();
         assert_eq!(s.blocks, blocks);

@@ -588,7 +588,7 @@ pub(super) struct Direct {
     pub(super) reads_back: bool,
     /// The merger checksums the blocks (it has a CPU to itself); producers were told.
     pub(super) merger_checksums: bool,
-    /// More than one producer writes; producers were told ([`crate::wire::Msg::Policy`]).
+    /// More than one producer is connected; producers were told ([`crate::wire::Msg::Policy`]).
     pub(super) shared: bool,
     pub(super) inflight: usize,
     /// The file's path, sent to producers.

@@ -164,8 +164,8 @@ impl Core {
     /// merger thread, which every grant passes through, stays free. Every commit says
     /// whether it carries a checksum, so one in flight across the change is fine.
     ///
-    /// Whether producers write beside each other: then, on tmpfs, they insert their pages
-    /// instead of taking turns on the inode lock (`crate::insert`).
+    /// Whether other producers are connected (idle ones too): then, on tmpfs, producers
+    /// insert their pages instead of taking turns on the inode lock (`crate::insert`).
     pub(super) fn update_policy(&mut self) {
         let active = self.stats.active;
         let Some(d) = self.direct.as_mut() else {
