@@ -413,11 +413,13 @@ impl MergerBuilder {
     /// a long queue is slow there: past about 4 ms of waiting the lock is handed to the
     /// sleeping waiter first in line, and the CPUs idle while it wakes. Waiting for a
     /// grant instead costs nothing while the writers in flight keep the lock busy.
-    /// Measured with `accio bench merge /dev/shm --write-mode direct`, 2 MiB blocks, this
+    /// (Producers that insert their pages, on tmpfs while several are connected, take no
+    /// inode lock; more writers than CPUs would still only share the CPUs.)
+    /// Measured with `pwrite`s, `accio bench merge /dev/shm --write-mode direct`, 2 MiB blocks, this
     /// machine's 2 CPUs, 3 runs each: 16 producers 2.35 and 2.38 GB/s with 128 rooms in
     /// flight, 2.58 and 2.61 with 3; 60 producers 2.25 and 2.22 against 2.39 and 2.43
     /// (2 rooms) and 2.08 and 2.50 (3); 1 producer unchanged. A grant that waited
-    /// [`WRITERS_PATIENCE`] while no room came back is made past the limit.
+    /// 50 ms (`WRITERS_PATIENCE`) while no room came back is made past the limit.
     pub fn direct_writers(mut self, rooms: usize) -> Self {
         self.writers = Some(rooms.max(1));
         self
