@@ -329,9 +329,9 @@ impl MergeBench {
             match (backend, used) {
                 ("shm", WriteMode::Direct) => {
                     "written in place: one copy into room of the output file, with one pwrite \
-                     while one producer writes and by inserting pages (userfaultfd, tmpfs) \
-                     while several do (inserted_blocks says how many were); commit by \
-                     message; the merger writes only the headers"
+                     while one producer is connected and by inserting pages (userfaultfd, \
+                     tmpfs) while several are (inserted_blocks says how many were); commit \
+                     by message; the merger writes only the headers"
                 }
                 ("shm", _) => "one copy into the merger's shared slot, commit by message; the merger copies the slot into the file",
                 _ => "vwrite_to over the socket, commit by message; the merger copies the slot into the file",

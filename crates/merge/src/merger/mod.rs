@@ -415,8 +415,8 @@ impl MergerBuilder {
     /// grant instead costs nothing while the writers in flight keep the lock busy.
     /// (Producers that insert their pages, on tmpfs while several are connected, take no
     /// inode lock; more writers than CPUs would still only share the CPUs.)
-    /// Measured with `pwrite`s, `accio bench merge /dev/shm --write-mode direct`, 2 MiB blocks, this
-    /// machine's 2 CPUs, 3 runs each: 16 producers 2.35 and 2.38 GB/s with 128 rooms in
+    /// Measured with `pwrite`s, `accio bench merge /dev/shm --write-mode direct`, 2 MiB
+    /// blocks, this machine's 2 CPUs, 3 runs each: 16 producers 2.35 and 2.38 GB/s with 128 rooms in
     /// flight, 2.58 and 2.61 with 3; 60 producers 2.25 and 2.22 against 2.39 and 2.43
     /// (2 rooms) and 2.08 and 2.50 (3); 1 producer unchanged. A grant that waited
     /// 50 ms (`WRITERS_PATIENCE`) while no room came back is made past the limit.
