@@ -21,7 +21,7 @@
 # runs. The ratios are of the medians.
 #
 # Usage: scripts/compare-merge.sh [--reps N] [--producers "1 16 60"] [--mib M]
-#                                 [--producer-nice N] [--accio PATH] [--out DIR]
+#                                 [--producer-nice N] [--in-place M] [--accio PATH] [--out DIR]
 #   --reps N        repetitions (default 5)
 #   --producers L   producer process counts (default "1 16 60")
 #   --mib M         MiB per run, split over the producers in 2 MiB buffers (default 960:
