@@ -30,9 +30,6 @@ use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
-/// `statfs` magic of tmpfs.
-const TMPFS_MAGIC: u64 = 0x0102_1994;
-
 /// A producer's userfaultfd, used only to insert pages (it never handles a fault: nothing
 /// touches the registered mappings but `UFFDIO_COPY`).
 #[derive(Debug)]
@@ -46,14 +43,7 @@ impl PageInserter {
     /// A page inserter for writing into `file`, or `None` where pages cannot be inserted:
     /// `file` is not on tmpfs, or this kernel or sandbox offers no userfaultfd.
     pub(crate) fn for_file(file: &File) -> Option<PageInserter> {
-        // SAFETY: statfs writes into the zeroed struct we pass.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `file` is open; `st` is a valid out-pointer.
-        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
-            return None;
-        }
-        #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
-        if st.f_type as u64 != TMPFS_MAGIC {
+        if !crate::fs_type::is_tmpfs(file.as_raw_fd()) {
             return None;
         }
         uffd::open().ok().map(|uffd| PageInserter {
@@ -383,16 +373,7 @@ mod tests {
     fn only_tmpfs_files_get_an_inserter() {
         let path = std::env::temp_dir().join(format!("accio-insert-{}", std::process::id()));
         let f = File::create(&path).unwrap();
-        let tmpfs = {
-            // SAFETY: as in `for_file`.
-            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-            // SAFETY: as in `for_file`.
-            unsafe { libc::fstatfs(f.as_raw_fd(), &mut st) };
-            #[allow(clippy::unnecessary_cast)]
-            let t = st.f_type as u64 == TMPFS_MAGIC;
-            t
-        };
-        if !tmpfs {
+        if !crate::fs_type::is_tmpfs(f.as_raw_fd()) {
             assert!(PageInserter::for_file(&f).is_none());
         }
         std::fs::remove_file(&path).unwrap();

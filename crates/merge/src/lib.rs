@@ -78,6 +78,7 @@ mod arrow;
 mod checksum;
 pub mod container;
 mod error;
+mod fs_type;
 #[cfg(feature = "hdf5")]
 mod hdf5;
 mod insert;

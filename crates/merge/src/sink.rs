@@ -142,7 +142,7 @@ impl ContainerSink {
 /// overlayfs, ...) mappings may be refused, unsafe to share between machines, or slow to
 /// write back, and the merger copies.
 const DIRECT_FS: [(u64, &str); 4] = [
-    (0x0102_1994, "tmpfs"),
+    (crate::fs_type::TMPFS, "tmpfs"),
     (0xEF53, "ext2/3/4"),
     (0x5846_5342, "xfs"),
     (0x9123_683E, "btrfs"),
@@ -163,17 +163,11 @@ impl DirectSink for ContainerSink {
             ));
         }
         let fd = self.writer.raw_fd();
-        // SAFETY: statfs writes into the zeroed struct we pass.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `fd` is the writer's open file; `st` is a valid out-pointer.
-        if unsafe { libc::fstatfs(fd, &mut st) } != 0 {
-            return Err(format!("fstatfs: {}", std::io::Error::last_os_error()));
-        }
-        #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
-        let ty = st.f_type as u64;
+        let ty = crate::fs_type::magic(fd).map_err(|e| format!("fstatfs: {e}"))?;
         let Some((_, name)) = DIRECT_FS.iter().find(|(t, _)| *t == ty) else {
             return Err(format!(
-                "file system type {ty:#x} is not one known to take shared writable mappings                  ({})",
+                "file system type {ty:#x} is not one known to take shared writable mappings \
+                 ({})",
                 DIRECT_FS.map(|f| f.1).join(", ")
             ));
         };

@@ -84,8 +84,6 @@ const AHEAD_ROOMS: u64 = 8;
 const AHEAD_SPARSE_ROOMS: u64 = 64;
 /// `MADV_POPULATE_WRITE` (Linux 5.14; older kernels answer `EINVAL`).
 const MADV_POPULATE_WRITE: libc::c_int = 23;
-/// `statfs` magic of tmpfs.
-const TMPFS_MAGIC: u64 = 0x0102_1994;
 
 /// How the merger claims room ahead of its reservations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,14 +121,7 @@ impl ClaimMode {
             Ok("fallocate") => return ClaimMode::Fallocate,
             _ => {}
         }
-        // SAFETY: statfs writes into the zeroed struct we pass.
-        let mut st: libc::statfs = unsafe { std::mem::zeroed() };
-        // SAFETY: `file` is open; `st` is a valid out-pointer.
-        if unsafe { libc::fstatfs(file.as_raw_fd(), &mut st) } != 0 {
-            return ClaimMode::Fallocate;
-        }
-        #[allow(clippy::unnecessary_cast)] // the field's type differs between targets
-        if st.f_type as u64 == TMPFS_MAGIC {
+        if crate::fs_type::is_tmpfs(file.as_raw_fd()) {
             ClaimMode::HeaderPages
         } else {
             ClaimMode::Fallocate

@@ -69,10 +69,7 @@ impl Core {
                 .as_ref()
                 .filter(|d| d.merger_checksums || d.shared)
             {
-                let policy = Msg::Policy {
-                    merger_checksums: d.merger_checksums,
-                    shared: d.shared,
-                };
+                let policy = d.policy();
                 self.send(key, &policy);
             }
             (self.shared.events)(&Event::Connected { producer: id, peer });

@@ -46,14 +46,15 @@
 //! With [`WriteMode::Direct`] the budget is not slot memory but *room in the output file*:
 //! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
 //! opens the file by the path the merger sent it and writes its payload there itself (for
-//! `write_block` one `pwrite`, or on tmpfs while other producers write too, pages inserted
-//! with `UFFDIO_COPY`, which takes no inode lock: `crate::insert`; for `buffer()` a shared
-//! writable mapping, claimed with `fallocate` and faulted in with `MADV_POPULATE_WRITE`),
-//! then commits; the merger writes
-//! the block's header over the reserved one and acknowledges. The bytes are copied once,
+//! `write_block` one `pwrite`, or on tmpfs while other producers are connected, pages
+//! inserted with `UFFDIO_COPY`, which takes no inode lock: `crate::insert`; for `buffer()`
+//! a shared writable mapping, claimed with `fallocate` and faulted in with
+//! `MADV_POPULATE_WRITE`), then commits; the merger writes the block's header over the
+//! reserved one and acknowledges. The bytes are copied once,
 //! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
 //! slot memory, so its memory is its rings whatever the budget. It stores those headers
-//! through a mapping of the file claimed ahead with `fallocate`, not with `pwrite`: a
+//! through a mapping of the file claimed ahead (`fallocate`, or on tmpfs a larger size and
+//! each room's header page faulted in), not with `pwrite`: a
 //! `pwrite` waits for the inode lock behind every payload write in progress, and the
 //! merger thread, which grants room and acknowledges commits, waited with it
 //! (`container/headers.rs` has the measurement, and why faults do not replace
@@ -416,9 +417,9 @@ impl MergerBuilder {
     /// (Producers that insert their pages, on tmpfs while several are connected, take no
     /// inode lock; more writers than CPUs would still only share the CPUs.)
     /// Measured with `pwrite`s, `accio bench merge /dev/shm --write-mode direct`, 2 MiB
-    /// blocks, this machine's 2 CPUs, 3 runs each: 16 producers 2.35 and 2.38 GB/s with 128 rooms in
-    /// flight, 2.58 and 2.61 with 3; 60 producers 2.25 and 2.22 against 2.39 and 2.43
-    /// (2 rooms) and 2.08 and 2.50 (3); 1 producer unchanged. A grant that waited
+    /// blocks, this machine's 2 CPUs, 3 runs each: 16 producers 2.35 and 2.38 GB/s with
+    /// 128 rooms in flight, 2.58 and 2.61 with 3; 60 producers 2.25 and 2.22 against 2.39
+    /// and 2.43 (2 rooms) and 2.08 and 2.50 (3); 1 producer unchanged. A grant that waited
     /// 50 ms (`WRITERS_PATIENCE`) while no room came back is made past the limit.
     pub fn direct_writers(mut self, rooms: usize) -> Self {
         self.writers = Some(rooms.max(1));
@@ -595,6 +596,16 @@ pub(super) struct Direct {
     pub(super) inflight: usize,
     /// The file's path, sent to producers.
     pub(super) path: Vec<u8>,
+}
+
+impl Direct {
+    /// The policy producers were told last.
+    pub(super) fn policy(&self) -> crate::wire::Msg {
+        crate::wire::Msg::Policy {
+            merger_checksums: self.merger_checksums,
+            shared: self.shared,
+        }
+    }
 }
 
 /// State shared between the merger handle and its threads.

@@ -178,6 +178,7 @@ impl Core {
         }
         d.merger_checksums = merger_checksums;
         d.shared = shared;
+        let policy = d.policy();
         let keys: Vec<u64> = self
             .conns
             .iter()
@@ -185,13 +186,7 @@ impl Core {
             .map(|(k, _)| *k)
             .collect();
         for key in keys {
-            self.send(
-                key,
-                &Msg::Policy {
-                    merger_checksums,
-                    shared,
-                },
-            );
+            self.send(key, &policy);
         }
     }
 
