@@ -28,9 +28,10 @@
 #                   60 x 8 x 2 MiB, 16 x 30, 1 x 480)
 #   --producer-nice N  the producers' CPU priority, 0-19 (default 0; see accio bench merge --help)
 #   --in-place M    how direct producers write whole blocks (ACCIO_MERGE_IN_PLACE): auto
-#                   (default: one pwrite while one producer writes, inserting pages on tmpfs
-#                   while several do), pwrite, insert, or map (a shared mapping of the room,
-#                   fallocate + MADV_POPULATE_WRITE + memcpy); to measure the choice
+#                   (default: on tmpfs, one producer alone splits blocks of 512 KiB and more
+#                   between a pwrite and a thread inserting pages, several insert pages;
+#                   elsewhere one pwrite), pwrite, insert, split, or map (a shared mapping of
+#                   the room, fallocate + MADV_POPULATE_WRITE + memcpy); to measure the choice
 #   --accio PATH    the accio binary (default: target/release/accio, built if missing)
 #   --out DIR       keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
 # Needs root (loop device), fio, jq, mkfs.ext4, losetup.

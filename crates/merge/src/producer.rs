@@ -7,13 +7,14 @@
 //! socket once at commit (`vwrite_to` into the merger's slot window).
 
 use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
 use std::time::Duration;
 
 use accio::{Endpoint, ErrorKind, MemView, Progress, RemoteMap, RmaFlags};
 
 use crate::container::BlockKind;
 use crate::error::{MergeError, Result};
-use crate::insert::{Mapping, PageInserter};
+use crate::insert::{Mapping, PageInserter, TailInserter, SPLIT_MIN};
 use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
 
 /// Ring size of a producer's shm connection: control messages are tiny, so 64 KiB rings
@@ -86,11 +87,14 @@ pub struct Producer {
     shared: bool,
     /// Inserts pages into the output file (tmpfs; `crate::insert`), until one insertion
     /// fails.
-    inserter: Option<PageInserter>,
+    inserter: Option<Arc<PageInserter>>,
+    /// Alone, the thread inserting the second half of each large block (started with the
+    /// first such block).
+    tail: Option<TailInserter>,
     /// How `write_block` writes in place when set (measurements only:
-    /// `ACCIO_MERGE_IN_PLACE`); else `pwrite` alone, inserting pages when shared.
+    /// `ACCIO_MERGE_IN_PLACE`); else as [`InPlace::auto`] says.
     in_place: Option<InPlace>,
-    /// Blocks written by inserting pages.
+    /// Blocks written by inserting pages, wholly or (split) their second half.
     inserted: u64,
     /// Granted, unused slots.
     free: VecDeque<Slot>,
@@ -162,6 +166,7 @@ impl Producer {
             merger_checksums: false,
             shared: false,
             inserter: None,
+            tail: None,
             in_place: InPlace::from_env()?,
             inserted: 0,
             free: VecDeque::new(),
@@ -304,8 +309,9 @@ impl Producer {
                     Ok(f) => {
                         self.inserter = match self.in_place {
                             Some(InPlace::Pwrite | InPlace::Map) => None,
-                            _ => PageInserter::for_file(&f),
+                            _ => PageInserter::for_file(&f).map(Arc::new),
                         };
+                        self.tail = None;
                         self.direct = Some((f, path.to_path_buf()));
                     }
                     Err(e) => {
@@ -481,17 +487,20 @@ impl Producer {
     }
 
     /// Sends the first `len` bytes of `slot` as block `kind`, `data` being those bytes
-    /// where the caller has them elsewhere (tcp sends them from there).
+    /// where the caller has them elsewhere (tcp sends them from there), `crc` their
+    /// checksum where the caller computed it.
     fn commit_slot(
         &mut self,
         slot: Slot,
         len: usize,
         kind: BlockKind,
         data: Option<&[u8]>,
+        crc: Option<u32>,
     ) -> Result<u64> {
         // In place, while the merger has a CPU of its own, it checksums the block from the
         // file beside this producer's next copy.
         let crc = match data {
+            _ if crc.is_some() => crc,
             _ if self.direct.is_some() && self.merger_checksums => None,
             Some(d) => Some(crate::checksum::crc32c(d)),
             None => Some(crate::checksum::crc32c(&self.slot_mut(slot)[..len])),
@@ -572,9 +581,9 @@ impl Producer {
         let slot = self.take_slot(true)?.expect("blocking take");
         let r = if self.direct.is_some() || self.mapped {
             accio::copy_slice(&mut self.slot_mut(slot)[..data.len()], data);
-            self.commit_slot(slot, data.len(), kind, Some(data))
+            self.commit_slot(slot, data.len(), kind, Some(data), None)
         } else {
-            self.commit_slot(slot, data.len(), kind, Some(data))
+            self.commit_slot(slot, data.len(), kind, Some(data), None)
         };
         if r.is_err() {
             self.release(slot);
@@ -583,50 +592,83 @@ impl Producer {
     }
 
     /// A whole block from `data`, written in place into room in the file: one copy, no
-    /// page cleared first (a page faulted in through a mapping is). Alone, with one
-    /// `pwrite`; beside other producers on tmpfs, by inserting its pages, so that the
-    /// producers' copies run in parallel instead of taking turns on the inode lock
-    /// (`crate::insert` has the measurements); with `pwrite` again if that fails.
+    /// page cleared first (a page faulted in through a mapping is). How is
+    /// [`InPlace::auto`]'s choice (`crate::insert` has the measurements); where inserting
+    /// fails, with `pwrite`, then and from then on.
     fn write_block_in_place(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
-        use std::os::unix::fs::FileExt;
         let slot = self.take_slot_as(true, false)?.expect("blocking take");
-        let (f, path) = self.direct.as_ref().expect("direct");
-        let insert = match self.in_place {
-            Some(m) => m == InPlace::Insert,
-            None => self.shared,
-        };
-        let inserted = insert
-            && !data.is_empty()
-            && self
-                .inserter
-                .as_ref()
-                .is_some_and(|ins| ins.write_at(f, data, slot.offset).is_ok());
-        self.inserted += u64::from(inserted);
-        if insert && !inserted {
-            // Not again: a failure here is a page already there, a full file system or
-            // no userfaultfd after all; `pwrite` writes over what was inserted.
-            self.inserter = None;
-        }
-        if !inserted {
-            if let Err(e) = f.write_all_at(data, slot.offset) {
-                let e = MergeError::file(
-                    format!(
-                        "writing {} bytes at {:#x} in place in",
-                        data.len(),
-                        slot.offset
-                    ),
-                    path,
-                    e,
+        let how = self
+            .in_place
+            .unwrap_or_else(|| InPlace::auto(self.shared, data.len()));
+        let crc = match self.write_in_place(how, data, slot.offset) {
+            Ok(crc) => crc,
+            Err(e) => {
+                let (_, path) = self.direct.as_ref().expect("direct");
+                let at = format!(
+                    "writing {} bytes at {:#x} in place in",
+                    data.len(),
+                    slot.offset
                 );
+                let e = MergeError::file(at, path, e);
                 self.release(slot);
                 return Err(e);
             }
-        }
-        let r = self.commit_slot(slot, data.len(), kind, Some(data));
+        };
+        let r = self.commit_slot(slot, data.len(), kind, Some(data), crc);
         if r.is_err() {
             self.release(slot);
         }
         r
+    }
+
+    /// Writes `data` at `offset` of the output file `how` says, counting the blocks
+    /// whose pages were inserted. Returns the block's checksum where it was computed on
+    /// the way: split, this thread computes it while the helper inserts the second half
+    /// (from `data`, in cache), so that the merger does not read the block back on a CPU
+    /// the two copies need.
+    fn write_in_place(
+        &mut self,
+        how: InPlace,
+        data: &[u8],
+        offset: u64,
+    ) -> std::io::Result<Option<u32>> {
+        use std::os::unix::fs::FileExt;
+        let (f, _) = self.direct.as_ref().expect("direct");
+        let mut crc = None;
+        // (all written, some pages inserted)
+        let (written, inserted) = match (how, &self.inserter) {
+            _ if data.is_empty() => (false, false),
+            (InPlace::Insert, Some(ins)) => {
+                let ok = ins.write_at(f, data, offset).is_ok();
+                (ok, ok)
+            }
+            (InPlace::Split, Some(ins)) if data.len() >= SPLIT_MIN => {
+                if self.tail.is_none() {
+                    self.tail = TailInserter::start(ins.clone(), f).ok();
+                }
+                match &self.tail {
+                    Some(t) => {
+                        let (inserted, c) =
+                            t.write_at(f, data, offset, || crate::checksum::crc32c(data))?;
+                        crc = Some(c);
+                        (true, inserted)
+                    }
+                    None => (false, false),
+                }
+            }
+            _ => (false, false),
+        };
+        self.inserted += u64::from(inserted);
+        if written && !inserted {
+            // Not again: a failure here is a page already there, a full file system or
+            // no userfaultfd after all; `pwrite` writes over what was inserted.
+            self.inserter = None;
+            self.tail = None;
+        }
+        if !written {
+            f.write_all_at(data, offset)?;
+        }
+        Ok(crc)
     }
 
     /// Appends one record; records are packed into buffers (each a `u32` length and the
@@ -663,7 +705,7 @@ impl Producer {
     /// Commits the records packed so far (no-op without any).
     pub fn flush_records(&mut self) -> Result<()> {
         if let Some(pk) = self.packing.take() {
-            if let Err(e) = self.commit_slot(pk.slot, pk.len, BlockKind::Records, None) {
+            if let Err(e) = self.commit_slot(pk.slot, pk.len, BlockKind::Records, None, None) {
                 self.release(pk.slot);
                 return Err(e);
             }
@@ -757,19 +799,40 @@ enum InPlace {
     Pwrite,
     /// Inserting pages (tmpfs; `pwrite` where that fails).
     Insert,
+    /// Blocks of at least [`SPLIT_MIN`]: a `pwrite` of the first half beside a thread
+    /// inserting the second (tmpfs; `pwrite` where inserting fails). Smaller: `pwrite`.
+    Split,
     /// Through a shared mapping of the room, claimed and faulted in first.
     Map,
 }
 
 impl InPlace {
+    /// The choice for a block of `len` bytes: beside other producers, insert its pages (the
+    /// producers' copies then run in parallel instead of taking turns on the inode lock);
+    /// alone, split a large block over this thread and a helper where there is a CPU for
+    /// each; else one `pwrite`. Inserting applies on tmpfs only; elsewhere each is a `pwrite`.
+    fn auto(shared: bool, len: usize) -> InPlace {
+        static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+        let cpus =
+            *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
+        if shared {
+            InPlace::Insert
+        } else if len >= SPLIT_MIN && cpus > 1 {
+            InPlace::Split
+        } else {
+            InPlace::Pwrite
+        }
+    }
+
     fn from_env() -> Result<Option<InPlace>> {
         match std::env::var("ACCIO_MERGE_IN_PLACE").as_deref() {
             Err(_) | Ok("" | "auto") => Ok(None),
             Ok("pwrite") => Ok(Some(InPlace::Pwrite)),
             Ok("insert") => Ok(Some(InPlace::Insert)),
+            Ok("split") => Ok(Some(InPlace::Split)),
             Ok("map") => Ok(Some(InPlace::Map)),
             Ok(other) => Err(MergeError::Config(format!(
-                "ACCIO_MERGE_IN_PLACE={other}: expected auto, pwrite, insert or map"
+                "ACCIO_MERGE_IN_PLACE={other}: expected auto, pwrite, insert, split or map"
             ))),
         }
     }
@@ -866,7 +929,7 @@ impl Buffer<'_> {
         }
         self.done = true;
         let slot = self.slot;
-        let r = self.p.commit_slot(slot, len, kind, None);
+        let r = self.p.commit_slot(slot, len, kind, None, None);
         if r.is_err() {
             self.p.release(slot);
         }

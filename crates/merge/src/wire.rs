@@ -83,8 +83,9 @@ pub enum Msg {
         /// checksum otherwise.
         merger_checksums: bool,
         /// Other producers are connected too: on tmpfs a producer then inserts its pages
-        /// (`insert` module: no inode lock to take turns on), where alone it `pwrite`s
-        /// (cheaper for one writer).
+        /// (`insert` module: no inode lock to take turns on), where alone it splits each
+        /// large block between a `pwrite` and a helper thread inserting pages (and
+        /// checksums it itself, whatever `merger_checksums` says).
         shared: bool,
     },
     /// Merger → producer: the merge failed for this producer (sink error, protocol error).

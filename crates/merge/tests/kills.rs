@@ -7,7 +7,10 @@
 //! runs 200), `ACCIO_MERGE_KILL_SEED` the random seed (printed, to replay a failure).
 //! Runs alternate between producers writing in place and the copying merger; every other
 //! in-place run writes into /dev/shm (tmpfs), where the producers, writing beside each
-//! other, insert their pages (`UFFDIO_COPY`) instead of `pwrite`-ing them.
+//! other, insert their pages (`UFFDIO_COPY`) instead of `pwrite`-ing them. Those runs have
+//! 1 MiB slots, and in every other one of them the producers split each whole-slot block
+//! between a `pwrite` and a helper thread inserting pages (as a lone producer does), so
+//! kills land in that too.
 //!
 //! Child processes are this test binary re-run on the ignored test `kill_child`, with
 //! `ACCIO_MERGE_CHILD` naming the role.
@@ -23,15 +26,23 @@ use accio_merge::container::{recover, ContainerReader, Follower, IndexEntry};
 use accio_merge::{ContainerSink, Merger, SyncPolicy, WriteMode};
 
 mod common;
-use common::{connect_as, payload, test_dir};
+use common::{connect_as, payload, test_dir, userfaultfd_available};
 
-const SLOT: usize = 64 << 10;
+/// The slot size: 1 MiB on tmpfs (`big`), where whole-slot blocks can be split, else
+/// 64 KiB.
+fn slot(big: bool) -> usize {
+    if big {
+        1 << 20
+    } else {
+        64 << 10
+    }
+}
 
 /// Payload length of block `seq`: varied, every seventh a whole slot, the others short
 /// (rooms get tails).
-fn len_of(p: u32, seq: u64) -> usize {
+fn len_of(p: u32, seq: u64, big: bool) -> usize {
     if seq % 7 == 3 {
-        return SLOT;
+        return slot(big);
     }
     1 + ((seq.wrapping_mul(7919) + u64::from(p) * 104_729) % (16 << 10)) as usize
 }
@@ -55,13 +66,14 @@ impl Rng {
 #[ignore = "entry point of the child processes of the kill test"]
 fn kill_child() {
     let var = |k: &str| std::env::var(k).unwrap();
+    let big = var("BIG") == "1";
     match var("ACCIO_MERGE_CHILD").as_str() {
         // A merger into PATH_OUT; closes once PRODUCERS producers are done (or lost).
         "merger" => {
             let sink = ContainerSink::create(var("PATH_OUT"), Default::default()).unwrap();
             let m = Merger::builder()
-                .budget(8 * SLOT)
-                .slot_bytes(SLOT)
+                .budget(8 * slot(big))
+                .slot_bytes(slot(big))
                 .sync(SyncPolicy::Never)
                 .write_mode(var("MODE").parse().unwrap())
                 .on_event(|_| {})
@@ -83,7 +95,9 @@ fn kill_child() {
             let mut out = std::io::stdout();
             writeln!(out, "UP").unwrap();
             for seq in 0..blocks {
-                if p.write_block(&payload(id, seq, len_of(id, seq))).is_err() {
+                if p.write_block(&payload(id, seq, len_of(id, seq, big)))
+                    .is_err()
+                {
                     break;
                 }
                 // Paced, so that runs last long enough for kills to land mid-run.
@@ -95,8 +109,8 @@ fn kill_child() {
             }
             if let Ok(n) = p.wait_acked() {
                 writeln!(out, "ACK {n}").unwrap();
-                if p.finish().is_ok() {
-                    writeln!(out, "DONE").unwrap();
+                if let Ok(s) = p.finish() {
+                    writeln!(out, "DONE {}", s.inserted_blocks).unwrap();
                 }
             }
             out.flush().unwrap();
@@ -169,6 +183,41 @@ struct Outcome {
     kills: usize,
 }
 
+/// What the producer processes said: per producer, blocks acknowledged, whether it
+/// finished and how many of its blocks it inserted, whether it started.
+struct Seen {
+    acked: Vec<u64>,
+    done: Vec<bool>,
+    inserted: Vec<u64>,
+    up: Vec<bool>,
+}
+
+impl Seen {
+    fn new(producers: usize) -> Seen {
+        Seen {
+            acked: vec![0; producers],
+            done: vec![false; producers],
+            inserted: vec![0; producers],
+            up: vec![false; producers],
+        }
+    }
+
+    fn absorb(&mut self, kids: &mut [Kid]) {
+        for (i, k) in kids.iter_mut().enumerate() {
+            while let Ok(l) = k.lines.try_recv() {
+                if let Some(n) = l.strip_prefix("ACK ") {
+                    self.acked[i] = self.acked[i].max(n.parse().unwrap());
+                } else if let Some(n) = l.strip_prefix("DONE ") {
+                    self.done[i] = true;
+                    self.inserted[i] = n.parse().unwrap();
+                } else if l == "UP" {
+                    self.up[i] = true;
+                }
+            }
+        }
+    }
+}
+
 fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     let mode = if run.is_multiple_of(2) {
         WriteMode::Direct
@@ -186,7 +235,18 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
         "accio-merge-kills-{}-run-{run}.accio",
         std::process::id()
     ));
-    let label = format!("{}{}", mode.name(), if on_tmpfs { " on tmpfs" } else { "" });
+    let big = on_tmpfs;
+    // Every other tmpfs run: whole-slot blocks split, however many producers are left.
+    let split = on_tmpfs && run.is_multiple_of(8);
+    let label = format!(
+        "{}{}",
+        mode.name(),
+        match (on_tmpfs, split) {
+            (true, true) => " on tmpfs, split",
+            (true, false) => " on tmpfs",
+            _ => "",
+        }
+    );
     let addr = format!("shm://accio-merge-kills-{}-{run}", std::process::id());
     let producers = 4u32;
     let blocks = 300u64;
@@ -196,6 +256,7 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
             ("ADDR", addr.clone()),
             ("PATH_OUT", path.display().to_string()),
             ("MODE", mode.name().to_string()),
+            ("BIG", u8::from(big).to_string()),
         ],
     );
     merger.expect("ready");
@@ -214,7 +275,7 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
                         payload(
                             b.header.producer,
                             b.header.seq,
-                            len_of(b.header.producer, b.header.seq)
+                            len_of(b.header.producer, b.header.seq, big)
                         ),
                         "the follower returned a block with wrong bytes"
                     );
@@ -235,6 +296,11 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
                     ("ADDR", addr.clone()),
                     ("ID", id.to_string()),
                     ("BLOCKS", blocks.to_string()),
+                    ("BIG", u8::from(big).to_string()),
+                    (
+                        "ACCIO_MERGE_IN_PLACE",
+                        (if split { "split" } else { "auto" }).into(),
+                    ),
                 ],
             )
         })
@@ -248,23 +314,7 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
             .map(|_| rng.below(u64::from(producers)) as u32)
             .collect()
     };
-    let mut acked = vec![0u64; producers as usize];
-    let mut done = vec![false; producers as usize];
-    let mut up = vec![false; producers as usize];
-    let absorb =
-        |kids: &mut Vec<Kid>, acked: &mut Vec<u64>, done: &mut Vec<bool>, up: &mut Vec<bool>| {
-            for (i, k) in kids.iter_mut().enumerate() {
-                while let Ok(l) = k.lines.try_recv() {
-                    if let Some(n) = l.strip_prefix("ACK ") {
-                        acked[i] = acked[i].max(n.parse().unwrap());
-                    } else if l == "DONE" {
-                        done[i] = true;
-                    } else if l == "UP" {
-                        up[i] = true;
-                    }
-                }
-            }
-        };
+    let mut seen = Seen::new(producers as usize);
     let start = Instant::now();
     let mut kills = 0;
     let kill_at: Vec<Duration> = (0..victims.len().max(1))
@@ -274,19 +324,19 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
     sorted.sort();
     for (k, at) in sorted.iter().enumerate() {
         while start.elapsed() < *at {
-            absorb(&mut kids, &mut acked, &mut done, &mut up);
+            seen.absorb(&mut kids);
             std::thread::sleep(Duration::from_millis(1));
         }
-        absorb(&mut kids, &mut acked, &mut done, &mut up);
+        seen.absorb(&mut kids);
         // Only a kill that lands while its victim is at work counts.
         if kill_merger {
-            if (0..up.len()).any(|i| up[i] && !done[i]) {
+            if (0..seen.up.len()).any(|i| seen.up[i] && !seen.done[i]) {
                 kills += 1;
             }
             merger.kill9();
         } else {
             let v = *victims.iter().nth(k).unwrap() as usize;
-            if up[v] && !done[v] {
+            if seen.up[v] && !seen.done[v] {
                 kills += 1;
             }
             kids[v].kill9();
@@ -297,7 +347,7 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
         let _ = k.child.wait();
     }
     std::thread::sleep(Duration::from_millis(20));
-    absorb(&mut kids, &mut acked, &mut done, &mut up);
+    seen.absorb(&mut kids);
     if !kill_merger {
         let stdin = merger.child.stdin.as_mut().unwrap();
         writeln!(stdin, "close").unwrap();
@@ -324,19 +374,19 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
         // Whole means whole: the bytes are the ones the producer wrote.
         assert_eq!(
             r.read_payload(b).unwrap(),
-            payload(p, seq, len_of(p, seq)),
+            payload(p, seq, len_of(p, seq, big)),
             "run {run}: block {seq} of producer {p} verified whole with wrong bytes"
         );
         *have.entry(p).or_default() += 1;
     }
-    for (p, &n) in acked.iter().enumerate() {
+    for (p, &n) in seen.acked.iter().enumerate() {
         let got = have.get(&(p as u32)).copied().unwrap_or(0);
         assert!(
             got >= n,
             "run {run} ({}): producer {p} had {n} blocks acknowledged, the file keeps {got}",
             mode.name()
         );
-        if done[p] {
+        if seen.done[p] {
             assert_eq!(got, blocks, "run {run}: producer {p} finished");
         }
     }
@@ -356,15 +406,27 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
             b.offset
         );
     }
+    // In the split runs, each producer that finished split every whole-slot block.
+    if split && userfaultfd_available() {
+        let whole = (0..blocks).filter(|s| s % 7 == 3).count() as u64;
+        for (p, &n) in seen.inserted.iter().enumerate() {
+            assert!(
+                !seen.done[p] || n == whole,
+                "run {run}: producer {p} inserted {n} blocks, not its {whole} whole-slot ones"
+            );
+        }
+    }
     std::fs::remove_file(&path).unwrap();
     eprintln!(
-        "run {run} ({label}): {} killed, {kills} mid-run; acknowledged {acked:?}, kept {have:?}, \
-         followed {}",
+        "run {run} ({label}): {} killed, {kills} mid-run; acknowledged {:?}, kept {have:?}, \
+         inserted {:?}, followed {}",
         if kill_merger {
             "merger".to_string()
         } else {
             format!("producers {victims:?}")
         },
+        seen.acked,
+        seen.inserted,
         followed.lock().unwrap().len()
     );
     Outcome { kills }

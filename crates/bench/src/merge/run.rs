@@ -328,10 +328,12 @@ impl MergeBench {
              returned (index written{})",
             match (backend, used) {
                 ("shm", WriteMode::Direct) => {
-                    "written in place: one copy into room of the output file, with one pwrite \
-                     while one producer is connected and by inserting pages (userfaultfd, \
-                     tmpfs) while several are (inserted_blocks says how many were); commit \
-                     by message; the merger writes only the headers"
+                    "written in place: one copy into room of the output file, on tmpfs by \
+                     inserting pages (userfaultfd) while several producers are connected and, \
+                     alone, by a pwrite of half of each block of 512 KiB or more beside a \
+                     helper thread inserting the other half (inserted_blocks says how many \
+                     blocks were); else one pwrite; commit by message; the merger writes only \
+                     the headers"
                 }
                 ("shm", _) => "one copy into the merger's shared slot, commit by message; the merger copies the slot into the file",
                 _ => "vwrite_to over the socket, commit by message; the merger copies the slot into the file",
@@ -391,7 +393,7 @@ impl MergeBench {
             )),
             if used == WriteMode::Direct {
                 format!(
-                    "; {inserted} of {} blocks written by inserting pages",
+                    "; {inserted} of {} blocks written by inserting pages (all or half)",
                     p as u64 * f
                 )
             } else {

@@ -44,3 +44,16 @@ pub fn connect_as(addr: &str, id: u32) -> accio_merge::Producer {
     )
     .unwrap()
 }
+
+/// Whether this kernel and sandbox give this process a userfaultfd (what inserting pages
+/// needs; `UFFD_USER_MODE_ONLY` needs no privilege from Linux 5.11).
+pub fn userfaultfd_available() -> bool {
+    // SAFETY: a system call with flags only; a descriptor it returns is closed at once.
+    unsafe {
+        let fd = libc::syscall(libc::SYS_userfaultfd, libc::O_CLOEXEC | 1);
+        if fd >= 0 {
+            libc::close(fd as libc::c_int);
+        }
+        fd >= 0
+    }
+}
