@@ -15,7 +15,7 @@
 //! 2.42–2.55 with `UFFDIO_COPY` (the pages are mapped, then unmapped, as well as filled).
 //! So a producer inserts pages while other producers are connected to its merger (the
 //! merger says so: [`crate::wire::Msg::Policy`]). Alone, it `pwrite`s the first half of a
-//! large block while a thread of its own inserts the second ([`TailInserter`]): two copies
+//! large block while a thread of its own inserts the second (`crate::helper`): two copies
 //! at once with no lock between them.
 //!
 //! A userfaultfd works on the memory of the process that opened it: an inserter used in a
@@ -31,7 +31,6 @@
 use std::fs::File;
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
-use std::sync::{mpsc, Arc};
 
 /// A producer's userfaultfd, used only to insert pages (it never handles a fault: nothing
 /// touches the registered mappings but `UFFDIO_COPY`).
@@ -92,143 +91,6 @@ impl PageInserter {
             unsafe { uffd::copy(fd, dst, last.as_ptr() as u64, page)? };
         }
         Ok(())
-    }
-}
-
-/// Blocks at least this long are split by a lone producer (see [`TailInserter`]); below it,
-/// handing half a block to another thread costs more than the copy it saves.
-pub(crate) const SPLIT_MIN: usize = 512 << 10;
-
-/// A lone producer's second copier: a thread that inserts the second half of a block while
-/// the producer `pwrite`s the first. The `pwrite` holds the inode lock; the insertion takes
-/// none, so the two copies (and their page allocations) run at once on two CPUs.
-///
-/// Measured (a C test, one process writing 960 MiB into a new /dev/shm file in 2 MiB
-/// blocks, 3 interleaved runs each): one `pwrite` per block 2.54–2.83 GB/s, one thread
-/// inserting 2.55–2.62, two threads inserting a half each 3.58–4.03, a `pwrite` of the
-/// first half beside a thread inserting the second 4.31–4.56. In accio (`accio bench merge`,
-/// one producer process, 480 x 2 MiB into /dev/shm, 3 interleaved runs each, against the
-/// same run's single stream): one `pwrite` 0.88–0.93x; split in halves, checksummed by the
-/// merger from the file 1.00–1.11x (the merger's read-back then took a CPU the copies
-/// needed); checksummed by the producer while the helper finishes 1.05–1.34x with fixed
-/// halves and 1.27–1.30x with the split following the slower side (it settles near 33/64).
-#[derive(Debug)]
-pub(crate) struct TailInserter {
-    jobs: Option<mpsc::SyncSender<Tail>>,
-    done: mpsc::Receiver<io::Result<()>>,
-    thread: Option<std::thread::JoinHandle<()>>,
-    /// The process that started the thread (a forked child has no such thread).
-    pid: u32,
-    /// The share of a block written here, in 64ths: inserting a page costs more than a
-    /// `pwrite` of it, and this thread also checksums, so the split follows which side
-    /// finished first, one 64th per block.
-    head: std::cell::Cell<usize>,
-}
-
-/// The second half of a block, for the helper thread: the caller waits for its answer
-/// before `data` can go away.
-struct Tail {
-    data: *const u8,
-    len: usize,
-    offset: u64,
-}
-
-// SAFETY: `data` points to bytes the sending thread keeps alive and unchanged until the
-// helper has answered (`TailInserter::write_at` blocks on the answer).
-unsafe impl Send for Tail {}
-
-impl TailInserter {
-    /// Starts the helper thread, inserting with `inserter` into `file` (a duplicate of the
-    /// caller's descriptor).
-    pub(crate) fn start(inserter: Arc<PageInserter>, file: &File) -> io::Result<TailInserter> {
-        let file = file.try_clone()?;
-        let (jobs, rx) = mpsc::sync_channel::<Tail>(1);
-        let (tx, done) = mpsc::sync_channel(1);
-        let thread = std::thread::Builder::new()
-            .name("accio-insert".into())
-            .spawn(move || {
-                while let Ok(t) = rx.recv() {
-                    // SAFETY: see `Tail`: the sender waits for the answer below.
-                    let data = unsafe { std::slice::from_raw_parts(t.data, t.len) };
-                    if tx.send(inserter.write_at(&file, data, t.offset)).is_err() {
-                        break;
-                    }
-                }
-            })?;
-        Ok(TailInserter {
-            jobs: Some(jobs),
-            done,
-            thread: Some(thread),
-            pid: std::process::id(),
-            head: std::cell::Cell::new(32),
-        })
-    }
-
-    /// Writes `data` at `offset` of `file` (page-aligned; new pages, as
-    /// [`PageInserter::write_at`] needs): the first half with `pwrite` here, the second
-    /// inserted by the helper at the same time; then runs `beside` here while the helper
-    /// finishes. Returns whether the second half was inserted (where the insertion failed,
-    /// it is written with `pwrite` after all) and what `beside` returned.
-    pub(crate) fn write_at<R>(
-        &self,
-        file: &File,
-        data: &[u8],
-        offset: u64,
-        beside: impl FnOnce() -> R,
-    ) -> io::Result<(bool, R)> {
-        use std::os::unix::fs::FileExt;
-        let page = page_size();
-        let split = data.len() / page * self.head.get() / 64 * page;
-        let (head, tail) = data.split_at(split);
-        let at = offset + split as u64;
-        let sent = std::process::id() == self.pid
-            && !head.is_empty()
-            && self.jobs.as_ref().is_some_and(|j| {
-                j.send(Tail {
-                    data: tail.as_ptr(),
-                    len: tail.len(),
-                    offset: at,
-                })
-                .is_ok()
-            });
-        if !sent {
-            file.write_all_at(data, offset)?;
-            return Ok((false, beside()));
-        }
-        let head_written = file.write_all_at(head, offset);
-        let r = beside();
-        // Waits until the helper is done with `tail`; an error means it is gone, which it
-        // is only after its last use of a tail.
-        let answer = match self.done.try_recv() {
-            Err(mpsc::TryRecvError::Empty) => {
-                self.head.set((self.head.get() + 1).min(48));
-                self.done.recv().ok()
-            }
-            a => {
-                self.head.set((self.head.get() - 1).max(16));
-                a.ok()
-            }
-        };
-        let inserted = matches!(answer, Some(Ok(())));
-        head_written?;
-        if !inserted {
-            file.write_all_at(tail, at)?;
-        }
-        Ok((inserted, r))
-    }
-}
-
-impl Drop for TailInserter {
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            if std::process::id() == self.pid {
-                let _ = t.join();
-            } else {
-                // A forked child: the thread is the parent's; there is nothing to join.
-                std::mem::forget(t);
-            }
-        }
     }
 }
 
@@ -390,7 +252,7 @@ mod uffd {
     }
 }
 
-fn page_size() -> usize {
+pub(crate) fn page_size() -> usize {
     // SAFETY: sysconf has no preconditions.
     let p = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
     usize::try_from(p).unwrap_or(4096).max(4096)
@@ -493,51 +355,6 @@ mod tests {
         let mut empty = vec![0xffu8; page];
         f.read_exact_at(&mut empty, 8 * page as u64).unwrap();
         assert!(empty.iter().all(|&b| b == 0), "nothing written");
-        std::fs::remove_file(&path).unwrap();
-    }
-
-    #[test]
-    fn a_split_write_holds_every_byte_and_falls_back_where_insertion_fails() {
-        let Some((f, path)) = shm_file("split") else {
-            return;
-        };
-        let page = page_size();
-        f.set_len(64 * page as u64).unwrap();
-        let Some(ins) = PageInserter::for_file(&f) else {
-            eprintln!("skipped: no userfaultfd here (a sandbox or an old kernel)");
-            std::fs::remove_file(&path).unwrap();
-            return;
-        };
-        let ins = Arc::new(ins);
-        let mut tail = TailInserter::start(ins, &f).unwrap();
-        let data: Vec<u8> = (0..9 * page + 123).map(|i| (i * 13 + 1) as u8).collect();
-        let check = |at: u64| {
-            let mut back = vec![0xffu8; 10 * page];
-            f.read_exact_at(&mut back, at).unwrap();
-            assert_eq!(&back[..data.len()], &data[..]);
-            assert!(back[data.len()..].iter().all(|&b| b == 0));
-        };
-        // Both halves written, the second inserted; `beside` ran and its value came back.
-        let (inserted, v) = tail.write_at(&f, &data, 0, || 7).unwrap();
-        assert_eq!((inserted, v), (true, 7));
-        check(0);
-        // A page of the second half already there: the insertion fails and the half is
-        // written with pwrite after all.
-        let at = 16 * page as u64;
-        f.write_all_at(&[9], at + 8 * page as u64).unwrap();
-        let (inserted, ()) = tail.write_at(&f, &data, at, || ()).unwrap();
-        assert!(!inserted);
-        check(at);
-        // The split moves toward the side that finished last, within its bounds.
-        assert!((16..=48).contains(&tail.head.get()));
-        // In a forked child (another pid) nothing is handed over: one pwrite.
-        tail.pid = tail.pid.wrapping_add(1);
-        let at = 32 * page as u64;
-        let (inserted, ()) = tail.write_at(&f, &data, at, || ()).unwrap();
-        assert!(!inserted);
-        check(at);
-        tail.pid = std::process::id();
-        drop(tail);
         std::fs::remove_file(&path).unwrap();
     }
 

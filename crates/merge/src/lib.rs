@@ -81,6 +81,7 @@ mod error;
 mod fs_type;
 #[cfg(feature = "hdf5")]
 mod hdf5;
+mod helper;
 mod insert;
 pub mod merger;
 mod producer;

@@ -14,7 +14,8 @@ use accio::{Endpoint, ErrorKind, MemView, Progress, RemoteMap, RmaFlags};
 
 use crate::container::BlockKind;
 use crate::error::{MergeError, Result};
-use crate::insert::{Mapping, PageInserter, TailInserter, SPLIT_MIN};
+use crate::helper::{Helper, HELP_MIN};
+use crate::insert::{Mapping, PageInserter};
 use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
 
 /// Ring size of a producer's shm connection: control messages are tiny, so 64 KiB rings
@@ -88,9 +89,9 @@ pub struct Producer {
     /// Inserts pages into the output file (tmpfs; `crate::insert`), until one insertion
     /// fails.
     inserter: Option<Arc<PageInserter>>,
-    /// Alone, the thread inserting the second half of each large block (started with the
-    /// first such block).
-    tail: Option<TailInserter>,
+    /// Alone, the thread that takes part of each large block's work (`crate::helper`;
+    /// started with the first such block).
+    helper: Option<Helper>,
     /// How `write_block` writes in place when set (measurements only:
     /// `ACCIO_MERGE_IN_PLACE`); else as [`InPlace::auto`] says.
     in_place: Option<InPlace>,
@@ -166,7 +167,7 @@ impl Producer {
             merger_checksums: false,
             shared: false,
             inserter: None,
-            tail: None,
+            helper: None,
             in_place: InPlace::from_env()?,
             inserted: 0,
             free: VecDeque::new(),
@@ -311,7 +312,7 @@ impl Producer {
                             Some(InPlace::Pwrite | InPlace::Map) => None,
                             _ => PageInserter::for_file(&f).map(Arc::new),
                         };
-                        self.tail = None;
+                        self.helper = None;
                         self.direct = Some((f, path.to_path_buf()));
                     }
                     Err(e) => {
@@ -623,9 +624,8 @@ impl Producer {
 
     /// Writes `data` at `offset` of the output file `how` says, counting the blocks
     /// whose pages were inserted. Returns the block's checksum where it was computed on
-    /// the way: split, this thread computes it while the helper inserts the second half
-    /// (from `data`, in cache), so that the merger does not read the block back on a CPU
-    /// the two copies need.
+    /// the way (by a helper beside the `pwrite`, or here while the helper inserts: see
+    /// `crate::helper`).
     fn write_in_place(
         &mut self,
         how: InPlace,
@@ -634,24 +634,32 @@ impl Producer {
     ) -> std::io::Result<Option<u32>> {
         use std::os::unix::fs::FileExt;
         let (f, _) = self.direct.as_ref().expect("direct");
-        let mut crc = None;
+        let (mut crc, mut insert_failed) = (None, false);
         // (all written, some pages inserted)
         let (written, inserted) = match (how, &self.inserter) {
             _ if data.is_empty() => (false, false),
             (InPlace::Insert, Some(ins)) => {
                 let ok = ins.write_at(f, data, offset).is_ok();
+                insert_failed = !ok;
                 (ok, ok)
             }
-            (InPlace::Split, Some(ins)) if data.len() >= SPLIT_MIN => {
-                if self.tail.is_none() {
-                    self.tail = TailInserter::start(ins.clone(), f).ok();
+            // Where the merger checksums and no pages can be inserted, a helper has nothing
+            // to take.
+            (InPlace::Split, ins)
+                if data.len() >= HELP_MIN && (ins.is_some() || !self.merger_checksums) =>
+            {
+                if self.helper.is_none() {
+                    self.helper = Helper::start(ins.as_ref().map(|i| (i.clone(), f))).ok();
                 }
-                match &self.tail {
-                    Some(t) => {
-                        let (inserted, c) =
-                            t.write_at(f, data, offset, || crate::checksum::crc32c(data))?;
-                        crc = Some(c);
+                match &self.helper {
+                    Some(h) if h.inserts() => {
+                        let (inserted, c) = h.write_split(f, data, offset)?;
+                        (crc, insert_failed) = (Some(c), !inserted);
                         (true, inserted)
+                    }
+                    Some(h) => {
+                        crc = Some(h.write_checksummed(f, data, offset)?);
+                        (true, false)
                     }
                     None => (false, false),
                 }
@@ -659,11 +667,11 @@ impl Producer {
             _ => (false, false),
         };
         self.inserted += u64::from(inserted);
-        if written && !inserted {
+        if insert_failed {
             // Not again: a failure here is a page already there, a full file system or
             // no userfaultfd after all; `pwrite` writes over what was inserted.
             self.inserter = None;
-            self.tail = None;
+            self.helper = None;
         }
         if !written {
             f.write_all_at(data, offset)?;
@@ -799,8 +807,10 @@ enum InPlace {
     Pwrite,
     /// Inserting pages (tmpfs; `pwrite` where that fails).
     Insert,
-    /// Blocks of at least [`SPLIT_MIN`]: a `pwrite` of the first half beside a thread
-    /// inserting the second (tmpfs; `pwrite` where inserting fails). Smaller: `pwrite`.
+    /// Blocks of at least [`HELP_MIN`] with a helper thread (`crate::helper`): on tmpfs a
+    /// `pwrite` of the first part beside the helper inserting the rest (`pwrite` where
+    /// inserting fails), elsewhere a `pwrite` beside the helper checksumming. Smaller:
+    /// one `pwrite`.
     Split,
     /// Through a shared mapping of the room, claimed and faulted in first.
     Map,
@@ -809,15 +819,16 @@ enum InPlace {
 impl InPlace {
     /// The choice for a block of `len` bytes: beside other producers, insert its pages (the
     /// producers' copies then run in parallel instead of taking turns on the inode lock);
-    /// alone, split a large block over this thread and a helper where there is a CPU for
-    /// each; else one `pwrite`. Inserting applies on tmpfs only; elsewhere each is a `pwrite`.
+    /// alone, share a large block's work with a helper thread where there is a CPU for
+    /// each; else one `pwrite`. Inserting applies on tmpfs only: elsewhere `Insert` is a
+    /// `pwrite` and `Split` a `pwrite` beside the helper checksumming.
     fn auto(shared: bool, len: usize) -> InPlace {
         static CPUS: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
         let cpus =
             *CPUS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()));
         if shared {
             InPlace::Insert
-        } else if len >= SPLIT_MIN && cpus > 1 {
+        } else if len >= HELP_MIN && cpus > 1 {
             InPlace::Split
         } else {
             InPlace::Pwrite

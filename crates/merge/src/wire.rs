@@ -85,7 +85,7 @@ pub enum Msg {
         /// Other producers are connected too: on tmpfs a producer then inserts its pages
         /// (`insert` module: no inode lock to take turns on), where alone it splits each
         /// large block between a `pwrite` and a helper thread inserting pages (and
-        /// checksums it itself, whatever `merger_checksums` says).
+        /// checksums it itself, whatever `merger_checksums` says: `helper` module).
         shared: bool,
     },
     /// Merger → producer: the merge failed for this producer (sink error, protocol error).

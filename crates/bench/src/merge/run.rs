@@ -330,10 +330,10 @@ impl MergeBench {
                 ("shm", WriteMode::Direct) => {
                     "written in place: one copy into room of the output file, on tmpfs by \
                      inserting pages (userfaultfd) while several producers are connected and, \
-                     alone, by a pwrite of half of each block of 512 KiB or more beside a \
-                     helper thread inserting the other half (inserted_blocks says how many \
-                     blocks were); else one pwrite; commit by message; the merger writes only \
-                     the headers"
+                     alone, by a pwrite of part of each block of 512 KiB or more beside a \
+                     helper thread inserting the rest (inserted_blocks says how many blocks \
+                     were); else one pwrite (alone, with a helper thread checksumming large \
+                     blocks meanwhile); commit by message; the merger writes only the headers"
                 }
                 ("shm", _) => "one copy into the merger's shared slot, commit by message; the merger copies the slot into the file",
                 _ => "vwrite_to over the socket, commit by message; the merger copies the slot into the file",

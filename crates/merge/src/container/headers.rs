@@ -355,6 +355,11 @@ impl HeaderMap {
             if p == libc::MAP_FAILED {
                 return Err(std::io::Error::last_os_error());
             }
+            // A fault here is for one header page: without this the kernel reads around
+            // it, and on ext4 that filled the producers' payload pages of the rooms ahead
+            // (unwritten extents) with zeros on the merger's CPU.
+            // SAFETY: advice on the mapping just made; failure changes nothing.
+            unsafe { libc::madvise(p, WINDOW as usize, libc::MADV_RANDOM) };
             self.windows[w] = Some(Window { ptr: p.cast() });
         }
         Ok(self.windows[w].as_ref().expect("mapped above").ptr)

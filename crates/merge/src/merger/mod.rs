@@ -47,9 +47,9 @@
 //! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
 //! opens the file by the path the merger sent it and writes its payload there itself (for
 //! `write_block` one `pwrite`, or on tmpfs while other producers are connected, pages
-//! inserted with `UFFDIO_COPY`, which takes no inode lock, and alone a `pwrite` of half of
-//! a large block beside a helper thread inserting the other half: `crate::insert`; for
-//! `buffer()`
+//! inserted with `UFFDIO_COPY`, which takes no inode lock, and alone a `pwrite` of part of
+//! a large block beside a helper thread inserting the rest: `crate::insert`,
+//! `crate::helper`; for `buffer()`
 //! a shared writable mapping, claimed with `fallocate` and faulted in with
 //! `MADV_POPULATE_WRITE`), then commits; the merger writes the block's header over the
 //! reserved one and acknowledges. The bytes are copied once,
