@@ -20,8 +20,12 @@
 #
 # With --hosts 2 both run over two namespace "hosts" (scripts/netns-world.sh: ranks split
 # evenly, mpirun launching into both); accio then joins its world through MPI (an accio
-# built with --features mpi), lets the world choose each pair's backend unless --backend is
-# given, and the table ends with each rank's faces and the backend of each.
+# built with --features mpi). Unless --backend is given, each pair's backend is chosen by
+# measurement first, as a user would (`accio bench matrix` at the size of one face,
+# --write-config, then ACCIO_WORLD_CONFIG for every accio run of that layout), and the
+# table ends with each rank's faces and the backend of each. (The world's rule without
+# measurements picks mpi between hosts; across these namespace hosts that is slower than
+# tcp, and Open MPI 4.1's osc ucx fails there now and then: README, the mpi backend.)
 #
 # Usage: scripts/compare-laplace.sh [--reps N] [--grid 4096x4096] [--iters 100] [--ranks 2]
 #                                   [--path rma|messages] [--backend shm] [--accio PATH]
@@ -92,8 +96,21 @@ dims_for() { # layout -> dims: split the slow axis (contiguous faces) or the fas
 echo "compare-laplace: grid $GRID, $RANKS ranks on $HOSTS host(s), $ITERS iterations, accio path $PATH_ over $BACKEND, $REPS reps; raw output in $OUT"
 for layout in ${LAYOUTS//,/ }; do
     dims=$(dims_for "$layout")
+    config=()
+    if [ "$HOSTS" = 2 ] && [ "$BACKEND_SET" = 0 ]; then
+        # One face: the grid's cells over the split axis's length (8-byte elements).
+        IFS='xX' read -r -a shape <<<"$GRID"
+        split=0; [ "$layout" = packed ] && split=$((ndim - 1))
+        cells=1; for v in "${shape[@]}"; do cells=$((cells * v)); done
+        face=$((cells / shape[split] * 8))
+        timeout 600 "${ACCIO_RUN[@]}" bench matrix --sizes "$face" --write-config "$OUT/pairs.$layout.conf" \
+            > "$OUT/matrix.$layout.out" 2> "$OUT/matrix.$layout.err" \
+            || { echo "compare-laplace: accio bench matrix failed ($layout), see $OUT/matrix.$layout.err" >&2; exit 1; }
+        echo "compare-laplace: $layout: backends chosen by accio bench matrix at $face B: $(grep -v '^#' "$OUT/pairs.$layout.conf" | awk '{printf "%s%s-%s %s", sep, $1, $2, $3; sep=", "}')" >&2
+        config=(env ACCIO_WORLD_CONFIG="$OUT/pairs.$layout.conf")
+    fi
     for rep in $(seq 1 "$REPS"); do
-        timeout 600 "${ACCIO_RUN[@]}" demo laplace --grid "$GRID" --iters "$ITERS" --ranks "$RANKS" --dims "$dims" \
+        timeout 600 "${config[@]}" "${ACCIO_RUN[@]}" demo laplace --grid "$GRID" --iters "$ITERS" --ranks "$RANKS" --dims "$dims" \
             --path "$PATH_" "${BACKEND_ARGS[@]}" > "$OUT/accio.$layout.$rep.out" 2> "$OUT/accio.$layout.$rep.err" \
             || echo "compare-laplace: accio failed ($layout rep $rep), see $OUT/accio.$layout.$rep.err" >&2
         timeout 600 "${MPIRUN[@]}" "$OUT/laplace_mpi" -g "$GRID" -i "$ITERS" -d "$dims" \
