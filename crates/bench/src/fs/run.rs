@@ -28,6 +28,9 @@ const NOISY: f64 = 0.25;
 /// file's ceiling is the same DRAM copy.
 const STREAM_SPAN_MAX: u64 = 256 << 20;
 
+/// Passes of each copy ceiling per repeat (so 6 samples at the default 3 repeats).
+const CEILING_PASSES: usize = 2;
+
 /// Which way a mode's bytes go: writes copy into the file's pages, reads out of them.
 fn direction(mode: Mode) -> Direction {
     match mode {
@@ -94,17 +97,12 @@ impl FsBench {
             bench: "fs",
             total: usable.len() as u64 * units,
         });
-        let ceilings = if self.ceilings {
-            self.measure_ceilings(rec, events)?
-        } else {
-            BTreeMap::new()
-        };
         for info in &usable {
             if self.cancel.load(Ordering::SeqCst) {
                 return Err(FsError::Interrupted);
             }
             events(Event::Step(&describe(info)));
-            match self.measure_path(info, &ceilings, rec, events) {
+            match self.measure_path(info, rec, events) {
                 Ok(()) => out.measured.push(info.path.clone()),
                 Err(FsError::Interrupted) => return Err(FsError::Interrupted),
                 Err(e @ FsError::Record(_)) => return Err(e),
@@ -115,46 +113,71 @@ impl FsBench {
         Ok(out)
     }
 
-    /// The ceilings of the same work ([`mem::stream_copy_gbps`]): per thread count, the
-    /// file system's copy without its system calls, record-sized chunks into a span as large
-    /// as each thread's file (for the write modes) and out of it (for the read modes), 5
-    /// passes each; recorded as `mem`/`stream_copy` figures and returned by thread count and
-    /// direction. The span is capped at [`STREAM_SPAN_MAX`] and at a quarter of the
-    /// available memory: past the last-level cache a larger span changes nothing.
-    fn measure_ceilings(
+    /// Ceiling samples of the same work ([`mem::stream_copy_gbps`]) for `n` threads, into
+    /// `samples` by direction: the file system's copy without its system calls,
+    /// record-sized chunks into a span as large as each thread's file (for the write modes)
+    /// and out of it (for the read modes). Taken in every repeat, right before its modes,
+    /// so that the ceiling sees the host's phases the figures see (`docs/CEILINGS.md`,
+    /// rule 1): measured once before every path, a ceiling taken in a slow phase read
+    /// below a page-cache re-read taken in a fast one (re-read x2 at 9.5-12.5 GB/s against
+    /// a 2-thread copy of 8.8). The span is capped at [`STREAM_SPAN_MAX`] and at a quarter
+    /// of the available memory: past the last-level cache a larger span changes nothing.
+    fn ceiling_samples(
         &self,
+        n: usize,
+        span: usize,
+        samples: &mut BTreeMap<Direction, Vec<f64>>,
+    ) -> Result<(), FsError> {
+        let record = self.record();
+        for dir in [Direction::Into, Direction::OutOf] {
+            if !self.modes.iter().any(|m| direction(*m) == dir) {
+                continue;
+            }
+            let got = mem::stream_copy_gbps(record, span, n, dir, CEILING_PASSES)
+                .map_err(|e| FsError::io("measuring the copy ceiling".into(), e))?;
+            samples.entry(dir).or_default().extend(got);
+        }
+        Ok(())
+    }
+
+    /// The span of each thread's ceiling copy (see [`Self::ceiling_samples`]), taken once
+    /// per thread count (it depends on the memory available).
+    fn ceiling_span(&self, n: usize) -> usize {
+        let avail = probe::mem_available().map_or(u64::MAX, |a| a / 4 / n as u64);
+        (self.file_size.min(STREAM_SPAN_MAX).min(avail) as usize).max(self.record())
+    }
+
+    /// Records the ceiling samples of `n` threads on `info` as `mem`/`stream_copy` figures
+    /// and returns each direction's median, the ceiling of that direction's figures.
+    fn ceiling_figures(
+        &self,
+        info: &FsInfo,
+        n: usize,
+        span: usize,
+        samples: BTreeMap<Direction, Vec<f64>>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<BTreeMap<(usize, Direction), f64>, FsError> {
+    ) -> Result<BTreeMap<Direction, f64>, FsError> {
         let mut map = BTreeMap::new();
-        let record = self.record();
-        let dirs: Vec<Direction> = [Direction::Into, Direction::OutOf]
-            .into_iter()
-            .filter(|d| self.modes.iter().any(|m| direction(*m) == *d))
-            .collect();
-        for &n in &self.threads {
-            let avail = probe::mem_available().map_or(u64::MAX, |a| a / 4 / n as u64);
-            let span = (self.file_size.min(STREAM_SPAN_MAX).min(avail) as usize).max(record);
-            for &dir in &dirs {
-                let samples = mem::stream_copy_gbps(record, span, n, dir, 5)
-                    .map_err(|e| FsError::io("measuring the copy ceiling".into(), e))?;
-                let Some(fig) = Figure::new("mem", "stream_copy", Unit::GBps, samples) else {
-                    continue;
-                };
-                let fig = fig
-                    .param("record_size", record as u64)
-                    .param("span", span as u64)
-                    .param("threads", n)
-                    .param("direction", direction_name(dir))
-                    .param("for", "fs ceiling")
-                    .method(
-                        "accio::copy_bytes of record-sized chunks between one reused record \
-                         buffer and a pre-faulted span per thread, sequentially across the span; \
-                         barrier start; total bytes / (last finish - first start)",
-                    );
-                map.insert((n, dir), fig.summary.median);
-                emit::figure(rec, events, fig).map_err(FsError::Record)?;
-            }
+        for (dir, s) in samples {
+            let Some(fig) = Figure::new("mem", "stream_copy", Unit::GBps, s) else {
+                continue;
+            };
+            let fig = fig
+                .param("record_size", self.record() as u64)
+                .param("span", span as u64)
+                .param("threads", n)
+                .param("direction", direction_name(dir))
+                .param("for", "fs ceiling")
+                .param("path", info.path.display().to_string())
+                .method(
+                    "accio::copy_bytes of record-sized chunks between one reused record \
+                     buffer and a pre-faulted span per thread, sequentially across the span; \
+                     barrier start; total bytes / (last finish - first start); passes taken \
+                     in every repeat, right before its modes",
+                );
+            map.insert(dir, fig.summary.median);
+            emit::figure(rec, events, fig).map_err(FsError::Record)?;
         }
         Ok(map)
     }
@@ -163,7 +186,6 @@ impl FsBench {
     fn measure_path(
         &self,
         info: &FsInfo,
-        ceilings: &BTreeMap<(usize, Direction), f64>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), FsError> {
@@ -189,7 +211,7 @@ impl FsBench {
         let work = WorkDir::create(&info.path)?;
         let mut hz = Hazards::default();
         for &n in &self.threads {
-            let h = self.measure_threads(info, &work, n, ceilings, rec, events)?;
+            let h = self.measure_threads(info, &work, n, rec, events)?;
             hz.noisy.extend(h.noisy);
             hz.above.extend(h.above);
             work.remove_files()?;
@@ -234,7 +256,6 @@ impl FsBench {
         info: &FsInfo,
         work: &WorkDir,
         n: usize,
-        ceilings: &BTreeMap<(usize, Direction), f64>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Hazards, FsError> {
@@ -260,6 +281,8 @@ impl FsBench {
             direct: self.direct,
         };
         let mut samples: BTreeMap<Mode, Vec<f64>> = BTreeMap::new();
+        let mut ceiling_samples: BTreeMap<Direction, Vec<f64>> = BTreeMap::new();
+        let span = self.ceiling_span(n);
         let mut drop_methods: Vec<String> = Vec::new();
         let mut resident_max: Option<f64> = None;
         std::thread::scope(|s| -> Result<(), FsError> {
@@ -271,6 +294,9 @@ impl FsBench {
             let crew = Crew { ctl: &ctl };
             let mut have_files = false;
             for r in 0..self.repeats {
+                if self.ceilings && self.modes.iter().any(|m| self.has_memcpy_ceiling(*m, info)) {
+                    self.ceiling_samples(n, span, &mut ceiling_samples)?;
+                }
                 let mut line = Vec::new();
                 let mut cold_was_direct = false;
                 for &mode in &self.modes {
@@ -354,6 +380,7 @@ impl FsBench {
             }
             Ok(())
         })?;
+        let ceilings = self.ceiling_figures(info, n, span, ceiling_samples, rec, events)?;
         for mode in &self.modes {
             let Some(s) = samples.remove(mode) else {
                 continue;
@@ -372,9 +399,8 @@ impl FsBench {
                 }
             }
             let dir = direction(*mode);
-            let ceiling = ceilings.get(&(n, dir)).copied();
+            let ceiling = ceilings.get(&dir).copied();
             if let Some(c) = ceiling.filter(|_| self.has_memcpy_ceiling(*mode, info)) {
-                let span = self.file_size.min(STREAM_SPAN_MAX);
                 fig = fig.ceiling(
                     format!(
                         "copy {} records {} {} per thread, {n} thread{}",
@@ -383,7 +409,7 @@ impl FsBench {
                             Direction::Into => "into",
                             Direction::OutOf => "out of",
                         },
-                        format_size(span),
+                        format_size(span as u64),
                         if n == 1 { "" } else { "s" }
                     ),
                     c,
