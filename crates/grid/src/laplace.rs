@@ -564,17 +564,17 @@ impl Kernel {
     }
 
     /// Copies the ghost cells of the row swept after (`zz`, `yy`), if any, from their
-    /// staged data, before (`zz`, `yy`)'s stencil. The staged value of a row is read from a
-    /// line the neighbour's core wrote; read right before its own row's stencil (which
-    /// needs it first), each such line's miss, one per 8 rows, stalled that stencil, and the
-    /// rank whose ghosts the sweep fills took longer per step than its neighbour, which then
-    /// waited. One row ahead the miss overlaps a stencil: 4096x4096 over 2 ranks split
-    /// along rows (packed faces), 100 steps, 10 runs each of the build before and this one
-    /// interleaved, total per step 8.09 ms (median) against 8.68, lower in all 10 (compute
-    /// 7.96 against 8.44; same final grid). Unpacking in the exchange instead cost a step
-    /// more than the stall (8.74 ms against 8.97 in another 8 runs) and made communicate
-    /// 0.083 ms instead of 0.0055. Split along columns (no ghosts unpacked here), 8 runs
-    /// each: 9.07 against 9.08.
+    /// staged data, before (`zz`, `yy`)'s stencil. The staged value of a row is loaded from
+    /// a line the neighbour's core wrote (a miss every 8 rows), and the ghost store waits
+    /// for it; done right before its own row's stencil, that wait cost the sweep: 4096x4096
+    /// over 2 ranks split along rows (packed faces), 100 steps, 10 runs each of the build
+    /// before and this one interleaved, rank 0 (its ghosts at the ends of its rows)
+    /// computed a step in 8.66 ms (median) against rank 1's 7.88 before, and rank 1 waited
+    /// for it; one row ahead, 8.05 and 7.87, total per step 8.09 ms against 8.68, lower in
+    /// all 10 runs, same final grid (the imbalance the last stops had seen and not
+    /// explained). Unpacking in the exchange instead cost a step more (8.74 ms against 8.97
+    /// in another 8 runs) and made communicate 0.083 ms instead of 0.0055. Split along
+    /// columns (no ghosts unpacked here), 8 runs each: 9.07 against 9.08.
     #[inline(always)]
     fn unpack_next(&self, x: &mut [f64], zz: usize, yy: usize, ghosts: &[&[u8]]) {
         if self.ghost_cols.is_empty() {
