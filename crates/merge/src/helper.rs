@@ -54,7 +54,7 @@ pub(crate) struct Helper {
 }
 
 /// Bytes the producer keeps alive and unchanged until the helper has answered (every
-/// method that sends a job waits for its answer).
+/// method that sends a job waits for its answer, unwinding included: [`Pending`]).
 struct Bytes {
     ptr: *const u8,
     len: usize,
@@ -140,26 +140,16 @@ impl Helper {
         self.inserts
     }
 
-    /// Hands `job` to the helper; false where it cannot take it (it is gone, or this is a
+    /// Hands `job` to the helper; `None` where it cannot take it (it is gone, or this is a
     /// forked child, where it never was).
-    fn send(&self, job: Job) -> bool {
-        std::process::id() == self.pid && self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok())
-    }
-
-    /// Waits for the answer to the job sent last (`None`: the helper is gone, which it is
-    /// only after its last use of a job's bytes); `moved` is told whether the answer was
-    /// there already when asked (the helper finished first).
-    fn answer(&self, moved: impl FnOnce(bool)) -> Option<Answer> {
-        match self.done.try_recv() {
-            Err(mpsc::TryRecvError::Empty) => {
-                moved(false);
-                self.done.recv().ok()
-            }
-            a => {
-                moved(true);
-                a.ok()
-            }
-        }
+    fn send(&self, job: Job) -> Option<Pending<'_>> {
+        let sent = std::process::id() == self.pid
+            && self.jobs.as_ref().is_some_and(|j| j.send(job).is_ok());
+        // Made only once the job is sent: dropping one waits for an answer.
+        sent.then(|| Pending {
+            helper: self,
+            answered: false,
+        })
     }
 
     /// Writes `data` at `offset` of `file` (page-aligned; new pages, as
@@ -177,13 +167,18 @@ impl Helper {
         let split = data.len() / page * self.head.get() / 64 * page;
         let (head, tail) = data.split_at(split);
         let at = offset + split as u64;
-        if !self.inserts || head.is_empty() || !self.send(Job::Insert(Bytes::of(tail), at)) {
+        let pending = if self.inserts && !head.is_empty() {
+            self.send(Job::Insert(Bytes::of(tail), at))
+        } else {
+            None
+        };
+        let Some(pending) = pending else {
             file.write_all_at(data, offset)?;
             return Ok((false, crate::checksum::crc32c(data)));
-        }
+        };
         let head_written = file.write_all_at(head, offset);
         let crc = crate::checksum::crc32c(data);
-        let answer = self.answer(|helper_first| {
+        let answer = pending.answer(|helper_first| {
             let h = self.head.get();
             self.head.set(if helper_first {
                 (h - 1).max(16)
@@ -207,17 +202,53 @@ impl Helper {
         data: &[u8],
         offset: u64,
     ) -> io::Result<u32> {
-        if !self.send(Job::Checksum(Bytes::of(data))) {
+        let Some(pending) = self.send(Job::Checksum(Bytes::of(data))) else {
             file.write_all_at(data, offset)?;
             return Ok(crate::checksum::crc32c(data));
-        }
+        };
         let written = file.write_all_at(data, offset);
-        let crc = match self.answer(|_| {}) {
+        let crc = match pending.answer(|_| {}) {
             Some(Answer::Checksum(c)) => c,
             _ => crate::checksum::crc32c(data),
         };
         written?;
         Ok(crc)
+    }
+}
+
+/// A job handed to the helper, whose answer the sender must take before the job's bytes
+/// can go away: [`Pending::answer`] waits for it, and so does dropping it unanswered (a
+/// caller unwinding between the two).
+struct Pending<'a> {
+    helper: &'a Helper,
+    answered: bool,
+}
+
+impl Pending<'_> {
+    /// Waits for the answer (`None`: the helper is gone, which it is only after its last
+    /// use of a job's bytes); `moved` is told whether the answer was there already when
+    /// asked (the helper finished first).
+    fn answer(mut self, moved: impl FnOnce(bool)) -> Option<Answer> {
+        self.answered = true;
+        let done = &self.helper.done;
+        match done.try_recv() {
+            Err(mpsc::TryRecvError::Empty) => {
+                moved(false);
+                done.recv().ok()
+            }
+            a => {
+                moved(true);
+                a.ok()
+            }
+        }
+    }
+}
+
+impl Drop for Pending<'_> {
+    fn drop(&mut self) {
+        if !self.answered {
+            let _ = self.helper.done.recv();
+        }
     }
 }
 
