@@ -269,25 +269,11 @@ impl Drop for Helper {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn shm_file(name: &str) -> Option<(File, std::path::PathBuf)> {
-        let dir = std::path::Path::new("/dev/shm");
-        if !dir.is_dir() {
-            return None;
-        }
-        let path = dir.join(format!("accio-helper-{}-{name}", std::process::id()));
-        let f = std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)
-            .ok()?;
-        Some((f, path))
-    }
+    use crate::insert::tests::shm_file;
 
     #[test]
     fn a_split_write_holds_every_byte_and_falls_back_where_insertion_fails() {
-        let Some((f, path)) = shm_file("split") else {
+        let Some((f, path)) = shm_file("helper-split") else {
             return;
         };
         let page = page_size();

@@ -303,11 +303,12 @@ impl Drop for Mapping {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use std::os::unix::fs::FileExt;
 
-    fn shm_file(name: &str) -> Option<(File, std::path::PathBuf)> {
+    /// A new file `name` (unique to this process) in /dev/shm, or `None` without one.
+    pub(crate) fn shm_file(name: &str) -> Option<(File, std::path::PathBuf)> {
         let dir = std::path::Path::new("/dev/shm");
         if !dir.is_dir() {
             return None;

@@ -49,8 +49,8 @@ pub struct ProducerSummary {
     pub blocks: u64,
     /// Payload bytes acknowledged.
     pub bytes: u64,
-    /// Blocks written in place by inserting pages (`write_block` beside other producers
-    /// on tmpfs) rather than with `pwrite` or through a mapping.
+    /// Blocks written in place by inserting pages, on tmpfs: wholly (`write_block` beside
+    /// other producers) or their second part (alone, beside a `pwrite`: `crate::helper`).
     pub inserted_blocks: u64,
 }
 
@@ -864,9 +864,8 @@ fn map_room(file: &std::fs::File, offset: u64, len: usize) -> std::io::Result<Ma
     }
     let m = Mapping::new(file, offset, len)?;
     // MADV_POPULATE_WRITE (Linux 5.14); on older kernels the stores fault page by page.
-    const MADV_POPULATE_WRITE: libc::c_int = 23;
     // SAFETY: advice on the mapping just made; failure changes nothing.
-    unsafe { libc::madvise(m.ptr.cast(), len, MADV_POPULATE_WRITE) };
+    unsafe { libc::madvise(m.ptr.cast(), len, libc::MADV_POPULATE_WRITE) };
     Ok(m)
 }
 

@@ -82,8 +82,6 @@ const AHEAD_ROOMS: u64 = 8;
 /// allocated (`HeaderPages`): a larger size costs nothing there (the room stays a hole
 /// until written), and each extension is an inode lock that waits behind a payload copy.
 const AHEAD_SPARSE_ROOMS: u64 = 64;
-/// `MADV_POPULATE_WRITE` (Linux 5.14; older kernels answer `EINVAL`).
-const MADV_POPULATE_WRITE: libc::c_int = 23;
 
 /// How the merger claims room ahead of its reservations.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -291,10 +289,11 @@ impl HeaderMap {
             return Err(std::io::Error::from_raw_os_error(libc::EINVAL));
         }
         self.each_window(file, from - from % page, to, |p, len| loop {
+            // MADV_POPULATE_WRITE: Linux 5.14; older kernels answer `EINVAL`.
             // SAFETY: `p..p + len` lies inside one window (mapped shared and writable) and
             // inside the file's size: populating only faults its pages in for writing, as
             // stores would, and changes no byte.
-            if unsafe { libc::madvise(p.cast(), len, MADV_POPULATE_WRITE) } == 0 {
+            if unsafe { libc::madvise(p.cast(), len, libc::MADV_POPULATE_WRITE) } == 0 {
                 // The pages stay in the file; unmapping them here keeps them out of the
                 // merger's resident set (1 GiB of a 1 GiB run otherwise, over its budget)
                 // and costs little beside the faults (a C test: 0.66 s with it for 1 GiB
@@ -370,7 +369,6 @@ impl HeaderMap {
     /// 5.14; page by page before), checksummed, and unmapped again (the pages stay in the
     /// file; mapped, they would count in the merger's resident memory).
     pub(super) fn checksum(&mut self, file: &File, offset: u64, len: u64) -> std::io::Result<u32> {
-        const MADV_POPULATE_READ: libc::c_int = 22;
         debug_assert_eq!(
             offset % 4096,
             0,
@@ -381,7 +379,7 @@ impl HeaderMap {
             // SAFETY: `p..p + len` lies inside one window and inside the file's size (the
             // room was claimed), from a page boundary; the advice only maps the pages, and
             // failing it only means the reads below fault them in one by one.
-            unsafe { libc::madvise(p.cast(), len, MADV_POPULATE_READ) };
+            unsafe { libc::madvise(p.cast(), len, libc::MADV_POPULATE_READ) };
             // SAFETY: the bytes are mapped and inside the file, so reading cannot fault
             // for want of a page; the producer that wrote them committed the block and
             // writes there no more (the slice is read once, by the checksum).
