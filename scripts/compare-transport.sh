@@ -13,9 +13,23 @@
 #   shm 64 B write_to rate (rma_write_bw 64)    ucx_perftest -t ucp_put_bw -s 64, UCX_TLS=posix,self
 #   tcp streaming bandwidth 2 MiB               iperf3 -l 1M, one stream over loopback
 #
+# Two controls run in the same repetitions, so that a miss can be told from the noise and
+# from a target no transport can reach here:
+#   UCX against itself      a second ucx_perftest run of every figure, held to the same
+#                           criteria as accio (UCX again / UCX): the noise floor
+#   the bare socket         benches/peers/tcp_stream.c (built with cc): loopback send() and
+#                           a polling recv() with nothing else, pinned as the others; its
+#                           one-way latency and stream rate above 64 KiB are the limit of
+#                           the work a tcp transport does there
+# The summary lists accio's misses, then those of them that are not accio's to win in this
+# run: where UCX misses the same criterion against itself by at least as much, or where
+# the target lies beyond the bare socket (1.2x UCX's rate above its rate; UCX's latency
+# below its latency).
+#
 # Per repetition and size, accio (one `accio bench transport --only latency,stream` run per
-# backend: its median of 3 samples) and ucx_perftest (its median latency; its overall
-# bandwidth) alternate, who goes first alternating by repetition. The table gives, per
+# backend: its median of 3 samples), ucx_perftest (its median latency; its overall
+# bandwidth), the bare socket and ucx_perftest again take turns, the order reversed every
+# other repetition. The table gives, per
 # size, the median over the repetitions with min–max, the ratio accio/UCX and whether it
 # holds: latency ratio <= 1.0; bandwidth ratio >= 1.0 up to 64 KiB and >= 1.2 above; the
 # spread column compares max/min over the repetitions (accio's no wider than UCX's) for
@@ -28,7 +42,7 @@
 #   --accio PATH  the accio binary (default: target/release/accio; build it with
 #                 `cargo build --release -p accio-cli`)
 #   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
-# About 100 s per repetition on a quiet 2-CPU VM (~9 minutes at --reps 5; twice that while
+# About 80 s per repetition on a quiet 2-CPU VM (~7 minutes at --reps 5; twice that while
 # other jobs run). The script installs nothing; without ucx_perftest (Debian: ucx-utils)
 # or iperf3 their columns stay empty.
 # Open MPI and memcpy comparisons: scripts/compare-transport-mpi.sh.
@@ -76,6 +90,12 @@ if [ ! -x "$ACCIO" ]; then
 fi
 HAVE_UCX=1; have ucx_perftest || { HAVE_UCX=0; log "missing ucx_perftest (apt-get install ucx-utils): UCX columns left empty"; }
 HAVE_IPERF=1; have iperf3 || { HAVE_IPERF=0; log "missing iperf3 (apt-get install iperf3): its row left empty"; }
+HAVE_BARE=0
+if have cc && cc -O2 -o "$OUT/tcp_stream" "$ROOT/benches/peers/tcp_stream.c" 2> "$OUT/tcp_stream.build"; then
+    HAVE_BARE=1
+else
+    log "could not build benches/peers/tcp_stream.c with cc (see $OUT/tcp_stream.build): no tcp limit column"
+fi
 
 read -r CPU_A CPU_B < <(python3 -c 'import os; c=sorted(os.sched_getaffinity(0)); print(c[0], c[1] if len(c)>1 else c[0])')
 # Ports counted up from a random base below Linux's ephemeral range (32768 and up), so that
@@ -149,6 +169,13 @@ run_iperf() { # run_iperf OUTFILE
     wait "$srv" 2>/dev/null || true
 }
 
+run_bare() { # run_bare SIZE OUTPREFIX: the bare socket's one-way latency and stream rate
+    "$OUT/tcp_stream" pingpong "$1" "$CPU_A" "$CPU_B" "$(iters lat tcp "$1")" > "$2.lat" 2>&1 \
+        || log "tcp_stream pingpong $1 failed, see $2.lat"
+    "$OUT/tcp_stream" stream "$1" "$CPU_A" "$CPU_B" > "$2.bw" 2>&1 \
+        || log "tcp_stream stream $1 failed, see $2.bw"
+}
+
 IFS=, read -r -a SIZE_LIST <<< "$SIZES"
 start=$(date +%s)
 for rep in $(seq 1 "$REPS"); do
@@ -156,13 +183,18 @@ for rep in $(seq 1 "$REPS"); do
     for size in "${SIZE_LIST[@]}"; do
         for tl in shm tcp; do
             a() { run_accio "$tl" "$size" latency,stream "$OUT/accio.$tl.$size.$rep.json"; }
-            u() {
+            u() { # u ucx|ucx2: UCX, or UCX again as the control
                 if [ "$HAVE_UCX" = 1 ]; then
-                    run_ucx tag_lat "$tl" "$size" "$(iters lat "$tl" "$size")" "$OUT/ucx-lat.$tl.$size.$rep.out"
-                    run_ucx tag_bw "$tl" "$size" "$(iters bw "$tl" "$size")" "$OUT/ucx-bw.$tl.$size.$rep.out"
+                    run_ucx tag_lat "$tl" "$size" "$(iters lat "$tl" "$size")" "$OUT/$1-lat.$tl.$size.$rep.out"
+                    run_ucx tag_bw "$tl" "$size" "$(iters bw "$tl" "$size")" "$OUT/$1-bw.$tl.$size.$rep.out"
                 fi
             }
-            if [ $(( rep % 2 )) = 1 ]; then a; u; else u; a; fi
+            b() { # the bare socket, where the tcp figures have a same-run limit
+                if [ "$HAVE_BARE" = 1 ] && [ "$tl" = tcp ] && [ "$size" -gt 65536 ]; then
+                    run_bare "$size" "$OUT/bare.$size.$rep"
+                fi
+            }
+            if [ $(( rep % 2 )) = 1 ]; then a; u ucx; b; u ucx2; else u ucx2; b; u ucx; a; fi
         done
     done
     put_a() { run_accio shm 64 rma "$OUT/accio-put.$rep.json"; }
@@ -210,14 +242,24 @@ def ucx_final(path):
             return None
     return None
 
-def ucx(kind, tl, size):
+def ucx(kind, tl, size, tool="ucx"):
     vals = []
     for r in runs:
-        f = ucx_final(f"{out}/ucx-{kind}.{tl}.{size}.{r}.out")
+        f = ucx_final(f"{out}/{tool}-{kind}.{tl}.{size}.{r}.out")
         if f:
             # Final: iters, lat 50%ile, lat avg, lat overall (us, one-way), bw avg, bw
             # overall (MB/s, MB = 2^20), msg rate avg, msg rate overall.
             vals.append(f[1] if kind == "lat" else f[5] * 1048576 / 1e9)
+    return vals
+
+def bare(kind, size):
+    """The bare socket's figures (benches/peers/tcp_stream.c): one-way us, or GB/s."""
+    vals = []
+    for r in runs:
+        try:
+            vals.append(float(open(f"{out}/bare.{size}.{r}.{kind}").read().split()[0]))
+        except (OSError, ValueError, IndexError):
+            pass
     return vals
 
 def fmt(v):
@@ -245,15 +287,35 @@ def verdict(name, ratio, ok):
         misses.append(name)
     return "yes" if ok else "NO"
 
+def med(v):
+    return statistics.median(v) if v else None
+
+def ratio(a, b):
+    return med(a) / med(b) if a and b else None
+
+def show(title, head, rows):
+    width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+    print(title)
+    for line in [head, ["-" * w for w in width]] + rows:
+        print("  ".join(c.rjust(w) if i else c.ljust(w)
+                        for i, (c, w) in enumerate(zip(line, width))).rstrip())
+
+# Why a miss is not accio's to win, per miss: UCX missing the same criterion against
+# itself in the same run (the noise floor), or a target beyond the bare socket's limit.
+why = {}
+control_misses, control_checks = [], 0
 for tl in ("shm", "tcp"):
     head = ["size", "accio lat us", "UCX lat us", "ratio", "holds", "accio bw GB/s",
             "UCX bw GB/s", "ratio", "holds", "spread a/U lat", "bw", "holds"]
-    rows = []
+    chead = ["size", "UCX again lat us", "ratio", "holds", "UCX again bw GB/s", "ratio",
+             "holds", "spread U2/U lat", "bw", "holds"]
+    if tl == "tcp":
+        chead += ["bare lat us", "UCX/bare", "bare bw GB/s", "1.2xUCX/bare", "accio/bare"]
+    rows, crows = [], []
     for s in sizes:
-        al, ul = accio(tl, "latency", s), ucx("lat", tl, s)
-        ab, ub = accio(tl, "stream_bw", s), ucx("bw", tl, s)
-        rl = statistics.median(al) / statistics.median(ul) if al and ul else None
-        rb = statistics.median(ab) / statistics.median(ub) if ab and ub else None
+        al, ul, ul2 = accio(tl, "latency", s), ucx("lat", tl, s), ucx("lat", tl, s, "ucx2")
+        ab, ub, ub2 = accio(tl, "stream_bw", s), ucx("bw", tl, s), ucx("bw", tl, s, "ucx2")
+        rl, rb = ratio(al, ul), ratio(ab, ub)
         want_bw = 1.0 if s <= SMALL else 1.2
         z = size_name(s)
         sp = [spread(al), spread(ul), spread(ab), spread(ub)]
@@ -268,14 +330,66 @@ for tl in ("shm", "tcp"):
                      cell(ab), cell(ub), "-" if rb is None else f"{fmt(rb)}x",
                      verdict(f"{tl} {z} bandwidth", rb, rb is not None and rb >= want_bw)]
                     + sp_cells)
-    width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(head)]
+
+        # The control: UCX against itself, under the criteria accio is held to. A miss of
+        # accio's is put down to noise only where UCX misses the same criterion against
+        # itself by at least as much (margin: how far past the target, 1 = on it).
+        def check(name, r, ok, margin, accio_margin):
+            global control_checks
+            if r is None:
+                return "-"
+            control_checks += 1
+            if not ok:
+                control_misses.append(name)
+                if accio_margin is not None and margin >= accio_margin:
+                    why[name] = (f"UCX misses it against itself by as much in this run "
+                                 f"({fmt(margin)}x past the target, accio "
+                                 f"{fmt(accio_margin)}x)")
+            return "yes" if ok else "NO"
+        def spread_margin(v):
+            return max(v[0] / v[1], v[2] / v[3]) if None not in v else None
+        cl, cb = ratio(ul2, ul), ratio(ub2, ub)
+        csp = [spread(ul2), spread(ul), spread(ub2), spread(ub)]
+        crow = [z, cell(ul2), "-" if cl is None else f"{fmt(cl)}x",
+                check(f"{tl} {z} latency", cl, cl is not None and cl <= 1.0, cl, rl),
+                cell(ub2), "-" if cb is None else f"{fmt(cb)}x",
+                # Above 64K the bandwidth target is 1.2x: a tool cannot beat itself by
+                # that; the bare socket's limit below says whether anything could.
+                check(f"{tl} {z} bandwidth", cb, cb is not None and cb >= 1.0,
+                      cb and 1 / cb, rb and 1 / rb)
+                if s <= SMALL else "-"]
+        if s <= SMALL and None not in csp:
+            crow += [f"{fmt(csp[0])}/{fmt(csp[1])}", f"{fmt(csp[2])}/{fmt(csp[3])}",
+                     check(f"{tl} {z} spread", 1, csp[0] <= csp[1] and csp[2] <= csp[3],
+                           spread_margin(csp), spread_margin(sp))]
+        else:
+            crow += ["-", "-", "-"]
+        if tl == "tcp":
+            bl, bb = bare("lat", s), bare("bw", s)
+            ul_b, tb_b, ab_b = ratio(ul, bl), None, ratio(ab, bb)
+            if ub and bb:
+                tb_b = want_bw * med(ub) / med(bb)
+            crow += [cell(bl), "-" if ul_b is None else f"{fmt(ul_b)}x", cell(bb),
+                     "-" if tb_b is None else f"{fmt(tb_b)}x",
+                     "-" if ab_b is None else f"{fmt(ab_b)}x"]
+            # A target beyond the limit of the same work, measured in the same run.
+            if ul_b is not None and ul_b < 1.0:
+                why[f"{tl} {z} latency"] = (f"UCX's {fmt(med(ul))} us is {fmt(ul_b)}x the "
+                                            f"bare socket's {fmt(med(bl))} us in this run")
+            if tb_b is not None and tb_b > 1.0:
+                why[f"{tl} {z} bandwidth"] = (f"{want_bw}x UCX is {fmt(want_bw * med(ub))} "
+                                              f"GB/s, {fmt(tb_b)}x the bare socket's "
+                                              f"{fmt(med(bb))} in this run")
+        crows.append(crow)
     ucx_tls = "posix,self" if tl == "shm" else "tcp, lo"
-    print(f"\n{tl}: accio vs ucx_perftest (UCX_TLS={ucx_tls}), {reps} repetitions, median "
-          "(min–max); latency one-way; holds: latency <= 1.0x, bandwidth >= 1.0x up to "
-          "64K and >= 1.2x above; spread = max/min over the repetitions, accio/UCX")
-    for line in [head, ["-" * w for w in width]] + rows:
-        print("  ".join(c.rjust(w) if i else c.ljust(w)
-                        for i, (c, w) in enumerate(zip(line, width))).rstrip())
+    show(f"\n{tl}: accio vs ucx_perftest (UCX_TLS={ucx_tls}), {reps} repetitions, median "
+         "(min–max); latency one-way; holds: latency <= 1.0x, bandwidth >= 1.0x up to "
+         "64K and >= 1.2x above; spread = max/min over the repetitions, accio/UCX", head, rows)
+    show(f"\n{tl} control: UCX against itself, a second ucx_perftest run in every repetition "
+         "(UCX again / UCX, the same criteria up to 64K): the noise floor of the table above"
+         + ("; bare: benches/peers/tcp_stream.c, the bare loopback socket with a polling "
+            "receiver, the limit of the same work above 64K" if tl == "tcp" else ""),
+         chead, crows)
 
 # The two single figures.
 put_a = [x * 1e9 / 64 / 1e6 for x in
@@ -301,5 +415,24 @@ for name, a, p, peer, want in [
           f"{'-' if r is None else fmt(r) + 'x'} (wanted >= {want}x): "
           f"{verdict(name, r, r is not None and r >= want)}")
 print(f"\n{'all hold' if not misses else str(len(misses)) + ' do not hold: ' + ', '.join(misses)}")
+if control_checks:
+    print(f"the control (UCX against itself, the same criteria): {len(control_misses)} of "
+          f"{control_checks} do not hold"
+          + (": " + ", ".join(control_misses) if control_misses else ""))
+small = [f"{tl} {size_name(z)}" for tl in ("shm", "tcp") for z in sizes if z <= SMALL]
+for crit in ("spread", "latency", "bandwidth"):
+    a = [m for m in misses if m.rsplit(" ", 1) in ([k, crit] for k in small)]
+    c = [m for m in control_misses if m.rsplit(" ", 1) in ([k, crit] for k in small)]
+    n = len(small)
+    if c:
+        print(f"  {crit} up to 64K: accio misses at {len(a)} of {n} sizes, UCX against itself "
+              f"at {len(c)}")
+explained = [m for m in misses if m in why]
+if explained:
+    print("of accio's misses, not accio's to win in this run:")
+    for m in explained:
+        print(f"  {m}: {why[m]}")
+    left = [m for m in misses if m not in why]
+    print(f"{len(left)} left" + (": " + ", ".join(left) if left else ""))
 print(f"raw outputs: {out}")
 PY
