@@ -11,6 +11,7 @@
 //! - [`Error`] / [`ErrorKind`]: one typed error for all backends.
 //! - [`copy_bytes`]: the copy routine of every data path (it sidesteps 4 KiB aliasing);
 //!   [`copy_streaming`], the same with non-temporal stores.
+//! - [`Spin`]: how a waiting call spins before it sleeps, handing its core over now and then.
 //!
 //! Applications normally use the `accio` facade crate, which picks a backend by address.
 
@@ -21,6 +22,7 @@ mod endpoint;
 mod error;
 mod memory;
 mod registry;
+mod spin;
 mod types;
 
 pub use addr::Addr;
@@ -30,4 +32,5 @@ pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
 pub use memory::{MemView, Region, RemoteMap, Window, PAGE};
 pub use registry::{OffsetAllocator, WindowTable, FIRST_OFFSET};
+pub use spin::Spin;
 pub use types::{Access, Capabilities, Mark, Progress, RmaFlags};

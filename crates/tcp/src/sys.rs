@@ -64,8 +64,8 @@ impl Source for FdSource {
             Err(e) if self.blocking && e.kind() == io::ErrorKind::WouldBlock => {}
             r => return r,
         }
-        let until = std::time::Instant::now() + self.spin;
-        while !readable_now(self.fd) && std::time::Instant::now() < until {
+        let mut spin = accio_core::Spin::new(self.spin);
+        while !readable_now(self.fd) && spin.go_on() {
             std::hint::spin_loop();
         }
         // SAFETY: forwarded caller contract.

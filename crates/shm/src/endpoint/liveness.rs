@@ -14,7 +14,7 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::{Duration, Instant};
 
-use accio_core::{Error, Result};
+use accio_core::{Error, Result, Spin};
 
 use super::ShmEndpoint;
 use crate::ring::sleep_once;
@@ -111,8 +111,9 @@ impl ShmEndpoint {
         }
     }
 
-    /// Waits until `ready()`: spins for `opts.spin`, then sleeps on `word` (a futex the
-    /// other side wakes), checking the peer's liveness every [`LIVENESS_TICK`].
+    /// Waits until `ready()`: spins for `opts.spin` (handing the core over now and then,
+    /// [`Spin`]), then sleeps on `word` (a futex the other side wakes), checking the peer's
+    /// liveness every [`LIVENESS_TICK`].
     pub(super) fn wait(
         &self,
         word: &AtomicU32,
@@ -121,7 +122,8 @@ impl ShmEndpoint {
         op: &'static str,
     ) -> Result<()> {
         let start = Instant::now();
-        while start.elapsed() < self.opts.spin {
+        let mut spin = Spin::new(self.opts.spin);
+        while spin.go_on() {
             for _ in 0..64 {
                 if ready() {
                     return Ok(());

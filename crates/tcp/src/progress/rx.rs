@@ -5,8 +5,9 @@
 //! go. Two kinds of holders take turns:
 //!
 //! - a **caller that waits** (`recv`, a fence, `read_from`, `send` short of credit) reads
-//!   the socket itself: it spins for [`TcpOptions::spin`] on non-blocking reads, then
-//!   sleeps in `poll` on the socket, and applies every frame it reads, its own or not.
+//!   the socket itself: it spins for [`TcpOptions::spin`] on non-blocking reads (handing
+//!   its core over now and then, [`accio_core::Spin`]), then sleeps in `poll` on the
+//!   socket, and applies every frame it reads, its own or not.
 //!   The answer it waits for thus costs no thread hand-off: on a virtual machine one
 //!   blocking wake-up costs about as much as the whole loopback round trip.
 //! - the **reader thread** holds the socket only while no caller has waited for a
@@ -26,6 +27,8 @@ use std::os::fd::AsRawFd;
 use std::sync::atomic::Ordering::SeqCst;
 use std::sync::{Arc, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
+
+use accio_core::Spin;
 
 use super::{lock, Gone, Shared};
 use crate::frame::{FrameReader, ReadError};
@@ -145,7 +148,7 @@ impl Shared {
             return Some(r);
         }
         let _attend = Attend::enter(self);
-        let spin_until = Instant::now() + self.opts.spin;
+        let mut spin = Spin::new(self.opts.spin);
         let mut rx: Option<Rx<'_>> = None;
         let out = loop {
             let seen = self.epoch.load(SeqCst);
@@ -174,10 +177,10 @@ impl Shared {
                         drop(rx.take());
                         self.bump();
                         self.wait_epoch(seen, Some(PARK_TICK));
-                    } else if now < spin_until {
+                    } else if spin.go_on() {
                         // Only this thread reads the socket now, so nothing but its
                         // bytes can answer `check`: wait for them (see `readable_now`).
-                        while !sys::readable_now(self.fd) && Instant::now() < spin_until {
+                        while !sys::readable_now(self.fd) && spin.go_on() {
                             std::hint::spin_loop();
                         }
                     } else {
