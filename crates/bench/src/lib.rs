@@ -24,3 +24,9 @@ pub mod fs;
 pub mod mem;
 pub mod merge;
 pub mod transport;
+
+/// How many times a ceiling (or a latency floor) that a figure passes beyond the noise is
+/// measured again before the figure is read against the best of them: the ceiling met a
+/// slower phase of the machine than the figure (`docs/CEILINGS.md`), and a slow phase can
+/// outlast one retry.
+pub(crate) const CEILING_RETRIES: usize = 3;

@@ -18,6 +18,7 @@ use super::producer::{set_nice, source_buffer, ProducerConfig};
 use super::{io_err, rss_within_budget, warn, MergeBench, MergeBenchError, Placement};
 use crate::emit;
 use crate::fs::{FsBench, FsInfo, Mode};
+use crate::CEILING_RETRIES;
 use accio_results::event::Event;
 use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
@@ -68,8 +69,8 @@ impl MergeBench {
                 info.backing.name(),
                 if sync { ", synced at close" } else { "" }
             )));
-            let ceiling = if self.ceilings {
-                self.ceiling(&info, sync, rec, events)?
+            let mut ceiling = if self.ceilings {
+                self.ceiling(&info, sync, 0, rec, events)?
             } else {
                 None
             };
@@ -97,7 +98,7 @@ impl MergeBench {
                     continue;
                 }
                 let naive = if self.naive {
-                    self.measure_naive(&info, p, f, sync, ceiling.as_ref(), rec, events)?
+                    self.measure_naive(&info, p, f, sync, &mut ceiling, rec, events)?
                 } else {
                     None
                 };
@@ -115,7 +116,7 @@ impl MergeBench {
                                 p,
                                 f,
                                 sync,
-                                ceiling.as_ref(),
+                                &mut ceiling,
                                 naive,
                                 rec,
                                 events,
@@ -132,11 +133,12 @@ impl MergeBench {
 
     /// The write ceiling of `info.path`, from `bench fs` in this run: the best of one stream
     /// and one stream per core, of as many bytes as one merge run writes (the first
-    /// producer count's, at most 1 GiB).
+    /// producer count's, at most 1 GiB). `again` counts the times it was measured before.
     fn ceiling(
         &self,
         info: &FsInfo,
         sync: bool,
+        again: usize,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Option<(String, f64)>, MergeBenchError> {
@@ -205,10 +207,43 @@ impl MergeBench {
                     fig.summary.median,
                 ));
             }
-            rec.push(fig.clone().param("for", "merge ceiling"))
+            let role = match again {
+                0 => "merge ceiling".to_string(),
+                n => format!("merge ceiling, measured again ({n})"),
+            };
+            rec.push(fig.clone().param("for", role))
                 .map_err(MergeBenchError::Record)?;
         }
         Ok(found)
+    }
+
+    /// `fig` (read against `ceiling`) as it is recorded. A figure past its ceiling beyond
+    /// the noise means the ceiling met a slower phase of the machine than the figure
+    /// (docs/CEILINGS.md; CI saw 16 producers write+sync at 1.67 GB/s against a ceiling of
+    /// 1.55 that reads 2.1-2.8 in other runs): the ceiling is measured again, up to
+    /// [`CEILING_RETRIES`] times while the figure still passes it, and the best is kept,
+    /// for this figure and the path's later ones.
+    pub(super) fn settle(
+        &self,
+        mut fig: Figure,
+        info: &FsInfo,
+        sync: bool,
+        ceiling: &mut Option<(String, f64)>,
+        rec: &mut Recorder,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Figure, MergeBenchError> {
+        for again in 1..=CEILING_RETRIES {
+            if !fig.beyond_ceiling() {
+                break;
+            }
+            if let Some(c) = self.ceiling(info, sync, again, rec, events)? {
+                if ceiling.as_ref().is_none_or(|(_, v)| c.1 > *v) {
+                    fig = fig.ceiling(c.0.clone(), c.1, CeilingSource::Measured);
+                    *ceiling = Some(c);
+                }
+            }
+        }
+        Ok(fig)
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -245,7 +280,7 @@ impl MergeBench {
         p: usize,
         f: u64,
         sync: bool,
-        ceiling: Option<&(String, f64)>,
+        ceiling: &mut Option<(String, f64)>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Option<f64>, MergeBenchError> {
@@ -254,9 +289,10 @@ impl MergeBench {
         for _ in 0..self.repeats {
             samples.push(naive_once(&info.path, p, f, &src, sync)?);
         }
-        let Some(fig) = self.figure("naive", info, p, f, sync, samples, ceiling) else {
+        let Some(fig) = self.figure("naive", info, p, f, sync, samples, ceiling.as_ref()) else {
             return Ok(None);
         };
+        let fig = self.settle(fig, info, sync, ceiling, rec, events)?;
         let fig = fig.param("placement", "threads").method(
             "each producer thread pwrites its buffers to its own file; then copy_file_range \
              concatenates the files into one (each part removed once appended)",
@@ -276,7 +312,7 @@ impl MergeBench {
         p: usize,
         f: u64,
         sync: bool,
-        ceiling: Option<&(String, f64)>,
+        ceiling: &mut Option<(String, f64)>,
         naive: Option<f64>,
         rec: &mut Recorder,
         events: &mut dyn FnMut(Event<'_>),
@@ -318,9 +354,10 @@ impl MergeBench {
         let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
         let (writing, idle, sched, inserted) = (writing[mid], idle[mid], sched[mid], inserted[mid]);
         let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
-        let Some(mut fig) = self.figure("merge", info, p, f, sync, samples, ceiling) else {
+        let Some(fig) = self.figure("merge", info, p, f, sync, samples, ceiling.as_ref()) else {
             return Ok(());
         };
+        let mut fig = self.settle(fig, info, sync, ceiling, rec, events)?;
         let stats = stats.expect("at least one repeat");
         let mut method = format!(
             "producers connect, prepare an S-byte buffer and get their first slots (untimed), \

@@ -8,6 +8,7 @@ use accio::ErrorKind;
 use crate::emit;
 use crate::floors;
 use crate::mem::memcpy_gbps;
+use crate::CEILING_RETRIES;
 use accio_results::event::Event;
 use accio_results::hazard::{Hazard, HazardKind};
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
@@ -403,14 +404,19 @@ pub(super) fn measure_backend(
 
         // A bandwidth past its memcpy ceiling beyond the noise means the ceiling was
         // measured in a slower phase of the machine than the figure (docs/CEILINGS.md):
-        // measure it again, with twice the batches, and keep the better of the two.
+        // measure it again, with twice the batches, and keep the better, up to
+        // `CEILING_RETRIES` times (CI saw memcpy 4K at 65.9 GB/s after one retry beside an
+        // RMA write of 74-79, where it reads 83-110 in other runs).
         let median = |f: &Option<Figure>| f.as_ref().map(|m| m.summary.median);
         let passed = |c: Option<f64>| {
             bandwidths
                 .iter()
                 .any(|f| cx.bw_ceiling(f.clone(), size, c).beyond_ceiling())
         };
-        if want.ceilings && passed(median(&memcpy_fig)) {
+        for _ in 0..CEILING_RETRIES {
+            if !(want.ceilings && passed(median(&memcpy_fig))) {
+                break;
+            }
             check_interrupt(b, &format!("memcpy {z}, again"))?;
             let again = memcpy_figure(cx, b, size, &plan, plan.memcpy_samples * 2);
             if median(&again) > median(&memcpy_fig) {
@@ -429,7 +435,10 @@ pub(super) fn measure_backend(
                 .beyond_ceiling(),
             _ => false,
         };
-        if below(&floor) {
+        for _ in 0..CEILING_RETRIES {
+            if !below(&floor) {
+                break;
+            }
             check_interrupt(b, &format!("latency floor {z}, again"))?;
             let again = floor_figure(cx, b, size, FLOOR_SAMPLES * 2)?;
             let us = |fl: &Option<(Figure, Floor)>| fl.as_ref().map_or(f64::MAX, |(_, f)| f.us);
