@@ -18,7 +18,7 @@
 mod addr;
 mod backend;
 mod copy;
-mod endpoint;
+pub mod endpoint;
 mod error;
 mod memory;
 mod registry;
