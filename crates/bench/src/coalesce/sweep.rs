@@ -8,6 +8,7 @@ use super::measure::{cached, direct_rma, large_msg_bw, messages, CacheRun, Outco
 use super::pair::Pair;
 use super::{metric, pattern, Error, Options, Pattern, Transfer, BENCH};
 use crate::emit;
+use crate::CEILING_RETRIES;
 
 /// The transfers `opts` asks for, as they resolve on a backend that can (`can_pull`) or
 /// cannot map peer memory; pull where it is impossible is reported as skipped.
@@ -102,7 +103,10 @@ pub(super) fn run_backend(
 ) -> Result<(), Error> {
     let backend = pair.backend.as_str();
     let ceiling = large_msg_bw(pair, opts)?;
-    let large = ceiling.summary.median;
+    let mut large = Ceiling {
+        gbps: ceiling.summary.median,
+        measured: 1,
+    };
     record(rec, events, ceiling)?;
     let can_pull = pair.ep().capabilities().map_remote;
     let transfers = resolve_transfers(opts, can_pull, &mut |e| match e {
@@ -121,13 +125,16 @@ pub(super) fn run_backend(
                     pattern,
                     item,
                     footprint,
-                    large_gbps: large,
                 };
                 let direct = direct_rma(pair, opts, &offs, item)?;
-                record_pair(rec, events, &case, None, passes, &direct)?;
+                let figs = item_figures(&case, large.gbps, None, passes, &direct);
+                let figs = settle(pair, opts, &mut large, figs, rec, events)?;
+                record_all(rec, events, figs)?;
                 for run in runs {
                     let out = cached(pair, opts, run, &offs, pass, item)?;
-                    record_pair(rec, events, &case, Some(run), passes, &out)?;
+                    let figs = item_figures(&case, large.gbps, Some(run), passes, &out);
+                    let figs = settle(pair, opts, &mut large, figs, rec, events)?;
+                    record_all(rec, events, figs)?;
                 }
             }
         }
@@ -142,26 +149,86 @@ pub(super) fn run_backend(
     Ok(())
 }
 
-/// What identifies a group of item figures, and the ceiling they are read against.
+/// What identifies a group of item figures.
 struct Case<'a> {
     backend: &'a str,
     pattern: Pattern,
     item: usize,
     footprint: u64,
-    large_gbps: f64,
 }
 
-/// Records `item_rate` and `item_bw` of one outcome: `run` is the cache setting (`None`
-/// for direct RMA). `repeated` figures get no ceiling: the cache absorbs its rewrites, so
-/// its item rate counts bytes that never had to move.
-fn record_pair(
+/// The backend's large-message bandwidth the item figures are read against: the best
+/// of its measures so far.
+pub(super) struct Ceiling {
+    pub(super) gbps: f64,
+    /// How many times it was measured.
+    pub(super) measured: usize,
+}
+
+/// `figs` as they are recorded. A figure past the large-message ceiling beyond the noise
+/// means the ceiling met a slower phase of the machine than the figure (docs/CEILINGS.md;
+/// CI saw tcp's at 1.87 GB/s, 3.7-5.4 in six other runs, beside coalesced items at 2.17):
+/// it is measured again (and recorded, `for`: `ceiling, measured again (n)`), up to
+/// [`CEILING_RETRIES`] times while a figure still passes it, the best kept for these
+/// figures and the backend's later ones.
+pub(super) fn settle(
+    pair: &Pair,
+    opts: &Options,
+    large: &mut Ceiling,
+    mut figs: Vec<Figure>,
     rec: &mut Recorder,
     events: &mut dyn FnMut(Event<'_>),
+) -> Result<Vec<Figure>, Error> {
+    for _ in 0..CEILING_RETRIES {
+        if !figs.iter().any(Figure::beyond_ceiling) {
+            break;
+        }
+        let again = large_msg_bw(pair, opts)?;
+        let gbps = again.summary.median;
+        large.measured += 1;
+        let role = format!("ceiling, measured again ({})", large.measured - 1);
+        record(rec, events, again.param("for", role))?;
+        if gbps > large.gbps {
+            large.gbps = gbps;
+            figs = figs
+                .into_iter()
+                .map(|f| match f.ceiling.clone() {
+                    Some(c) => {
+                        let item = f.param_u64("item").unwrap_or(1) as f64;
+                        let value = if f.unit == Unit::GBps {
+                            gbps
+                        } else {
+                            gbps * 1e3 / item
+                        };
+                        f.ceiling(c.name, value, CeilingSource::Measured)
+                    }
+                    None => f,
+                })
+                .collect();
+        }
+    }
+    Ok(figs)
+}
+
+fn record_all(
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+    figs: Vec<Figure>,
+) -> Result<(), Error> {
+    figs.into_iter().try_for_each(|f| record(rec, events, f))
+}
+
+/// `item_rate` and `item_bw` of one outcome, read against the large-message bandwidth
+/// `large_gbps`: `run` is the cache setting (`None` for direct RMA). `repeated` figures get
+/// no ceiling: the cache absorbs its rewrites, so
+/// its item rate counts bytes that never had to move.
+fn item_figures(
     case: &Case<'_>,
+    large_gbps: f64,
     run: Option<CacheRun>,
     passes: usize,
     out: &Outcome,
-) -> Result<(), Error> {
+) -> Vec<Figure> {
     let item = case.item;
     let mode = match run {
         None => "direct",
@@ -206,16 +273,15 @@ fn record_pair(
     let mut rate = with(metric::ITEM_RATE, Unit::MopsPerSec, out.mops.clone()).method(&method);
     let bw: Vec<f64> = out.mops.iter().map(|m| m * item as f64 / 1e3).collect();
     let mut bw = with(metric::ITEM_BW, Unit::GBps, bw).method(method);
-    if case.pattern != Pattern::Repeated && case.large_gbps > 0.0 {
+    if case.pattern != Pattern::Repeated && large_gbps > 0.0 {
         rate = rate.ceiling(
             format!("large-message bw / {item} B"),
-            case.large_gbps * 1e3 / item as f64,
+            large_gbps * 1e3 / item as f64,
             CeilingSource::Measured,
         );
-        bw = bw.ceiling("large-message bw", case.large_gbps, CeilingSource::Measured);
+        bw = bw.ceiling("large-message bw", large_gbps, CeilingSource::Measured);
     }
-    record(rec, events, rate)?;
-    record(rec, events, bw)
+    vec![rate, bw]
 }
 
 fn record(rec: &mut Recorder, events: &mut dyn FnMut(Event<'_>), f: Figure) -> Result<(), Error> {

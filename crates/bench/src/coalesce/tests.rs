@@ -88,7 +88,11 @@ fn quick_run_on_shm_records_every_figure() {
     })
     .unwrap();
     let r = rec.report();
-    let large: Vec<_> = r.select(BENCH, metric::LARGE_MSG_BW).collect();
+    // Measured once first; again only if an item figure passed it (`sweep::settle`).
+    let large: Vec<_> = r
+        .select(BENCH, metric::LARGE_MSG_BW)
+        .filter(|f| f.param_str("for").is_empty())
+        .collect();
     assert_eq!(large.len(), 1);
     assert!(large[0].summary.median > 0.0);
     let rates: Vec<_> = r.select(BENCH, metric::ITEM_RATE).collect();
@@ -133,4 +137,56 @@ fn quick_run_on_shm_records_every_figure() {
         table.contains("shm permutation 64 B, cache 8x4x8K pull"),
         "{table}"
     );
+}
+
+#[test]
+fn items_past_a_ceiling_from_a_slow_phase_have_it_measured_again() {
+    use accio_results::model::{CeilingSource, Figure, Unit};
+    let opts = Options::quick();
+    let pair = pair::Pair::open("shm", 4 << 20).unwrap();
+    let mut rec = Recorder::new(None).unwrap();
+    let item = |gbps: f64| {
+        Figure::new(BENCH, metric::ITEM_BW, Unit::GBps, vec![1.0, 1.1, 1.2])
+            .unwrap()
+            .param("item", 64u64)
+            .ceiling("large-message bw", gbps, CeilingSource::Measured)
+    };
+
+    // Within the ceiling: nothing measured.
+    let mut large = sweep::Ceiling {
+        gbps: 10.0,
+        measured: 1,
+    };
+    let figs = sweep::settle(
+        &pair,
+        &opts,
+        &mut large,
+        vec![item(10.0)],
+        &mut rec,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert_eq!(figs, vec![item(10.0)]);
+    assert!(rec.report().figures.is_empty());
+
+    // Past a ceiling feigned low: measured again, recorded as such, and the figure read
+    // against the better measure.
+    let mut large = sweep::Ceiling {
+        gbps: 1e-6,
+        measured: 1,
+    };
+    let figs = sweep::settle(
+        &pair,
+        &opts,
+        &mut large,
+        vec![item(1e-6)],
+        &mut rec,
+        &mut |_| {},
+    )
+    .unwrap();
+    assert!(large.gbps > 1e-6 && large.measured >= 2);
+    assert_eq!(figs[0].ceiling.as_ref().unwrap().value, large.gbps);
+    let again: Vec<_> = rec.report().select(BENCH, metric::LARGE_MSG_BW).collect();
+    assert_eq!(again.len(), large.measured - 1);
+    assert_eq!(again[0].param_str("for"), "ceiling, measured again (1)");
 }
