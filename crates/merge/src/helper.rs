@@ -269,20 +269,14 @@ impl Drop for Helper {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::insert::tests::shm_file;
+    use crate::insert::tests::shm_inserter;
 
     #[test]
     fn a_split_write_holds_every_byte_and_falls_back_where_insertion_fails() {
-        let Some((f, path)) = shm_file("helper-split") else {
+        let Some((f, path, ins)) = shm_inserter("helper-split", 64) else {
             return;
         };
         let page = page_size();
-        f.set_len(64 * page as u64).unwrap();
-        let Some(ins) = PageInserter::for_file(&f) else {
-            eprintln!("skipped: no userfaultfd here (a sandbox or an old kernel)");
-            std::fs::remove_file(&path).unwrap();
-            return;
-        };
         let mut h = Helper::start(Some((Arc::new(ins), &f))).unwrap();
         assert!(h.inserts());
         let data: Vec<u8> = (0..9 * page + 123).map(|i| (i * 13 + 1) as u8).collect();

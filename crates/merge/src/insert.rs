@@ -323,18 +323,28 @@ pub(crate) mod tests {
         Some((f, path))
     }
 
-    #[test]
-    fn inserted_pages_hold_the_bytes_and_a_zero_padded_tail() {
-        let Some((f, path)) = shm_file("bytes") else {
-            return;
-        };
-        let page = page_size();
-        f.set_len(16 * page as u64).unwrap();
+    /// [`shm_file`] of `pages` pages and its inserter, or `None` (the file removed) where
+    /// this machine has no /dev/shm or no userfaultfd.
+    pub(crate) fn shm_inserter(
+        name: &str,
+        pages: usize,
+    ) -> Option<(File, std::path::PathBuf, PageInserter)> {
+        let (f, path) = shm_file(name)?;
+        f.set_len((pages * page_size()) as u64).unwrap();
         let Some(ins) = PageInserter::for_file(&f) else {
             eprintln!("skipped: no userfaultfd here (a sandbox or an old kernel)");
             std::fs::remove_file(&path).unwrap();
+            return None;
+        };
+        Some((f, path, ins))
+    }
+
+    #[test]
+    fn inserted_pages_hold_the_bytes_and_a_zero_padded_tail() {
+        let Some((f, path, ins)) = shm_inserter("bytes", 16) else {
             return;
         };
+        let page = page_size();
         let data: Vec<u8> = (0..3 * page + 100).map(|i| (i * 7 + 3) as u8).collect();
         let at = 2 * page as u64;
         ins.write_at(&f, &data, at).unwrap();
@@ -361,14 +371,10 @@ pub(crate) mod tests {
 
     #[test]
     fn past_the_end_of_the_file_is_an_error() {
-        let Some((f, path)) = shm_file("end") else {
+        let Some((f, path, ins)) = shm_inserter("end", 1) else {
             return;
         };
-        let page = page_size();
-        f.set_len(page as u64).unwrap();
-        if let Some(ins) = PageInserter::for_file(&f) {
-            assert!(ins.write_at(&f, &vec![1u8; 2 * page], 0).is_err());
-        }
+        assert!(ins.write_at(&f, &vec![1u8; 2 * page_size()], 0).is_err());
         std::fs::remove_file(&path).unwrap();
     }
 

@@ -500,12 +500,11 @@ impl Producer {
     ) -> Result<u64> {
         // In place, while the merger has a CPU of its own, it checksums the block from the
         // file beside this producer's next copy.
-        let crc = match data {
-            _ if crc.is_some() => crc,
+        let crc = crc.or_else(|| match data {
             _ if self.direct.is_some() && self.merger_checksums => None,
             Some(d) => Some(crate::checksum::crc32c(d)),
             None => Some(crate::checksum::crc32c(&self.slot_mut(slot)[..len])),
-        };
+        });
         if !self.mapped && len > 0 {
             let src = match data {
                 Some(d) => d,
