@@ -13,7 +13,10 @@
 //! computes `Y` of the next one (see [`Kernel`]). Each iteration so reads `X` once and
 //! writes it once (16 bytes per f64 cell) — the same work as a copy of the grid, the
 //! ceiling [`run`]'s caller reports beside it. The inner loops are plain loops over
-//! equal-length slices, which the compiler vectorizes.
+//! equal-length slices, which the compiler vectorizes, and each row asks for the next
+//! row's operand from memory before it starts (a software prefetch: about 25% faster here,
+//! see `prefetch`). The MPI reference (`benches/peers/laplace_mpi.c`) runs the same kernel,
+//! prefetch included.
 //!
 //! **Strided faces are packed and unpacked in the sweep.** On the RMA path a face one
 //! element per row (a split of the contiguous axis) would cost the exchange one cache and
@@ -514,6 +517,8 @@ impl Kernel {
         for (k, (zz, yy)) in self.rows(s).enumerate() {
             self.unpack_next(x, zz, yy, ghosts);
             let m = self.layout.index([zz, yy, self.lo[2]]);
+            // The next row's operand from memory (see `prefetch`).
+            prefetch(x, m + row + if self.ndim == 2 { row } else { plane }, w);
             let ys = &mut y[k * w..(k + 1) * w];
             // The row updated is one of the stencil's operands (up in 2D, front in 3D) and
             // lies wholly before every other one, so `x` splits into that row, mutable, and
@@ -612,6 +617,40 @@ impl Kernel {
             f[j * 8..j * 8 + 8].copy_from_slice(&x[l.index([zz, yy, col])].to_ne_bytes());
         }
     }
+}
+
+/// Asks the CPU to bring `x[at..at + len]` (clamped to `x`) into its caches: one prefetch
+/// per cache line.
+///
+/// The sweep calls it with the next row's only operand that comes from memory (its down
+/// row in 2D, the plane behind in 3D) before each row's loop. The hardware prefetcher
+/// follows that stream only partly while the loop also walks the four rows in cache; asked
+/// for a row ahead, the lines arrive while this row computes. Measured with the `kernel`
+/// example on one rank, 40 steps, three runs interleaved with the build before: 4096x4096
+/// 12.98-13.24 ms per step at the min against 16.19-16.75 (10.1-10.3 GB/s of cells against
+/// 8.0-8.3); 256x256x256 15.1 against 18.1 (one run each). Prefetching in chunks of 512
+/// cells inside the loop gained less (14.6-15.1 ms), two or four rows ahead no more than
+/// one. The MPI reference's copy of the kernel gained as much (compute 18.8 and 19.3 ms to
+/// 14.8 and 14.5, same digest).
+#[inline(always)]
+fn prefetch(x: &[f64], at: usize, len: usize) {
+    #[cfg(target_arch = "x86_64")]
+    {
+        let end = (at + len).min(x.len());
+        let mut i = at;
+        // (A `while` loop: `step_by` compiled to slower code here, 14.1-14.9 ms per step.)
+        while i < end {
+            // SAFETY: `i` is inside `x`, and a prefetch changes no memory.
+            unsafe {
+                std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
+                    x.as_ptr().add(i).cast(),
+                )
+            };
+            i += 8;
+        }
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = (x, at, len);
 }
 
 /// The vector width a [`Kernel`] is compiled for, chosen at run time.
