@@ -444,6 +444,40 @@ fn strided_faces_are_packed_in_the_sweep_on_the_rma_path_only() {
     }
 }
 
+/// The faces a sweep brings into cache for the exchange (`Kernel::warm_faces`) are the
+/// contiguous faces that go to another rank by the RMA path: a split by rows has one per
+/// neighbour, each a whole owned row; a split by columns, or the messages path, none.
+#[test]
+fn direct_faces_are_the_contiguous_faces_put_by_rma() {
+    let d = Decomposition::new(&[21, 19], 3, Some(&[3, 1]), &[], 1).unwrap();
+    for (path, want) in [(Path::Rma, [1, 2, 1]), (Path::Messages, [0, 0, 0])] {
+        let opts = ExchangeOptions {
+            path,
+            ..Default::default()
+        };
+        let got = on_ranks(&d, "shm", opts, |ex| {
+            let l = ex.layout().clone();
+            let faces = ex.direct_faces();
+            for f in &faces {
+                // One run: a whole owned row (19 cells; no ghost columns, as the
+                // columns are not split).
+                assert_eq!(f.as_slice().len(), 1);
+                let (start, n) = f.as_slice()[0];
+                assert_eq!((n, start % l.alloc[2], l.halo[2]), (19, 0, 0));
+            }
+            faces.len()
+        });
+        let got: Vec<usize> = got.into_iter().map(|r| r.unwrap()).collect();
+        assert_eq!(got, want, "{path:?}");
+    }
+    let d = Decomposition::new(&[21, 19], 2, Some(&[1, 2]), &[], 1).unwrap();
+    for r in on_ranks(&d, "shm", ExchangeOptions::default(), |ex| {
+        ex.direct_faces().len()
+    }) {
+        assert_eq!(r.unwrap(), 0);
+    }
+}
+
 #[test]
 fn periodic_grids_with_faces_packed_in_the_sweep_agree_with_one_rank() {
     let shape = [10, 12];

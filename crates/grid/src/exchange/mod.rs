@@ -460,6 +460,21 @@ impl<T: Pod> HaloExchange<T> {
             .collect()
     }
 
+    /// The faces the RMA path reads straight from the array when it puts them: every side
+    /// whose face is one contiguous run going to another rank (none on the messages path).
+    /// A caller that computes them may bring them into cache just before its compute ends
+    /// ([`Kernel::warm_faces`](crate::laplace::Kernel::warm_faces)).
+    pub fn direct_faces(&self) -> Vec<Runs> {
+        if self.opts.path != Path::Rma {
+            return Vec::new();
+        }
+        self.sides
+            .iter()
+            .filter(|s| s.peer.is_some() && s.direct)
+            .map(|s| s.face.clone())
+            .collect()
+    }
+
     /// The sides whose strided faces the caller may pack (and whose ghosts it may unpack)
     /// while it computes: on the RMA path, unchecked, without an injected fault, every side
     /// that goes to another rank and is not one contiguous run.
