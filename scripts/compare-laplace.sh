@@ -14,7 +14,8 @@
 #                                     (accio's probe in the run, right after the sweep every
 #                                     10th iteration: its comm/in-run column)
 # and beside the last the limit of the same work: both faces of a pair at once, probed in
-# the run the same way (its comm/both column, and that put against one face alone), then
+# the run the same way, the slower of the two puts of each round (its comm/both column, and
+# that put against one face alone), then
 # the probes accio takes before the run (comm/1-way: caches prepared as a sweep leaves the
 # face; comm/swept: after both ranks rewrote their whole arrays).
 #
@@ -200,7 +201,7 @@ for layout in layouts:
         q = [r for r, _ in both]
         floor = [b / o for (_, o), (_, b) in zip(inrun, both) if o > 0]
         print(f"  the same work, in the run: both faces at once, each rank timing its own put; communicate /"
-              f" the slower put: {rng(q)}")
+              f" the slower put of a round: {rng(q)}")
         if floor:
             f = statistics.median(floor)
             verdict = ("above 1.25: the target is below the limit of an exchange in this run"

@@ -122,7 +122,8 @@ struct RankSummary {
     /// the median of each pair's in-run probes.
     in_run: Vec<PairTime>,
     /// This rank's put time while the neighbour put its face at the same moment, in the run
-    /// (`InRunProbe::both`), median per side.
+    /// (`InRunProbe::both`): every round, in order (the neighbour's rounds are the same
+    /// rounds, in the same order).
     both: Vec<PairTime>,
     /// An in-place sweep of as many bytes as this rank's grid, GB/s, every rank at once.
     sweep_gbps: f64,
@@ -358,41 +359,33 @@ fn summarize(
         compute: phase(|s| s.compute),
         sync: phase(|s| s.sync),
         communicate: phase(|s| s.communicate),
-        probes: pair_times(probes),
-        swept: pair_times(swept),
-        in_run: pair_times(median_per_side(&run.probes.one_way)),
-        both: pair_times(median_per_side(&run.probes.both)),
+        probes: pair_times(&probes),
+        swept: pair_times(&swept),
+        in_run: median_per_side(&pair_times(&run.probes.one_way)),
+        both: pair_times(&run.probes.both),
         sweep_gbps,
         digest: run.digest,
     })
 }
 
 /// The median time of each side among `probes` (several samples per side).
-fn median_per_side(
-    probes: &[(accio_grid::SideInfo, Duration)],
-) -> Vec<(accio_grid::SideInfo, Duration)> {
-    let mut out: Vec<(accio_grid::SideInfo, Vec<Duration>)> = Vec::new();
-    for (side, t) in probes {
-        match out
-            .iter_mut()
-            .find(|(s, _)| s.dir == side.dir && s.peer == side.peer)
-        {
-            Some((_, v)) => v.push(*t),
-            None => out.push((side.clone(), vec![*t])),
+fn median_per_side(probes: &[PairTime]) -> Vec<PairTime> {
+    let mut out: Vec<(PairTime, Vec<f64>)> = Vec::new();
+    for p in probes {
+        match out.iter_mut().find(|(s, _)| s.0 == p.0 && s.1 == p.1) {
+            Some((_, v)) => v.push(p.3),
+            None => out.push((p.clone(), vec![p.3])),
         }
     }
     out.into_iter()
-        .map(|(side, mut v)| {
-            v.sort_unstable();
-            (side, v[v.len() / 2])
-        })
+        .map(|((side, peer, bytes, _), v)| (side, peer, bytes, median(v)))
         .collect()
 }
 
 /// Probe results as (side, peer, face bytes, one-way us).
-fn pair_times(probes: Vec<(accio_grid::SideInfo, Duration)>) -> Vec<PairTime> {
+fn pair_times(probes: &[(accio_grid::SideInfo, Duration)]) -> Vec<PairTime> {
     probes
-        .into_iter()
+        .iter()
         .map(|(s, t)| {
             (
                 s.dir.to_string(),
@@ -431,14 +424,22 @@ fn stats(v: impl Iterator<Item = f64>) -> (f64, f64) {
 }
 
 /// The one-way time of one face across each of `s`'s sides with another rank, from the
-/// probes of whichever rank timed that pair (of the slower of the two where both timed
-/// their own side, as in a both-at-once probe); the slowest side bounds an exchange whose
-/// sides move at once.
+/// probes of whichever rank timed that pair; where both timed their own side, as in a
+/// both-at-once probe, the median over rounds of the slower of the two puts (a round, like
+/// an exchange, ends when both faces have crossed). The slowest side bounds an exchange
+/// whose sides move at once.
 fn slowest_side_us(
     s: &RankSummary,
     all: &[RankSummary],
     times: fn(&RankSummary) -> &[PairTime],
 ) -> Option<f64> {
+    let side = |o: &RankSummary, dir: &str, peer: usize| -> Vec<f64> {
+        times(o)
+            .iter()
+            .filter(|p| p.0 == dir && p.1 == peer)
+            .map(|p| p.3)
+            .collect()
+    };
     let mut worst: Option<f64> = None;
     for (dir, peer, ..) in s.faces.iter().filter(|f| f.1 != s.rank) {
         let opposite = if let Some(rest) = dir.strip_prefix('+') {
@@ -446,13 +447,18 @@ fn slowest_side_us(
         } else {
             format!("+{}", &dir[1..])
         };
-        let mine = times(s).iter().find(|p| &p.0 == dir && p.1 == *peer);
+        let mine = side(s, dir, *peer);
         let theirs = all
             .iter()
             .find(|o| o.rank == *peer)
-            .and_then(|o| times(o).iter().find(|p| p.0 == opposite && p.1 == s.rank));
-        // One of the two timed a one-way probe; each timed its own put of a both-at-once.
-        for t in [mine, theirs].into_iter().flatten().map(|p| p.3) {
+            .map_or_else(Vec::new, |o| side(o, &opposite, s.rank));
+        let rounds: Vec<f64> = if mine.is_empty() || theirs.is_empty() {
+            mine.into_iter().chain(theirs).collect()
+        } else {
+            mine.iter().zip(&theirs).map(|(a, b)| a.max(*b)).collect()
+        };
+        if !rounds.is_empty() {
+            let t = median(rounds);
             worst = Some(worst.map_or(t, |w: f64| w.max(t)));
         }
     }
@@ -675,7 +681,7 @@ fn record_rank(
              the run's sweep, every --probe-every iterations",
         ),
         (
-            &s.both,
+            &median_per_side(&s.both),
             Some("in the run, both faces at once"),
             "median time of this rank's put while its neighbour puts at the same moment, \
              right after the run's sweep, every --probe-every iterations",
