@@ -578,6 +578,7 @@ fn report(
         );
         record_rank(&mut rec, a, decomp, &backend, s, pair)?;
     }
+    print_halo_rates(all);
     let digest = all.iter().fold(0u64, |acc, s| acc.wrapping_add(s.digest));
     println!();
     match verified {
@@ -593,6 +594,47 @@ fn report(
         println!("figures written to {}", p.display());
     }
     Ok(())
+}
+
+/// The halo rates per rank: the bytes each rank sends per iteration over its median
+/// communicate time, beside the pair bandwidth of the same path from each probe (its
+/// largest face over the one-way time of its slowest side).
+fn print_halo_rates(all: &[RankSummary]) {
+    if all.iter().all(|s| s.halo_bytes == 0) {
+        return;
+    }
+    println!();
+    println!(
+        "halo per iteration, GB/s: the bytes each rank sends over its median communicate, beside the pair bandwidth of the same path (its largest face one way)"
+    );
+    println!(
+        "{:<5} {:>10} {:>9} {:>15} {:>15} {:>15} {:>15}",
+        "rank", "bytes", "achieved", "pair: prepared", "after sweep", "in run", "both at once"
+    );
+    let gbps = |bytes: u64, us: Option<f64>| match us {
+        Some(us) if us > 0.0 => format!("{:.3}", bytes as f64 / (us * 1e-6) / 1e9),
+        _ => "-".to_string(),
+    };
+    for s in all {
+        let comm_us = median(s.communicate.clone()) * 1e3;
+        let face = s
+            .faces
+            .iter()
+            .filter(|f| f.1 != s.rank)
+            .map(|f| (f.3 * 8) as u64)
+            .max()
+            .unwrap_or(0);
+        println!(
+            "{:<5} {:>10} {:>9} {:>15} {:>15} {:>15} {:>15}",
+            s.rank,
+            s.halo_bytes,
+            gbps(s.halo_bytes, Some(comm_us)),
+            gbps(face, slowest_side_us(s, all, |s| &s.probes)),
+            gbps(face, slowest_side_us(s, all, |s| &s.swept)),
+            gbps(face, slowest_side_us(s, all, |s| &s.in_run)),
+            gbps(face, slowest_side_us(s, all, |s| &s.both)),
+        );
+    }
 }
 
 fn truncate(s: &str, n: usize) -> String {

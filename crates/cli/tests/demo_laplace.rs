@@ -56,6 +56,20 @@ fn ranks_as_processes_match_one_rank_bit_for_bit_in_2d_and_3d() {
         for phase in ["compute", "synchronize", "communicate", "total"] {
             assert!(out.contains(&format!("  {phase} ")), "{out}");
         }
+        // The halo table: each rank's bytes sent per iteration, then its rates.
+        let halo: Vec<Vec<&str>> = out
+            .lines()
+            .skip_while(|l| !l.starts_with("halo per iteration"))
+            .skip(2)
+            .take_while(|l| !l.is_empty())
+            .map(|l| l.split_whitespace().collect())
+            .collect();
+        assert_eq!(halo.len(), ranks.parse::<usize>().unwrap(), "{out}");
+        if grid == "61x47" && dims == "3x1" {
+            // Rows of 47 cells: the middle rank sends two.
+            let bytes: Vec<&str> = halo.iter().map(|r| r[1]).collect();
+            assert_eq!(bytes, ["376", "752", "376"], "{out}");
+        }
     }
 }
 
