@@ -304,7 +304,7 @@ impl Kernel {
 
     /// Brings these runs of the array, and the face buffers of
     /// [`pack_faces`](Self::pack_faces), into cache as the sweep ends (prefetched as its
-    /// last slab starts, up to [`WARM_BYTES`] in all): the faces the exchange after the
+    /// last slab starts, up to 512 KiB in all): the faces the exchange after the
     /// sweep reads. A face the sweep wrote first (the lower face of the slow axis), or a
     /// buffer it filled cell by cell from the first row on, has left the caches by then,
     /// and the exchange would wait for memory.
