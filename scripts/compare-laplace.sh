@@ -28,7 +28,7 @@
 # measurements picks mpi between hosts; across these namespace hosts that is slower than
 # tcp, and Open MPI 4.1's osc ucx fails there now and then: README, the mpi backend.)
 #
-# Usage: scripts/compare-laplace.sh [--reps N] [--grid 4096x4096] [--iters 100] [--ranks 2]
+# Usage: scripts/compare-laplace.sh [--reps 15] [--grid 4096x4096] [--iters 100] [--ranks 2]
 #                                   [--path rma|messages] [--backend shm] [--accio PATH]
 #                                   [--out DIR] [--layouts contiguous,packed] [--hosts 1|2]
 # Needs: mpicc and mpirun (Debian: libopenmpi-dev openmpi-bin), python3, a built accio
@@ -36,7 +36,7 @@
 
 set -euo pipefail
 
-REPS=5
+REPS=15  # a repetition of both layouts takes about 5 s; 15 keep the medians steady
 GRID=4096x4096
 ITERS=100
 RANKS=2
