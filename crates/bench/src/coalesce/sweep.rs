@@ -127,13 +127,15 @@ pub(super) fn run_backend(
                     footprint,
                 };
                 let direct = direct_rma(pair, opts, &offs, item)?;
-                let figs = item_figures(&case, large.gbps, None, passes, &direct);
-                let figs = settle(pair, opts, &mut large, figs, rec, events)?;
+                let figs = settle(pair, opts, &mut large, rec, events, |gbps| {
+                    item_figures(&case, gbps, None, passes, &direct)
+                })?;
                 record_all(rec, events, figs)?;
                 for run in runs {
                     let out = cached(pair, opts, run, &offs, pass, item)?;
-                    let figs = item_figures(&case, large.gbps, Some(run), passes, &out);
-                    let figs = settle(pair, opts, &mut large, figs, rec, events)?;
+                    let figs = settle(pair, opts, &mut large, rec, events, |gbps| {
+                        item_figures(&case, gbps, Some(run), passes, &out)
+                    })?;
                     record_all(rec, events, figs)?;
                 }
             }
@@ -165,20 +167,21 @@ pub(super) struct Ceiling {
     pub(super) measured: usize,
 }
 
-/// `figs` as they are recorded. A figure past the large-message ceiling beyond the noise
-/// means the ceiling met a slower phase of the machine than the figure (docs/CEILINGS.md;
-/// CI saw tcp's at 1.87 GB/s, 3.7-5.4 in six other runs, beside coalesced items at 2.17):
-/// it is measured again (and recorded, `for`: `ceiling, measured again (n)`), up to
-/// [`CEILING_RETRIES`] times while a figure still passes it, the best kept for these
-/// figures and the backend's later ones.
+/// The figures `figures` makes of the large-message bandwidth, as they are recorded. A
+/// figure past that ceiling beyond the noise means the ceiling met a slower phase of the
+/// machine than the figure (docs/CEILINGS.md; CI saw tcp's at 1.87 GB/s, 3.7-5.4 in six
+/// other runs, beside coalesced items at 2.17): it is measured again (and recorded, `for`:
+/// `ceiling, measured again (n)`), up to [`CEILING_RETRIES`] times while a figure still
+/// passes it, the best kept for these figures and the backend's later ones.
 pub(super) fn settle(
     pair: &Pair,
     opts: &Options,
     large: &mut Ceiling,
-    mut figs: Vec<Figure>,
     rec: &mut Recorder,
     events: &mut dyn FnMut(Event<'_>),
+    figures: impl Fn(f64) -> Vec<Figure>,
 ) -> Result<Vec<Figure>, Error> {
+    let mut figs = figures(large.gbps);
     for _ in 0..CEILING_RETRIES {
         if !figs.iter().any(Figure::beyond_ceiling) {
             break;
@@ -190,21 +193,7 @@ pub(super) fn settle(
         record(rec, events, again.param("for", role))?;
         if gbps > large.gbps {
             large.gbps = gbps;
-            figs = figs
-                .into_iter()
-                .map(|f| match f.ceiling.clone() {
-                    Some(c) => {
-                        let item = f.param_u64("item").unwrap_or(1) as f64;
-                        let value = if f.unit == Unit::GBps {
-                            gbps
-                        } else {
-                            gbps * 1e3 / item
-                        };
-                        f.ceiling(c.name, value, CeilingSource::Measured)
-                    }
-                    None => f,
-                })
-                .collect();
+            figs = figures(gbps);
         }
     }
     Ok(figs)
@@ -220,8 +209,8 @@ fn record_all(
 
 /// `item_rate` and `item_bw` of one outcome, read against the large-message bandwidth
 /// `large_gbps`: `run` is the cache setting (`None` for direct RMA). `repeated` figures get
-/// no ceiling: the cache absorbs its rewrites, so
-/// its item rate counts bytes that never had to move.
+/// no ceiling: the cache absorbs its rewrites, so its item rate counts bytes that never
+/// had to move.
 fn item_figures(
     case: &Case<'_>,
     large_gbps: f64,

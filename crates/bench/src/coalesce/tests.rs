@@ -157,14 +157,9 @@ fn items_past_a_ceiling_from_a_slow_phase_have_it_measured_again() {
         gbps: 10.0,
         measured: 1,
     };
-    let figs = sweep::settle(
-        &pair,
-        &opts,
-        &mut large,
-        vec![item(10.0)],
-        &mut rec,
-        &mut |_| {},
-    )
+    let figs = sweep::settle(&pair, &opts, &mut large, &mut rec, &mut |_| {}, |g| {
+        vec![item(g)]
+    })
     .unwrap();
     assert_eq!(figs, vec![item(10.0)]);
     assert!(rec.report().figures.is_empty());
@@ -175,14 +170,9 @@ fn items_past_a_ceiling_from_a_slow_phase_have_it_measured_again() {
         gbps: 1e-6,
         measured: 1,
     };
-    let figs = sweep::settle(
-        &pair,
-        &opts,
-        &mut large,
-        vec![item(1e-6)],
-        &mut rec,
-        &mut |_| {},
-    )
+    let figs = sweep::settle(&pair, &opts, &mut large, &mut rec, &mut |_| {}, |g| {
+        vec![item(g)]
+    })
     .unwrap();
     assert!(large.gbps > 1e-6 && large.measured >= 2);
     assert_eq!(figs[0].ceiling.as_ref().unwrap().value, large.gbps);
