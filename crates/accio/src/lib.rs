@@ -49,7 +49,7 @@
 use std::time::Duration;
 
 pub use accio_core::*;
-pub use accio_shm::{ShmOptions, ShmStores};
+pub use accio_shm::{PeerUids, ShmOptions, ShmStores};
 pub use accio_tcp::TcpOptions;
 
 /// Every backend this build knows, in the order `accio bench` measures them. Adding a

@@ -27,6 +27,7 @@ fn shm_ring_options_reach_the_connecting_endpoint() {
         chunk_bytes: 64 << 10,
         spin: Duration::ZERO,
         stores: ShmStores::Streaming,
+        ..ShmOptions::default()
     };
     // tcp options in the same set are ignored by an shm address.
     let opts = Options::new()

@@ -66,6 +66,7 @@
 //! [`RemoteMap`] of the dead peer's window), so no memory error follows a peer's death.
 
 use std::fmt;
+use std::fs::File;
 use std::time::Duration;
 
 use crate::addr::Addr;
@@ -161,9 +162,38 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
 
     // ---- direct mapping ---------------------------------------------------------------------
 
-    /// Maps `len` bytes of the peer window at `remote_off` for direct load/store. The
-    /// window's rights apply to what the caller may do, but are not enforced by hardware.
+    /// Maps `len` bytes of the peer window at `remote_off` for direct load/store. A window
+    /// without [`Access::WRITE`](crate::Access::WRITE) is mapped read-only: the
+    /// [`RemoteMap`]'s writing accessors refuse, and a store through its raw pointer
+    /// faults.
     fn map_remote(&self, remote_off: u64, len: usize) -> Result<RemoteMap>;
+
+    // ---- open files -------------------------------------------------------------------------
+
+    /// Hands the peer process an open file: the kernel gives it a descriptor of the same
+    /// open file (backends between processes of one node that can pass descriptors:
+    /// `shm`, over its Unix control socket). The peer takes files with
+    /// [`Endpoint::recv_file`] in the order sent; one announced by a message sent after
+    /// this call returned is already there when the message arrives. This is how a process
+    /// lends a file without naming a path that the peer would open: no path received from
+    /// a peer is ever opened. Others return [`crate::Error::Unsupported`].
+    fn send_file(&self, file: &File) -> Result<()> {
+        let _ = file;
+        Err(crate::Error::Unsupported {
+            op: "send_file",
+            backend: self.backend(),
+        })
+    }
+
+    /// Takes the next file the peer sent with [`Endpoint::send_file`], without waiting:
+    /// call it once a message announced the file. Fails with
+    /// [`crate::Error::Protocol`] if none is there.
+    fn recv_file(&self) -> Result<File> {
+        Err(crate::Error::Unsupported {
+            op: "recv_file",
+            backend: self.backend(),
+        })
+    }
 }
 
 /// A bound address that accepts connections.

@@ -38,6 +38,10 @@ pub enum ErrorKind {
     InvalidArgument,
     /// An operating-system call failed.
     Io,
+    /// The peer is not who may connect: another user, or no proof of the shared secret.
+    Untrusted,
+    /// A request for more memory than the limit allows, refused before any was touched.
+    OutOfMemory,
 }
 
 /// Which side of a connection a window belongs to.
@@ -187,6 +191,31 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// The peer failed the identity check: it runs as a user this side does not admit
+    /// (`shm`), or did not prove it holds the shared secret (`tcp`). Nothing was sent to it.
+    #[error("peer {peer} refused: {reason}")]
+    Untrusted {
+        /// The address.
+        peer: String,
+        /// Who the peer is and why that is not admitted.
+        reason: String,
+    },
+    /// A request for more memory than allowed, refused before any memory was touched.
+    #[error(
+        "{op} of {len} bytes on {resource} refused: more than the limit of {limit} bytes ({why})"
+    )]
+    OutOfMemory {
+        /// The operation (`register`).
+        op: &'static str,
+        /// The endpoint or pool asked.
+        resource: String,
+        /// Bytes asked for.
+        len: u64,
+        /// The limit.
+        limit: u64,
+        /// Where the limit comes from and how to raise it.
+        why: String,
+    },
     /// An operating-system call failed.
     #[error("{op} on {resource}: {source}")]
     Io {
@@ -228,6 +257,8 @@ impl Error {
             Error::Protocol { .. } => ErrorKind::Protocol,
             Error::InvalidArgument { .. } => ErrorKind::InvalidArgument,
             Error::Io { .. } => ErrorKind::Io,
+            Error::Untrusted { .. } => ErrorKind::Untrusted,
+            Error::OutOfMemory { .. } => ErrorKind::OutOfMemory,
         }
     }
 

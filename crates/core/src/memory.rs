@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use memmap2::{MmapMut, MmapOptions};
+use memmap2::{Mmap, MmapMut, MmapOptions};
 
 use crate::copy::copy_bytes;
 use crate::error::{Error, Result, WindowDesc};
@@ -23,11 +23,16 @@ pub const PAGE: usize = 4096;
 
 /// A page-aligned mapping that backs one window. Private anonymous memory for backends whose
 /// peer is reached through a progress engine, a shared file mapping (memfd) for `shm`.
+///
+/// A region is writable unless it maps a peer's read-only window
+/// ([`Region::shared_read_only`]): then the kernel refuses stores into it, and the safe
+/// accessors of [`MemView`] refuse them with an error before they fault.
 pub struct Region {
     // Keeps the mapping alive; never borrowed mutably after construction.
-    _map: MmapMut,
+    _map: Mapping,
     ptr: *mut u8,
     len: usize,
+    writable: bool,
     /// The memory object of a [`Region::shareable`] region, which a backend may hand to a
     /// peer process.
     file: Option<File>,
@@ -39,9 +44,16 @@ unsafe impl Send for Region {}
 // SAFETY: as above; `Region` itself has no interior state besides the mapping.
 unsafe impl Sync for Region {}
 
+/// What keeps a region's mapping alive.
+enum Mapping {
+    ReadWrite(#[allow(dead_code)] MmapMut),
+    ReadOnly(#[allow(dead_code)] Mmap),
+}
+
 impl std::fmt::Debug for Region {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Region({:p}, {} bytes)", self.ptr, self.len)
+        let ro = if self.writable { "" } else { ", read-only" };
+        write!(f, "Region({:p}, {} bytes{ro})", self.ptr, self.len)
     }
 }
 
@@ -61,15 +73,36 @@ impl Region {
     /// `name` (seen only in `/proc/*/maps`) whose size is sealed, so no one can shrink it
     /// under a mapping. Pre-faulted when `populate` is set. Backends that share memory with
     /// their peer (`shm`) register such regions; [`Region::file`] gives the memory object.
+    ///
+    /// The memory object is readable and writable by its owner only (mode 0600): a peer
+    /// of another user that was handed a read-only descriptor of it cannot reopen it for
+    /// writing through `/proc`.
     pub fn shareable(len: usize, name: &str, populate: bool) -> Result<Region> {
-        let file = sealed_memfd(name, len).map_err(|e| {
-            Error::io(
-                "memfd_create",
-                format!("{len} bytes of shared memory ({name})"),
-                e,
-            )
-        })?;
+        Region::shareable_sealed(len, name, populate, false)
+    }
+
+    /// [`Region::shareable`] memory that no process, this one included, can ever map
+    /// writable again once this call returned (`F_SEAL_FUTURE_WRITE`): the mapping made
+    /// here stays writable, every descriptor of it handed out maps read-only whatever its
+    /// open mode. Backs windows a peer may only read.
+    pub fn shareable_read_only_for_peers(len: usize, name: &str, populate: bool) -> Result<Region> {
+        Region::shareable_sealed(len, name, populate, true)
+    }
+
+    fn shareable_sealed(
+        len: usize,
+        name: &str,
+        populate: bool,
+        seal_writes: bool,
+    ) -> Result<Region> {
+        let what = || format!("{len} bytes of shared memory ({name})");
+        let file = sealed_memfd(name, len).map_err(|e| Error::io("memfd_create", what(), e))?;
         let mut region = Region::shared(&file, 0, len, populate, name)?;
+        let mut seals = libc::F_SEAL_SEAL;
+        if seal_writes {
+            seals |= libc::F_SEAL_FUTURE_WRITE;
+        }
+        add_seals(&file, seals).map_err(|e| Error::io("fcntl(F_ADD_SEALS)", what(), e))?;
         region.file = Some(file);
         Ok(region)
     }
@@ -96,14 +129,39 @@ impl Region {
         Ok(Region::from_map(map, len))
     }
 
+    /// Maps `len` bytes of `file` from byte `offset` (a multiple of [`PAGE`]) shared and
+    /// read-only (`PROT_READ`): a peer's window this process may only read. The kernel
+    /// faults any store; [`MemView`]'s writing accessors refuse it with an
+    /// [`Error::InvalidArgument`] instead.
+    pub fn shared_read_only(file: &File, offset: u64, len: usize, what: &str) -> Result<Region> {
+        let mut opts = MmapOptions::new();
+        opts.offset(offset).len(len.max(1));
+        // SAFETY: as in `shared`: a size-sealed memory object nobody truncates while mapped.
+        let map = unsafe { opts.map(file) }.map_err(|e| Error::io("mmap", what.to_string(), e))?;
+        let ptr = map.as_ptr() as *mut u8;
+        Ok(Region {
+            _map: Mapping::ReadOnly(map),
+            ptr,
+            len,
+            writable: false,
+            file: None,
+        })
+    }
+
     fn from_map(mut map: MmapMut, len: usize) -> Region {
         let ptr = map.as_mut_ptr();
         Region {
-            _map: map,
+            _map: Mapping::ReadWrite(map),
             ptr,
             len,
+            writable: true,
             file: None,
         }
+    }
+
+    /// False for a mapping of a peer's read-only window ([`Region::shared_read_only`]).
+    pub fn is_writable(&self) -> bool {
+        self.writable
     }
 
     /// The memory object of a [`Region::shareable`] region; `None` for other regions.
@@ -193,9 +251,26 @@ impl MemView {
         }
     }
 
+    /// Refuses a store into a read-only mapping ([`Region::shared_read_only`]), which
+    /// would fault.
+    fn check_writable(&self, op: &'static str, at: usize, n: usize) -> Result<()> {
+        if self.region.writable {
+            return Ok(());
+        }
+        Err(Error::invalid(
+            op,
+            format!(
+                "{at:#x} + {n} of a {}-byte view of memory mapped read-only (a peer window \
+                 without write access)",
+                self.len
+            ),
+        ))
+    }
+
     /// Copies `src` into the view at byte `at`.
     pub fn write_at(&self, at: usize, src: &[u8]) -> Result<()> {
         self.check("write_at", at, src.len())?;
+        self.check_writable("write_at", at, src.len())?;
         // SAFETY: bounds checked above; `src` is a distinct Rust slice, so the ranges do not
         // overlap unless the caller obtained `src` from this very view through an unsafe
         // accessor, which those accessors forbid.
@@ -212,9 +287,11 @@ impl MemView {
     }
 
     /// Sets every byte of the view to `byte`.
-    pub fn fill(&self, byte: u8) {
-        // SAFETY: the whole view is mapped memory of `len` bytes.
+    pub fn fill(&self, byte: u8) -> Result<()> {
+        self.check_writable("fill", 0, self.len)?;
+        // SAFETY: the whole view is mapped, writable memory of `len` bytes.
         unsafe { std::ptr::write_bytes(self.ptr, byte, self.len) };
+        Ok(())
     }
 
     fn atomic_u64(&self, op: &'static str, at: usize) -> Result<&AtomicU64> {
@@ -237,6 +314,7 @@ impl MemView {
 
     /// Stores the 8-byte word at `at` with release ordering.
     pub fn store_u64(&self, at: usize, value: u64) -> Result<()> {
+        self.check_writable("store_u64", at, 8)?;
         self.atomic_u64("store_u64", at)?
             .store(value, Ordering::Release);
         Ok(())
@@ -282,7 +360,8 @@ impl MemView {
     ///
     /// # Safety
     /// No one — no other thread and no peer — may read or write the bytes while the slice
-    /// lives, and no other slice of the same bytes may exist.
+    /// lives, and no other slice of the same bytes may exist. The region must be writable
+    /// ([`Region::is_writable`]): a store into a read-only mapping faults.
     #[allow(clippy::mut_from_ref)]
     pub unsafe fn as_mut_slice(&self) -> &mut [u8] {
         // SAFETY: the caller guarantees exclusive access.
@@ -376,7 +455,9 @@ impl std::ops::Deref for RemoteMap {
 
 /// Creates a memfd of `len` bytes named `name` whose size can never change again, so a
 /// peer that maps it can never see it shrink under the mapping (which would turn the next
-/// access into SIGBUS).
+/// access into SIGBUS). Its mode is 0600, so that only its owner may reopen it through
+/// `/proc/PID/fd` (a peer of another user given a read-only descriptor cannot reopen it
+/// for writing). The caller adds `F_SEAL_SEAL` once it has mapped it.
 fn sealed_memfd(name: &str, len: usize) -> std::io::Result<File> {
     use std::os::fd::{AsRawFd, FromRawFd};
     let cname = std::ffi::CString::new(name).map_err(std::io::Error::other)?;
@@ -388,11 +469,20 @@ fn sealed_memfd(name: &str, len: usize) -> std::io::Result<File> {
     }
     // SAFETY: `fd` was just returned by memfd_create and is owned by nobody else.
     let file = unsafe { File::from_raw_fd(fd) };
+    // SAFETY: fchmod on an fd we own.
+    if unsafe { libc::fchmod(file.as_raw_fd(), 0o600) } < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     file.set_len(len as u64)?;
-    let seals = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW | libc::F_SEAL_SEAL;
-    // SAFETY: fcntl on an fd we own with a valid command and argument.
+    add_seals(&file, libc::F_SEAL_SHRINK | libc::F_SEAL_GROW)?;
+    Ok(file)
+}
+
+fn add_seals(file: &File, seals: libc::c_int) -> std::io::Result<()> {
+    use std::os::fd::AsRawFd;
+    // SAFETY: fcntl on an fd the caller owns with a valid command and argument.
     if unsafe { libc::fcntl(file.as_raw_fd(), libc::F_ADD_SEALS, seals) } < 0 {
         return Err(std::io::Error::last_os_error());
     }
-    Ok(file)
+    Ok(())
 }

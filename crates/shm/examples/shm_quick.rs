@@ -84,7 +84,7 @@ fn main() {
     let remote = u64::from_le_bytes(buf[..8].try_into().unwrap());
     let size = 2 << 20;
     let local = ep.register(size, Access::READ).unwrap();
-    local.fill(3);
+    local.fill(3).unwrap();
     for _ in 0..2 {
         let iters = 2000;
         let t = Instant::now();

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use accio_core::{Addr, Backend, BackendOptions, Endpoint, Listener, Options, Result};
 
-use crate::{ShmEndpoint, ShmListener, ShmOptions, ShmStores};
+use crate::{ShmEndpoint, ShmListener, ShmOptions};
 
 impl BackendOptions for ShmOptions {
     const SCHEME: &'static str = "shm";
@@ -20,15 +20,11 @@ pub const BACKEND: Backend = Backend {
 };
 
 fn listen(addr: &Addr, opts: &Options) -> Result<Box<dyn Listener>> {
-    let inner = ShmListener::bind(addr)?;
-    Ok(match opts.get::<ShmOptions>() {
-        None => Box::new(inner),
-        Some(o) => Box::new(Configured {
-            inner,
-            spin: o.spin,
-            stores: o.stores,
-        }),
-    })
+    let o = opts
+        .get::<ShmOptions>()
+        .cloned()
+        .unwrap_or_else(ShmOptions::from_env);
+    Ok(Box::new(ShmListener::bind_with(addr, o)?))
 }
 
 fn connect(addr: &Addr, timeout: Duration, opts: &Options) -> Result<Box<dyn Endpoint>> {
@@ -37,27 +33,4 @@ fn connect(addr: &Addr, timeout: Duration, opts: &Options) -> Result<Box<dyn End
         .cloned()
         .unwrap_or_else(ShmOptions::from_env);
     Ok(Box::new(ShmEndpoint::connect_with(addr, timeout, o)?))
-}
-
-/// A listener given options: the connecting side chooses the rings, so what the accepting
-/// side's options decide is how long its endpoints spin before they sleep and how they
-/// store into their rings.
-#[derive(Debug)]
-struct Configured {
-    inner: ShmListener,
-    spin: Duration,
-    stores: ShmStores,
-}
-
-impl Listener for Configured {
-    fn local_addr(&self) -> &Addr {
-        self.inner.local_addr()
-    }
-
-    fn accept(&self, timeout: Option<Duration>) -> Result<Box<dyn Endpoint>> {
-        let mut ep = self.inner.accept_shm(timeout)?;
-        ep.set_spin(self.spin);
-        ep.set_stores(self.stores);
-        Ok(Box::new(ep))
-    }
 }

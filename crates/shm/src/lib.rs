@@ -6,13 +6,20 @@
 //! ## Design
 //!
 //! - **Rendezvous**: `shm://NAME` is an abstract Unix socket named after the user and NAME.
-//!   It leaves no file behind, vanishes with its process, and the listener refuses peers of
-//!   another user (`SO_PEERCRED`). The socket stays open as the *control channel*: window
-//!   memory descriptors travel over it (`SCM_RIGHTS`), and its hang-up is how a survivor
-//!   learns that a peer was killed.
+//!   It leaves no file behind and vanishes with its process. Any local user can bind any
+//!   abstract name, so each side checks the other's user (`SO_PEERCRED`) before anything
+//!   else: the connecting side checks the listener before it sends a byte or its ring
+//!   memory, the listener checks the connecting process; both admit their own user only,
+//!   unless [`ShmOptions::allow_uids`] lists others. The socket stays open as the *control
+//!   channel*: window memory and files travel over it (`SCM_RIGHTS`), and its hang-up is
+//!   how a survivor learns that a peer was killed.
 //! - **Memory**: every shared object is a memfd — no name in `/dev/shm` to guess, collide
 //!   with or leak. Its size is sealed, so a peer cannot shrink it under our mapping. It is
 //!   freed by the kernel when the last descriptor and mapping go, even after `kill -9`.
+//!   A window the peer may only read reaches it as a read-only descriptor (and a fresh
+//!   `register`ed one is sealed against writable mappings), so the kernel, not the peer's
+//!   good will, keeps the peer's stores out; its owner-only mode (0600) keeps a peer of
+//!   another user from reopening it writable.
 //! - **Link segment** (created by the connecting side): a header, one window table per side
 //!   (so each side checks RMA offsets and rights against the peer's registered windows with
 //!   no round trip), and two single-producer single-consumer message rings.
@@ -48,5 +55,5 @@ mod sys;
 #[cfg(not(loom))]
 pub use backend::BACKEND;
 #[cfg(not(loom))]
-pub use endpoint::{ShmEndpoint, ShmListener, ShmOptions};
+pub use endpoint::{default_register_limit, PeerUids, ShmEndpoint, ShmListener, ShmOptions};
 pub use stores::ShmStores;

@@ -251,3 +251,36 @@ pub fn wait_readable(sock: RawFd, timeout: Option<Duration>) -> io::Result<bool>
         return Ok(n > 0);
     }
 }
+
+/// `MemTotal` of `/proc/meminfo`, in bytes.
+pub fn mem_total_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, "MemTotal:")
+}
+
+/// `MemAvailable` of `/proc/meminfo`, in bytes: what can still be allocated without
+/// swapping.
+pub fn mem_available_bytes() -> Option<u64> {
+    let text = std::fs::read_to_string("/proc/meminfo").ok()?;
+    meminfo_field(&text, "MemAvailable:")
+}
+
+fn meminfo_field(text: &str, key: &str) -> Option<u64> {
+    let line = text.lines().find(|l| l.starts_with(key))?;
+    let kib: u64 = line[key.len()..]
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    kib.checked_mul(1024)
+}
+
+/// A read-only descriptor of the file behind `file` (a new open file description of the
+/// same memory object, through `/proc/self/fd`): what a peer given it can map only
+/// `PROT_READ`, whatever it tries.
+pub fn reopen_read_only(file: &File) -> io::Result<File> {
+    std::fs::OpenOptions::new()
+        .read(true)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}

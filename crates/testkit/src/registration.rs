@@ -83,7 +83,7 @@ pub fn registration_layout(b: &Backend) {
 
             // Unregister, register again: a fresh range, zeroed again.
             let old = ok(x.register(2 * PAGE, Access::READ_WRITE), "register");
-            old.fill(0xFF);
+            old.fill(0xFF).expect("fill a local window");
             ok(x.unregister(old.offset()), "unregister");
             let new = ok(x.register(2 * PAGE, Access::READ_WRITE), "register again");
             let old_end = old.offset() + round_up(old.len());

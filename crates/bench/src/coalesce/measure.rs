@@ -67,7 +67,9 @@ pub(super) fn large_msg_bw(pair: &Pair, opts: &Options) -> Result<Figure, Error>
     let local = ep
         .register(LARGE_MSG, Access::READ)
         .map_err(|e| pair.ep_err("registering the ceiling's source window", e))?;
-    local.fill(0x5a);
+    local
+        .fill(0x5a)
+        .map_err(|e| pair.ep_err("filling the ceiling's source window", e))?;
     let chunks = (pair.remote.len / LARGE_MSG as u64).max(1);
     // At least 32 MiB per sample, so one sample is not one transfer.
     let per_sample = chunks.max(16);

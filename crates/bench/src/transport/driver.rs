@@ -248,7 +248,7 @@ pub(crate) fn rma_write(link: &Link<'_>, size: usize, plan: &Plan) -> Result<Mea
         r => return Err(unexpected(ep, &r, "Window")),
     };
     let local = ep.register(size, Access::READ)?;
-    local.fill(RMA_PATTERN);
+    local.fill(RMA_PATTERN)?;
     let pass = |writes: usize| -> Result<f64, Fail> {
         let t = Instant::now();
         for _ in 0..writes {

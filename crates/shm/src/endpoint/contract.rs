@@ -1,7 +1,7 @@
 //! The [`Endpoint`] contract for [`ShmEndpoint`]: one trait block (messages, windows, RMA,
 //! fences) over the parts in the sibling modules.
 
-use std::os::fd::AsRawFd;
+use std::fs::File;
 use std::sync::atomic::{fence, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -11,12 +11,50 @@ use accio_core::{
     RemoteMap, Result, RmaFlags, Window, PAGE,
 };
 
-use super::windows::{LocalWin, CTL_RECORD, CTL_WINDOW};
+use super::windows::{LocalWin, CTL_FILE, CTL_RECORD, CTL_WINDOW};
 use super::ShmEndpoint;
 use crate::link::TABLE_SLOTS;
 use crate::sys;
 
 impl ShmEndpoint {
+    /// Refuses a registration of `len` fresh bytes beyond [`ShmOptions::register_limit`]
+    /// or, for large ones, beyond the memory the node has available: registration
+    /// pre-faults, and memory the node cannot hold would be taken from other processes by
+    /// the OOM killer.
+    ///
+    /// [`ShmOptions::register_limit`]: super::ShmOptions::register_limit
+    fn check_register_limit(&self, len: usize) -> Result<()> {
+        let refuse = |limit: u64, why: String| Error::OutOfMemory {
+            op: "register",
+            resource: self.addr.to_string(),
+            len: len as u64,
+            limit,
+            why,
+        };
+        let limit = self.opts.register_limit;
+        if len as u64 > limit {
+            return Err(refuse(
+                limit,
+                "half the node's memory by default; ACCIO_SHM_REGISTER_LIMIT or \
+                 ShmOptions::register_limit sets another"
+                    .into(),
+            ));
+        }
+        // Reading /proc/meminfo costs tens of microseconds: only for registrations large
+        // enough to matter.
+        if len >= 64 << 20 {
+            if let Some(avail) = sys::mem_available_bytes() {
+                if len as u64 > avail {
+                    return Err(refuse(
+                        avail,
+                        "the memory the node has available now (MemAvailable)".into(),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     fn count_rma(&self) {
         // Not a read-modify-write: a mark only names "everything so far" (every RMA is
         // complete when its call returns), so a count lost between racing threads costs
@@ -129,9 +167,16 @@ impl Endpoint for ShmEndpoint {
                 "window length must be at least 1 byte",
             ));
         }
+        self.check_register_limit(len)?;
         self.check_not_gone()?;
         let name = format!("accio-window-of-{}", self.addr);
-        let region = Region::shareable(len, &name, true)?;
+        // Memory the peer may only read is sealed against writable mappings for good: our
+        // own mapping, made first, stays writable.
+        let region = if access.contains(Access::WRITE) {
+            Region::shareable(len, &name, true)?
+        } else {
+            Region::shareable_read_only_for_peers(len, &name, true)?
+        };
         self.register_view(&MemView::whole(Arc::new(region)), access)
     }
 
@@ -179,17 +224,24 @@ impl Endpoint for ShmEndpoint {
         rec[8..16].copy_from_slice(&offset.to_le_bytes());
         rec[16..24].copy_from_slice(&(len as u64).to_le_bytes());
         rec[24..32].copy_from_slice(&(view.start() as u64).to_le_bytes());
-        sys::send_with_fd(self.sock.as_raw_fd(), &rec, Some(file.as_raw_fd())).map_err(|e| {
-            space.free_slots.push(slot);
-            if e.kind() == std::io::ErrorKind::BrokenPipe
-                || e.kind() == std::io::ErrorKind::ConnectionReset
-            {
-                self.gone.set();
-                self.peer_gone_error()
-            } else {
-                Error::io("sendmsg", self.addr.to_string(), e)
-            }
-        })?;
+        // A window the peer may not write goes out as a read-only descriptor: the peer's
+        // kernel refuses it a writable mapping, whatever its table says.
+        let read_only;
+        let file = if access.contains(Access::WRITE) {
+            file
+        } else {
+            read_only = sys::reopen_read_only(file).map_err(|e| {
+                space.free_slots.push(slot);
+                Error::io(
+                    "open read-only",
+                    format!("window memory of {}", self.addr),
+                    e,
+                )
+            })?;
+            &read_only
+        };
+        self.send_ctl(&rec, file)
+            .inspect_err(|_| space.free_slots.push(slot))?;
         let desc = window.desc();
         space.table.insert(
             desc,
@@ -321,5 +373,16 @@ impl Endpoint for ShmEndpoint {
         self.check_not_gone()?;
         let view = self.peer_view(remote_off, len, Access::READ)?;
         Ok(RemoteMap::new(view, remote_off))
+    }
+
+    fn send_file(&self, file: &File) -> Result<()> {
+        self.check_not_gone()?;
+        let mut rec = [0u8; CTL_RECORD];
+        rec[..4].copy_from_slice(&CTL_FILE.to_le_bytes());
+        self.send_ctl(&rec, file)
+    }
+
+    fn recv_file(&self) -> Result<File> {
+        self.take_file()
     }
 }

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use accio_core::{Addr, Endpoint, Error, Listener, Region, Result};
 
-use super::{socket_name, ShmEndpoint, HELLO};
+use super::{check_peer_uid, socket_name, ShmEndpoint, ShmOptions, HELLO};
 use crate::link::Link;
 use crate::sys;
 
@@ -19,18 +19,29 @@ use crate::sys;
 pub struct ShmListener {
     addr: Addr,
     sock: UnixListener,
+    /// What accepted endpoints use besides the rings (the connecting side chooses those),
+    /// and whom this listener admits.
+    opts: ShmOptions,
 }
 
 impl ShmListener {
-    /// Binds `addr` (must be `shm://NAME`). Names are per user.
+    /// Binds `addr` (must be `shm://NAME`) with [`ShmOptions::from_env`]. Names are per
+    /// user: the socket is named after this process's user, and a connecting process of
+    /// another user is refused unless [`ShmOptions::allow_uids`] admits it.
     pub fn bind(addr: &Addr) -> Result<ShmListener> {
+        ShmListener::bind_with(addr, ShmOptions::from_env())
+    }
+
+    /// Binds `addr` with explicit options: who may connect (`allow_uids`), and how
+    /// accepted endpoints wait, store and register (`spin`, `stores`, `register_limit`).
+    pub fn bind_with(addr: &Addr, opts: ShmOptions) -> Result<ShmListener> {
         let Addr::Shm(name) = addr else {
             return Err(Error::BadAddress {
                 addr: addr.to_string(),
                 reason: "the shm backend needs an shm:// address".into(),
             });
         };
-        let sa = SocketAddr::from_abstract_name(socket_name(name))
+        let sa = SocketAddr::from_abstract_name(socket_name(sys::euid(), name))
             .map_err(|e| Error::io("bind", addr.to_string(), e))?;
         let sock = UnixListener::bind_addr(&sa).map_err(|e| match e.kind() {
             std::io::ErrorKind::AddrInUse => Error::AddrInUse {
@@ -41,6 +52,7 @@ impl ShmListener {
         Ok(ShmListener {
             addr: addr.clone(),
             sock,
+            opts,
         })
     }
 
@@ -73,14 +85,7 @@ impl ShmListener {
 
     fn handshake(&self, stream: UnixStream) -> Result<ShmEndpoint> {
         let what = self.addr.to_string();
-        let uid =
-            sys::peer_uid(stream.as_raw_fd()).map_err(|e| Error::io("SO_PEERCRED", &*what, e))?;
-        if uid != sys::euid() {
-            return Err(Error::protocol(
-                &what,
-                format!("connection from uid {uid} refused (owner-only)"),
-            ));
-        }
+        check_peer_uid(&stream, &self.opts.allow_uids, &what, "connecting process")?;
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
@@ -112,7 +117,7 @@ impl ShmListener {
         stream
             .set_read_timeout(None)
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
-        ShmEndpoint::new(self.addr.clone(), stream, region, link, 1)
+        ShmEndpoint::new(self.addr.clone(), stream, region, link, 1, self.opts)
     }
 }
 

@@ -51,6 +51,75 @@ pub struct ShmOptions {
     /// How payloads of 1 KiB and more are written into the ring (default: following the
     /// host's placement of the two cores, see [`ShmStores`]).
     pub stores: ShmStores,
+    /// Users whose processes are accepted as peers besides this process's own (default:
+    /// none, so only processes of the same user connect, in either direction).
+    pub allow_uids: PeerUids,
+    /// The most bytes one `register` may map (default: half the node's memory, see
+    /// [`default_register_limit`]). Larger requests fail before any memory is touched.
+    pub register_limit: u64,
+}
+
+/// The users (besides its own) whose processes an shm endpoint takes as peers: an
+/// allow-list for jobs whose ranks run under several accounts. At most
+/// [`PeerUids::MAX`] entries, so that [`ShmOptions`] stays a plain value.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PeerUids {
+    uids: [u32; PeerUids::MAX],
+    len: usize,
+}
+
+impl PeerUids {
+    /// The most users one list holds.
+    pub const MAX: usize = 16;
+
+    /// No other user: same-user peers only.
+    pub const NONE: PeerUids = PeerUids {
+        uids: [0; PeerUids::MAX],
+        len: 0,
+    };
+
+    /// A list of `uids`; `None` if it holds more than [`PeerUids::MAX`].
+    pub fn new(uids: &[u32]) -> Option<PeerUids> {
+        let mut list = PeerUids::NONE;
+        for &u in uids {
+            if list.len == PeerUids::MAX {
+                return None;
+            }
+            list.uids[list.len] = u;
+            list.len += 1;
+        }
+        Some(list)
+    }
+
+    /// The users listed.
+    pub fn as_slice(&self) -> &[u32] {
+        &self.uids[..self.len]
+    }
+
+    /// Whether a peer running as `uid` is accepted by a process running as `own`.
+    pub fn admits(&self, own: u32, uid: u32) -> bool {
+        uid == own || self.as_slice().contains(&uid)
+    }
+
+    /// Parses `ACCIO_SHM_ALLOW_UIDS`' syntax: user ids separated by commas.
+    fn parse(text: &str) -> Option<PeerUids> {
+        let uids = text
+            .split(',')
+            .map(str::trim)
+            .filter(|t| !t.is_empty())
+            .map(|t| t.parse::<u32>().ok())
+            .collect::<Option<Vec<u32>>>()?;
+        PeerUids::new(&uids)
+    }
+}
+
+/// The default [`ShmOptions::register_limit`]: half of the node's memory (`MemTotal` of
+/// `/proc/meminfo`), or 1 TiB where it cannot be read. A registration is pre-faulted, so
+/// one that the node cannot hold would otherwise fill memory until the kernel's OOM killer
+/// ends some process, not necessarily this one.
+pub fn default_register_limit() -> u64 {
+    static LIMIT: std::sync::OnceLock<u64> = std::sync::OnceLock::new();
+    *LIMIT.get_or_init(|| sys::mem_total_bytes().map_or(1 << 40, |t| t / 2))
 }
 
 impl Default for ShmOptions {
@@ -60,14 +129,18 @@ impl Default for ShmOptions {
             chunk_bytes: 256 << 10,
             spin: Duration::from_micros(50),
             stores: ShmStores::Auto,
+            allow_uids: PeerUids::NONE,
+            register_limit: default_register_limit(),
         }
     }
 }
 
 impl ShmOptions {
     /// The defaults, overridden by `ACCIO_SHM_RING_BYTES`, `ACCIO_SHM_CHUNK_BYTES`,
-    /// `ACCIO_SHM_SPIN_US` and `ACCIO_SHM_STORES` where set (as UCX reads `UCX_*`): tuning
-    /// without a rebuild. Unparsable values are ignored.
+    /// `ACCIO_SHM_SPIN_US`, `ACCIO_SHM_STORES`, `ACCIO_SHM_ALLOW_UIDS` (user ids separated
+    /// by commas) and `ACCIO_SHM_REGISTER_LIMIT` (bytes) where set (as UCX reads `UCX_*`):
+    /// tuning without a rebuild. Unparsable values are ignored (an unparsable allow-list
+    /// admits no other user).
     pub fn from_env() -> ShmOptions {
         let var = |k: &str| {
             std::env::var(k)
@@ -83,8 +156,62 @@ impl ShmOptions {
                 .ok()
                 .and_then(|v| v.trim().parse().ok())
                 .unwrap_or(d.stores),
+            allow_uids: std::env::var("ACCIO_SHM_ALLOW_UIDS")
+                .ok()
+                .and_then(|v| PeerUids::parse(&v))
+                .unwrap_or(d.allow_uids),
+            register_limit: var("ACCIO_SHM_REGISTER_LIMIT").unwrap_or(d.register_limit),
         }
     }
+}
+
+/// Refuses a peer of a user `allow` does not admit, naming both users: `who` is
+/// "listener" or "connecting process".
+fn check_peer_uid(sock: &UnixStream, allow: &PeerUids, addr: &str, who: &str) -> Result<()> {
+    let uid = sys::peer_uid(sock.as_raw_fd()).map_err(|e| Error::io("SO_PEERCRED", addr, e))?;
+    let own = sys::euid();
+    if allow.admits(own, uid) {
+        return Ok(());
+    }
+    Err(Error::Untrusted {
+        peer: addr.to_string(),
+        reason: format!(
+            "the {who} runs as uid {uid}, not as this process's uid {own}{}; set \
+             ACCIO_SHM_ALLOW_UIDS to admit another user",
+            if allow.as_slice().is_empty() {
+                String::new()
+            } else {
+                format!(" nor one of the allowed uids {:?}", allow.as_slice())
+            }
+        ),
+    })
+}
+
+/// The largest message: 4 GiB (the contract asks for at least 1 GiB). A receiver refuses
+/// a longer announced message before it allocates anything.
+const MAX_MESSAGE: usize = 1 << 32;
+
+/// Connects the stream socket of `shm://NAME`: the listener of this process's own user,
+/// else (with an allow-list) the first listening one of the allowed users.
+fn connect_socket(name: &str, allow: &PeerUids, what: &str) -> Result<UnixStream> {
+    let own = sys::euid();
+    for uid in std::iter::once(own).chain(allow.as_slice().iter().copied()) {
+        let sa = SocketAddr::from_abstract_name(socket_name(uid, name))
+            .map_err(|e| Error::io("connect", what, e))?;
+        match UnixStream::connect_addr(&sa) {
+            Ok(s) => return Ok(s),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound
+                ) => {}
+            Err(e) => return Err(Error::io("connect", what, e)),
+        }
+    }
+    Err(Error::BadAddress {
+        addr: what.to_string(),
+        reason: "no listener is bound to this name".into(),
+    })
 }
 
 /// First bytes of the connect hello. The digit names the ring layout (2: control words 128
@@ -92,8 +219,9 @@ impl ShmOptions {
 /// layouts refuse each other.
 const HELLO: &[u8; 8] = b"ACCIOSH3";
 
-fn socket_name(name: &str) -> Vec<u8> {
-    format!("accio.{}.{}", sys::euid(), name).into_bytes()
+/// The abstract socket name of `shm://NAME` for the listener's user `uid`.
+fn socket_name(uid: u32, name: &str) -> Vec<u8> {
+    format!("accio.{uid}.{name}").into_bytes()
 }
 
 /// An endpoint connected over shared memory. See the crate docs for the design.
@@ -156,17 +284,10 @@ impl ShmEndpoint {
                 format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two from 64 KiB to 1 GiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
             ));
         }
-        let sa = SocketAddr::from_abstract_name(socket_name(name))
-            .map_err(|e| Error::io("connect", &*what, e))?;
-        let stream = UnixStream::connect_addr(&sa).map_err(|e| match e.kind() {
-            std::io::ErrorKind::ConnectionRefused | std::io::ErrorKind::NotFound => {
-                Error::BadAddress {
-                    addr: what.clone(),
-                    reason: "no listener is bound to this name".into(),
-                }
-            }
-            _ => Error::io("connect", &*what, e),
-        })?;
+        let stream = connect_socket(name, &opts.allow_uids, &what)?;
+        // Anyone may bind any abstract name: before a byte (and the ring memory) goes out,
+        // the listener must be a process of an admitted user.
+        check_peer_uid(&stream, &opts.allow_uids, &what, "listener")?;
         let geo = Geometry {
             ring_cap: opts.ring_bytes,
             max_chunk: opts.chunk_bytes,
@@ -210,11 +331,11 @@ impl ShmEndpoint {
         stream
             .set_read_timeout(None)
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
-        let mut ep = ShmEndpoint::new(addr.clone(), stream, region, link, 0)?;
-        ep.opts.spin = opts.spin;
-        ep.set_stores(opts.stores);
-        Ok(ep)
+        ShmEndpoint::new(addr.clone(), stream, region, link, 0, opts)
     }
+
+    /// The largest message `send` takes, and the largest a peer may announce.
+    pub const MAX_MESSAGE: usize = MAX_MESSAGE;
 
     fn new(
         addr: Addr,
@@ -222,12 +343,14 @@ impl ShmEndpoint {
         segment: Arc<Region>,
         link: Link,
         side: usize,
+        opts: ShmOptions,
     ) -> Result<ShmEndpoint> {
         let geo = link.geometry();
+        // The connecting side chose the rings; the rest is this side's own.
         let opts = ShmOptions {
             ring_bytes: geo.ring_cap,
             chunk_bytes: geo.max_chunk,
-            ..ShmOptions::from_env()
+            ..opts
         };
         let mut tx = Producer::new(link.ring(side), geo.max_chunk);
         tx.set_stores(opts.stores);

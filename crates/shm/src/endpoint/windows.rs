@@ -2,7 +2,7 @@
 //! mapped on first use), and the control-socket records that carry window memory.
 
 use std::cell::{Cell, RefCell};
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -17,9 +17,11 @@ use crate::link::{Entry, TABLE_SLOTS};
 use crate::sys;
 
 /// Control-socket record: kind, access, window offset, length, and where the window starts
-/// in the memory object sent with it.
+/// in the memory object sent with it (windows; zero for files).
 pub(super) const CTL_RECORD: usize = 32;
 pub(super) const CTL_WINDOW: u32 = 1;
+/// Control record of a file lent to the peer ([`accio_core::Endpoint::send_file`]).
+pub(super) const CTL_FILE: u32 = 2;
 
 /// One of our registered windows: the handle and its slot in our shared table.
 #[derive(Debug)]
@@ -48,6 +50,8 @@ pub(super) struct Ctl {
     /// Window memory received from the peer, by window offset, not yet mapped: the memory
     /// object and where in it the window starts.
     pending: HashMap<u64, (OwnedFd, u64)>,
+    /// Files received from the peer, not taken yet, in the order sent.
+    files: VecDeque<OwnedFd>,
 }
 
 /// A window one thread used last, with its mapping held, so that the next RMA to it takes
@@ -417,7 +421,17 @@ impl ShmEndpoint {
         // Drop stale mappings while we hold the lock.
         cache.retain(|_, pw| table.stamp(pw.entry.slot) == pw.entry.stamp);
         let region = match cache.get(&entry.desc.offset) {
-            Some(pw) if pw.entry.stamp == entry.stamp => pw.view.region().clone(),
+            Some(pw) if pw.entry.stamp == entry.stamp => {
+                if need.contains(Access::WRITE) && !pw.view.region().is_writable() {
+                    // The table entry changed its rights without a new stamp: a broken or
+                    // hostile peer. Our mapping is read-only; a store would fault.
+                    return Err(Error::protocol(
+                        &self.addr,
+                        format!("window {} claims write access it was not given", entry.desc),
+                    ));
+                }
+                pw.view.region().clone()
+            }
             _ => {
                 let (fd, file_off) = self.take_window_fd(entry.desc.offset)?;
                 let file = File::from(fd);
@@ -439,13 +453,15 @@ impl ShmEndpoint {
                         ),
                     ));
                 }
-                let region = Arc::new(Region::shared(
-                    &file,
-                    file_off,
-                    entry.desc.len as usize,
-                    false,
-                    "peer window",
-                )?);
+                // A window we may not write is mapped read-only: its descriptor is
+                // read-only anyway (see `register_view`), and a read-only mapping makes
+                // any store through it fault here rather than land in the peer.
+                let len = entry.desc.len as usize;
+                let region = Arc::new(if entry.desc.access.contains(Access::WRITE) {
+                    Region::shared(&file, file_off, len, false, "peer window")?
+                } else {
+                    Region::shared_read_only(&file, file_off, len, "peer window")?
+                });
                 cache.insert(
                     entry.desc.offset,
                     PeerWin {
@@ -472,41 +488,90 @@ impl ShmEndpoint {
             if let Some(got) = ctl.pending.remove(&offset) {
                 return Ok(got);
             }
-            let mut rec = [0u8; CTL_RECORD];
-            let mut fds = Vec::new();
             // The peer sends the descriptor before it publishes the table entry, so it
-            // is already queued; blocking here can only mean a broken peer.
-            let got = sys::recv_with_fds(self.sock.as_raw_fd(), &mut rec, &mut fds, true).map_err(
-                |e| {
-                    if e.kind() == std::io::ErrorKind::UnexpectedEof {
-                        self.gone.set();
-                        self.peer_gone_error()
-                    } else {
-                        Error::io("recvmsg", self.addr.to_string(), e)
-                    }
-                },
-            )?;
-            if !got {
+            // is already queued; none there can only mean a broken peer.
+            if !self.read_ctl(&mut ctl)? {
                 return Err(Error::protocol(
                     &self.addr,
                     format!("window at {offset:#x} was published without its memory"),
                 ));
             }
-            let kind = u32::from_le_bytes(rec[..4].try_into().expect("4 bytes"));
-            let off = u64::from_le_bytes(rec[8..16].try_into().expect("8 bytes"));
-            let file_off = u64::from_le_bytes(rec[24..32].try_into().expect("8 bytes"));
-            match (kind, fds.pop()) {
-                (CTL_WINDOW, Some(fd)) => {
-                    ctl.pending.insert(off, (fd, file_off));
-                }
-                _ => {
-                    return Err(Error::protocol(
-                        &self.addr,
-                        format!("control record kind {kind} is unknown"),
-                    ))
-                }
+        }
+    }
+
+    /// The next file the peer sent ([`accio_core::Endpoint::send_file`]).
+    pub(super) fn take_file(&self) -> Result<File> {
+        let mut ctl = self.ctl.lock().expect("control socket lock");
+        loop {
+            if let Some(fd) = ctl.files.pop_front() {
+                return Ok(File::from(fd));
+            }
+            // As for windows: the file goes out before the message that announces it.
+            if !self.read_ctl(&mut ctl)? {
+                return Err(Error::protocol(
+                    &self.addr,
+                    "a file was announced but not sent",
+                ));
             }
         }
+    }
+
+    /// Reads one record from the control socket, if one is queued, and files it in `ctl`.
+    fn read_ctl(&self, ctl: &mut Ctl) -> Result<bool> {
+        let mut rec = [0u8; CTL_RECORD];
+        let mut fds = Vec::new();
+        let got =
+            sys::recv_with_fds(self.sock.as_raw_fd(), &mut rec, &mut fds, true).map_err(|e| {
+                if e.kind() == std::io::ErrorKind::UnexpectedEof {
+                    self.gone.set();
+                    self.peer_gone_error()
+                } else {
+                    Error::io("recvmsg", self.addr.to_string(), e)
+                }
+            })?;
+        if !got {
+            return Ok(false);
+        }
+        let kind = u32::from_le_bytes(rec[..4].try_into().expect("4 bytes"));
+        let off = u64::from_le_bytes(rec[8..16].try_into().expect("8 bytes"));
+        let file_off = u64::from_le_bytes(rec[24..32].try_into().expect("8 bytes"));
+        // Exactly one descriptor per record: more would leak, none is a broken peer.
+        let fd = match (fds.pop(), fds.is_empty()) {
+            (Some(fd), true) => fd,
+            _ => {
+                return Err(Error::protocol(
+                    &self.addr,
+                    format!("control record kind {kind} came without exactly one descriptor"),
+                ))
+            }
+        };
+        match kind {
+            CTL_WINDOW => {
+                ctl.pending.insert(off, (fd, file_off));
+            }
+            CTL_FILE => ctl.files.push_back(fd),
+            _ => {
+                return Err(Error::protocol(
+                    &self.addr,
+                    format!("control record kind {kind} is unknown"),
+                ))
+            }
+        }
+        Ok(true)
+    }
+
+    /// Sends a control record with its descriptor (see [`CTL_RECORD`]).
+    pub(super) fn send_ctl(&self, rec: &[u8; CTL_RECORD], fd: &impl AsRawFd) -> Result<()> {
+        sys::send_with_fd(self.sock.as_raw_fd(), rec, Some(fd.as_raw_fd())).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::BrokenPipe
+                || e.kind() == std::io::ErrorKind::ConnectionReset
+            {
+                self.gone.set();
+                self.peer_gone_error()
+            } else {
+                Error::io("sendmsg", self.addr.to_string(), e)
+            }
+        })
     }
 
     pub(super) fn alloc_slot(space: &mut LocalSpace) -> Option<usize> {
