@@ -23,6 +23,7 @@ pub mod floors;
 pub mod fs;
 pub mod mem;
 pub mod merge;
+mod scratch;
 pub mod transport;
 
 /// How many times a ceiling (or a latency floor) that a figure passes beyond the noise is

@@ -41,8 +41,9 @@ enum DropArg {
 /// Arguments of `accio bench fs`.
 #[derive(clap::Args, Debug)]
 pub struct FsArgs {
-    /// Directories to measure, each on some file system. Test files go into
-    /// PATH/accio-bench-fs.PID/ and are removed afterwards, also on errors and Ctrl-C.
+    /// Directories to measure, each on some file system. Test files go into a private
+    /// directory PATH/accio-bench-fs-RANDOM/ (mode 0700) and are removed afterwards, also
+    /// on errors and Ctrl-C.
     #[arg(value_name = "PATH", required = true)]
     paths: Vec<PathBuf>,
     /// Modes, comma-separated: write, write+sync, cold-read, re-read, and the opt-in

@@ -169,9 +169,8 @@ impl Worker {
             }
             Phase::Exit => unreachable!("exit is not an I/O phase"),
         };
-        if direct {
-            o.custom_flags(libc::O_DIRECT);
-        }
+        // Test files live in a private directory (`WorkDir`); never through a symlink anyway.
+        o.custom_flags(libc::O_NOFOLLOW | if direct { libc::O_DIRECT } else { 0 });
         o.open(&self.file).map_err(|e| {
             let hint = if direct && e.raw_os_error() == Some(libc::EINVAL) {
                 " (this file system does not support O_DIRECT)"

@@ -6,7 +6,7 @@
 //! # Modes
 //!
 //! Each repeat runs the selected modes in this order, each thread on its own file
-//! (`PATH/accio-bench-fs.PID/tI`), in records of `record_size` bytes (Colfax: 4 MB):
+//! (`PATH/accio-bench-fs-RANDOM/tI`, a private directory: `crate::scratch`), in records of `record_size` bytes (Colfax: 4 MB):
 //!
 //! - **write**: `pwrite` the whole file into a new file (the old one is unlinked before
 //!   the clock starts, so pages and blocks are fresh), then `close`;

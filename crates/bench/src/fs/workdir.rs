@@ -3,21 +3,27 @@
 use std::path::{Path, PathBuf};
 
 use super::FsError;
+use crate::scratch::ScratchDir;
 
-/// The directory holding one run's test files; removed on drop (early return, error,
-/// panic, Ctrl-C), and explicitly at the end so removal errors are reported.
+/// The directory holding one run's test files: private and randomly named
+/// ([`ScratchDir`]), so that no other user can plant a file or a symlink where the bench
+/// writes. Removed on drop (early return, error, panic, Ctrl-C), and explicitly at the end
+/// so removal errors are reported.
 pub(super) struct WorkDir {
     pub(super) dir: PathBuf,
+    scratch: ScratchDir,
 }
 
 impl WorkDir {
     pub(super) fn create(parent: &Path) -> Result<WorkDir, FsError> {
-        let dir = parent.join(format!("accio-bench-fs.{}", std::process::id()));
-        match std::fs::create_dir(&dir) {
-            Ok(()) => Ok(WorkDir { dir }),
+        match ScratchDir::new_in(parent, "fs") {
+            Ok(scratch) => Ok(WorkDir {
+                dir: scratch.path().to_path_buf(),
+                scratch,
+            }),
             Err(e) => Err(FsError::BadPath {
                 path: parent.to_path_buf(),
-                reason: format!("cannot create the test directory {}: {e}", dir.display()),
+                reason: format!("cannot create a test directory in it: {e}"),
             }),
         }
     }
@@ -33,16 +39,8 @@ impl WorkDir {
     }
 
     pub(super) fn remove(self) -> Result<(), FsError> {
-        let r = std::fs::remove_dir_all(&self.dir)
-            .map_err(|e| FsError::io(format!("removing {}", self.dir.display()), e));
-        std::mem::forget(self);
-        r
-    }
-}
-
-impl Drop for WorkDir {
-    fn drop(&mut self) {
-        // Best effort: the error path that got us here is what the caller reports.
-        let _ = std::fs::remove_dir_all(&self.dir);
+        self.scratch
+            .close()
+            .map_err(|e| FsError::io(format!("removing {}", self.dir.display()), e))
     }
 }

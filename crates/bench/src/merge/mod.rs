@@ -45,6 +45,16 @@
 //!   at a lower rate points at the file system.
 //! - **`producer_nice`**: the producers' CPU priority (`--producer-nice`, default 0).
 //!
+//! # Files and Ctrl-C
+//!
+//! Each target gets one private directory for the run's files
+//! (`DIR/accio-bench-merge-RANDOM/`, mode 0700, made exclusively: `crate::scratch`), so no
+//! other user can plant a file or a symlink where the bench writes; it is removed at the
+//! end, on errors and on Ctrl-C. The cancellation flag ([`MergeBench::cancel_on`], by
+//! default the Ctrl-C flag) is checked before every block a producer thread or naive writer
+//! writes, between runs, and while the bench waits for producer processes, which it then
+//! kills: the run ends within a block write with [`MergeBenchError::Interrupted`].
+//!
 //! # Defaults
 //!
 //! Scaled to the machine: P sweeps 1, 4, 16, 60 (the seed's worker count) and 256; S is
@@ -61,6 +71,7 @@ mod tests;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
 
 pub use accio_merge as service;
 
@@ -120,6 +131,10 @@ pub enum MergeBenchError {
     /// The JSON result file could not be written.
     #[error("{0}")]
     Record(std::io::Error),
+    /// Ctrl-C (or the cancellation flag, [`MergeBench::cancel_on`]); the run's files were
+    /// removed.
+    #[error("interrupted; test files removed")]
+    Interrupted,
 }
 
 fn io_err(what: impl Into<String>) -> impl FnOnce(std::io::Error) -> MergeBenchError {
@@ -145,6 +160,7 @@ pub struct MergeBench {
     producer_nice: i32,
     modes: Vec<accio_merge::WriteMode>,
     command: Option<ProducerCommand>,
+    cancel: &'static AtomicBool,
 }
 
 impl MergeBench {
@@ -173,6 +189,7 @@ impl MergeBench {
             producer_nice: 0,
             modes: vec![accio_merge::WriteMode::Direct, accio_merge::WriteMode::Copy],
             command: None,
+            cancel: &crate::cancel::INTERRUPTED,
         }
     }
 
@@ -299,10 +316,30 @@ impl MergeBench {
         self
     }
 
+    /// Flag that stops the run within a block write (default:
+    /// [`crate::cancel::INTERRUPTED`], set by the handler of
+    /// [`crate::cancel::SigintGuard`]): producer threads and naive writers check it before
+    /// each block, the bench between runs and while it waits for producer processes (which
+    /// it then kills); the run ends with [`MergeBenchError::Interrupted`] and its files
+    /// removed.
+    pub fn cancel_on(mut self, flag: &'static AtomicBool) -> Self {
+        self.cancel = flag;
+        self
+    }
+
     /// How to start producer processes.
     pub fn producer_command(mut self, c: ProducerCommand) -> Self {
         self.command = Some(c);
         self
+    }
+
+    /// [`MergeBenchError::Interrupted`] once the cancellation flag is set.
+    fn check_cancel(&self) -> Result<(), MergeBenchError> {
+        if self.cancel.load(Ordering::SeqCst) {
+            Err(MergeBenchError::Interrupted)
+        } else {
+            Ok(())
+        }
     }
 
     fn slot_bytes(&self) -> usize {

@@ -1,45 +1,56 @@
 //! The naive alternative: P files written in parallel, then concatenated into one.
 
 use std::os::fd::AsRawFd;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Barrier;
 use std::time::Instant;
 
 use super::guards::RemoveOnDrop;
 use super::{io_err, MergeBenchError};
+use crate::scratch::ScratchDir;
 
-/// One naive run: P files written in parallel, then concatenated; GB/s.
+/// Bytes `copy_file_range` moves per call, so that Ctrl-C is seen between calls (a 64 MiB
+/// in-kernel copy takes tens of milliseconds).
+const CONCAT_STEP: usize = 64 << 20;
+
+/// One naive run: P files written in parallel, then concatenated; GB/s. The files are
+/// created in `scratch` (private, `O_EXCL`) and removed however the run ends; `cancel`
+/// is checked between writes and between copies.
 pub(super) fn naive_once(
-    dir: &Path,
+    scratch: &ScratchDir,
     p: usize,
     f: u64,
     src: &[u8],
     sync: bool,
+    cancel: &AtomicBool,
 ) -> Result<f64, MergeBenchError> {
-    // The pid stays in every name (`with_extension` would replace it), so that runs of
-    // several processes in one directory do not write each other's files.
-    let pid = std::process::id();
-    let parts: Vec<PathBuf> = (0..p)
-        .map(|i| dir.join(format!("accio-bench-merge-naive.{pid}.part{i}")))
-        .collect();
-    let out = dir.join(format!("accio-bench-merge-naive.{pid}.out"));
-    let _cleanup: Vec<RemoveOnDrop> = parts
-        .iter()
-        .chain(std::iter::once(&out))
-        .map(|p| RemoveOnDrop(p.clone()))
-        .collect();
+    let mut cleanup: Vec<RemoveOnDrop> = Vec::with_capacity(p + 1);
+    // Created before the writers start (untimed, as before), so that a failed create
+    // cannot leave the other writers waiting at the start barrier.
+    let mut parts: Vec<(PathBuf, std::fs::File)> = Vec::with_capacity(p);
+    for i in 0..p {
+        let name = format!("naive.part{i}");
+        let (path, file) = scratch.create(&name).map_err(io_err(format!(
+            "creating {}",
+            scratch.path().join(&name).display()
+        )))?;
+        cleanup.push(RemoveOnDrop(path.clone()));
+        parts.push((path, file));
+    }
     let start = Barrier::new(p + 1);
     let t0 = std::thread::scope(|s| -> Result<Instant, MergeBenchError> {
         let handles: Vec<_> = parts
             .iter()
-            .map(|part| {
+            .map(|(part, file)| {
                 let start = &start;
                 s.spawn(move || -> Result<(), MergeBenchError> {
-                    let file = std::fs::File::create(part)
-                        .map_err(io_err(format!("creating {}", part.display())))?;
                     start.wait();
                     use std::os::unix::fs::FileExt;
                     for i in 0..f {
+                        if cancel.load(Ordering::Relaxed) {
+                            return Err(MergeBenchError::Interrupted);
+                        }
                         file.write_all_at(src, i * src.len() as u64)
                             .map_err(io_err(format!("writing {}", part.display())))?;
                     }
@@ -49,20 +60,38 @@ pub(super) fn naive_once(
             .collect();
         start.wait();
         let t0 = Instant::now();
+        let mut first = None;
         for h in handles {
-            h.join()
-                .map_err(|_| MergeBenchError::Config("a naive writer panicked".into()))??;
+            let r = h
+                .join()
+                .map_err(|_| MergeBenchError::Config("a naive writer panicked".into()))
+                .and_then(|r| r);
+            if let Err(e) = r {
+                // A real failure says more than the Interrupted of its siblings.
+                if first.is_none() || matches!(first, Some(MergeBenchError::Interrupted)) {
+                    first = Some(e);
+                }
+            }
         }
-        Ok(t0)
+        match first {
+            Some(e) => Err(e),
+            None => Ok(t0),
+        }
     })?;
-    let dst = std::fs::File::create(&out).map_err(io_err(format!("creating {}", out.display())))?;
+    // Inside the timing, as the concatenation it is part of.
+    let (out, dst) = scratch.create("naive.out").map_err(io_err(format!(
+        "creating {}",
+        scratch.path().join("naive.out").display()
+    )))?;
+    cleanup.push(RemoveOnDrop(out.clone()));
     let mut at: i64 = 0;
-    for part in &parts {
-        let srcf =
-            std::fs::File::open(part).map_err(io_err(format!("opening {}", part.display())))?;
+    for (part, srcf) in parts {
         let len = srcf.metadata().map_err(io_err("fstat"))?.len() as i64;
         let mut from: i64 = 0;
         while from < len {
+            if cancel.load(Ordering::Relaxed) {
+                return Err(MergeBenchError::Interrupted);
+            }
             // SAFETY: both descriptors are open files; the offsets are our own locals.
             let n = unsafe {
                 libc::copy_file_range(
@@ -70,7 +99,7 @@ pub(super) fn naive_once(
                     &mut from,
                     dst.as_raw_fd(),
                     &mut at,
-                    (len - from) as usize,
+                    ((len - from) as usize).min(CONCAT_STEP),
                     0,
                 )
             };
@@ -82,7 +111,7 @@ pub(super) fn naive_once(
             }
         }
         drop(srcf);
-        std::fs::remove_file(part).map_err(io_err(format!("removing {}", part.display())))?;
+        std::fs::remove_file(&part).map_err(io_err(format!("removing {}", part.display())))?;
     }
     if sync {
         dst.sync_all()

@@ -2,8 +2,8 @@
 //! and merge figures, and one timed merge.
 
 use std::io::{BufRead, BufReader, Write as _};
-use std::path::Path;
 use std::process::{Command, Stdio};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex};
 use std::time::{Duration, Instant};
 
@@ -11,13 +11,14 @@ use serde_json::Value;
 
 use accio_merge::{ContainerSink, Merger, Producer, ProducerOptions, SyncPolicy, WriteMode};
 
-use super::guards::{Kid, RemoveOnDrop};
+use super::guards::{wait_child, Kid, RemoveOnDrop};
 use super::naive::naive_once;
 use super::procfs::{merger_sched, peak_rss, reset_peak_rss};
 use super::producer::{set_nice, source_buffer, ProducerConfig};
 use super::{io_err, rss_within_budget, warn, MergeBench, MergeBenchError, Placement};
 use crate::emit;
-use crate::fs::{FsBench, FsInfo, Mode};
+use crate::fs::{FsBench, FsError, FsInfo, Mode};
+use crate::scratch::ScratchDir;
 use crate::CEILING_RETRIES;
 use accio_results::event::Event;
 use accio_results::hazard::{Hazard, HazardKind};
@@ -46,6 +47,7 @@ impl MergeBench {
             .filter(|p| *p == Placement::Threads || self.command.is_some())
             .collect();
         for target in &self.targets {
+            self.check_cancel()?;
             let info = match probe::probe(target) {
                 Ok(i) if !i.read_only => i,
                 Ok(_) => {
@@ -56,6 +58,20 @@ impl MergeBench {
                 }
                 Err(e) => {
                     let w = format!("merge: {}: {e}; skipped", target.display());
+                    warn(rec, events, HazardKind::NotMeasured, w)?;
+                    events(Event::Advanced(self.producers.len() as u64));
+                    continue;
+                }
+            };
+            // Every file of the target's runs goes into one private directory, removed
+            // however the run ends (see `crate::scratch`).
+            let scratch = match ScratchDir::new_in(target, "merge") {
+                Ok(s) => s,
+                Err(e) => {
+                    let w = format!(
+                        "merge: {}: cannot create a test directory in it: {e}; skipped",
+                        target.display()
+                    );
                     warn(rec, events, HazardKind::NotMeasured, w)?;
                     events(Event::Advanced(self.producers.len() as u64));
                     continue;
@@ -75,6 +91,7 @@ impl MergeBench {
                 None
             };
             for &p in &self.producers {
+                self.check_cancel()?;
                 let f = self.buffers_for(p, &info);
                 let total = p as u64 * f * self.buffer_bytes as u64;
                 let room = match info.free {
@@ -98,7 +115,7 @@ impl MergeBench {
                     continue;
                 }
                 let naive = if self.naive {
-                    self.measure_naive(&info, p, f, sync, &mut ceiling, rec, events)?
+                    self.measure_naive(&info, &scratch, p, f, sync, &mut ceiling, rec, events)?
                 } else {
                     None
                 };
@@ -110,6 +127,7 @@ impl MergeBench {
                         for &pl in &placements {
                             self.measure_merge(
                                 &info,
+                                &scratch,
                                 backend,
                                 mode,
                                 pl,
@@ -126,6 +144,10 @@ impl MergeBench {
                 }
                 events(Event::Advanced(1));
             }
+            scratch.close().map_err(io_err(format!(
+                "removing the test directory of {}",
+                target.display()
+            )))?;
         }
         events(Event::Done);
         Ok(())
@@ -167,16 +189,20 @@ impl MergeBench {
             .file_size(size)
             .record_size(record)
             .repeats(self.repeats.max(3))
-            .ceilings(false);
+            .ceilings(false)
+            .cancel_on(self.cancel);
         let out = fsb
             .run(&mut tmp, &mut |e| match e {
                 // The ceiling is a step of this bench, not a bench of its own.
                 Event::Started { .. } | Event::Advanced(_) | Event::Done => {}
                 e => events(e),
             })
-            .map_err(|e| MergeBenchError::Io {
-                what: format!("measuring the fs ceiling of {}", info.path.display()),
-                source: std::io::Error::other(e.to_string()),
+            .map_err(|e| match e {
+                FsError::Interrupted => MergeBenchError::Interrupted,
+                e => MergeBenchError::Io {
+                    what: format!("measuring the fs ceiling of {}", info.path.display()),
+                    source: std::io::Error::other(e.to_string()),
+                },
             })?;
         for f in &out.failures {
             warn(
@@ -277,6 +303,7 @@ impl MergeBench {
     fn measure_naive(
         &self,
         info: &FsInfo,
+        scratch: &ScratchDir,
         p: usize,
         f: u64,
         sync: bool,
@@ -287,7 +314,8 @@ impl MergeBench {
         let mut samples = Vec::new();
         let src = source_buffer(self.buffer_bytes, 0);
         for _ in 0..self.repeats {
-            samples.push(naive_once(&info.path, p, f, &src, sync)?);
+            self.check_cancel()?;
+            samples.push(naive_once(scratch, p, f, &src, sync, self.cancel)?);
         }
         let Some(fig) = self.figure("naive", info, p, f, sync, samples, ceiling.as_ref()) else {
             return Ok(None);
@@ -306,6 +334,7 @@ impl MergeBench {
     fn measure_merge(
         &self,
         info: &FsInfo,
+        scratch: &ScratchDir,
         backend: &str,
         mode: WriteMode,
         placement: Placement,
@@ -326,7 +355,8 @@ impl MergeBench {
         let mut used = mode;
         let mut claim = "";
         for _ in 0..self.repeats {
-            let r = match self.merge_once(&info.path, backend, mode, placement, p, f, sync) {
+            self.check_cancel()?;
+            let r = match self.merge_once(scratch, backend, mode, placement, p, f, sync) {
                 Err(MergeBenchError::Merge {
                     source: accio_merge::MergeError::Config(why),
                     ..
@@ -486,7 +516,7 @@ impl MergeBench {
     #[allow(clippy::too_many_arguments)]
     fn merge_once(
         &self,
-        dir: &Path,
+        scratch: &ScratchDir,
         backend: &str,
         mode: WriteMode,
         placement: Placement,
@@ -494,7 +524,9 @@ impl MergeBench {
         f: u64,
         sync: bool,
     ) -> Result<RunResult, MergeBenchError> {
-        let path = dir.join(format!("accio-bench-merge.{}.accio", std::process::id()));
+        // In the run's private directory (`crate::scratch`): nobody else can put a file or
+        // a symlink at this name.
+        let path = scratch.path().join("merge.accio");
         let _cleanup = RemoveOnDrop(path.clone());
         let merr = |what: &str| {
             let what = what.to_string();
@@ -504,7 +536,11 @@ impl MergeBench {
             .map_err(merr("creating the output"))?;
         let claim = sink.claim_mode();
         let addr = match backend {
-            "shm" => format!("shm://accio-bench-merge-{}", std::process::id()),
+            "shm" => format!(
+                "shm://accio-bench-merge-{}-{}",
+                std::process::id(),
+                scratch.tag()
+            ),
             _ => "tcp://127.0.0.1:0".to_string(),
         };
         let problems = Arc::new(Mutex::new(Vec::new()));
@@ -539,10 +575,16 @@ impl MergeBench {
                 let handles: Vec<_> = (0..p)
                     .map(|i| {
                         let (addr, go, src) = (addr.clone(), go.clone(), src.clone());
-                        let nice = self.producer_nice;
-                        std::thread::spawn(move || -> accio_merge::Result<u64> {
+                        let (nice, cancel) = (self.producer_nice, self.cancel);
+                        std::thread::spawn(move || -> Result<u64, MergeBenchError> {
+                            let merr = |e| MergeBenchError::Merge {
+                                what: "a producer thread".into(),
+                                source: e,
+                            };
                             set_nice(nice).map_err(|e| {
-                                accio_merge::MergeError::Config(format!("producer {i}: {e}"))
+                                merr(accio_merge::MergeError::Config(format!(
+                                    "producer {i}: {e}"
+                                )))
                             })?;
                             let prod = Producer::connect_with(
                                 &addr,
@@ -552,15 +594,21 @@ impl MergeBench {
                                 },
                             );
                             go.wait();
-                            let mut prod = prod?;
+                            let mut prod = prod.map_err(merr)?;
                             for _ in 0..f {
-                                prod.write_block(&src)?;
+                                if cancel.load(std::sync::atomic::Ordering::Relaxed) {
+                                    // Dropped unfinished: the merger counts it as lost.
+                                    return Err(MergeBenchError::Interrupted);
+                                }
+                                prod.write_block(&src).map_err(merr)?;
                             }
-                            prod.finish().map(|s| s.inserted_blocks)
+                            prod.finish().map(|s| s.inserted_blocks).map_err(merr)
                         })
                     })
                     .collect();
-                wait_warm(&merger, p);
+                // Cancellation ends the wait early; the producers, released below, then
+                // stop before their first block.
+                wait_warm(&merger, p, self.cancel);
                 let before = (merger.stats(), merger_sched());
                 // The clock starts before the producers are released: a main thread that
                 // the scheduler parks after the barrier would otherwise start it after
@@ -568,11 +616,26 @@ impl MergeBench {
                 // could add up past the whole.
                 let t0 = Instant::now();
                 go.wait();
+                let mut first = None;
                 for h in handles {
-                    inserted += h
+                    let r = h
                         .join()
-                        .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))?
-                        .map_err(merr("a producer thread"))?;
+                        .map_err(|_| MergeBenchError::Config("a producer thread panicked".into()))
+                        .and_then(|r| r);
+                    match r {
+                        Ok(n) => inserted += n,
+                        // A real failure says more than the Interrupted of its siblings.
+                        Err(e) => {
+                            if first.is_none()
+                                || matches!(first, Some(MergeBenchError::Interrupted))
+                            {
+                                first = Some(e);
+                            }
+                        }
+                    }
+                }
+                if let Some(e) = first {
+                    return Err(e);
                 }
                 (t0, before, Vec::new())
             }
@@ -580,6 +643,7 @@ impl MergeBench {
                 let cmd = self.command.as_ref().expect("filtered in run");
                 let mut kids = Vec::with_capacity(p);
                 for i in 0..p {
+                    self.check_cancel()?;
                     let cfg = ProducerConfig {
                         addr: addr.clone(),
                         id: i as u32,
@@ -600,6 +664,7 @@ impl MergeBench {
                     kids.push(Kid(child));
                 }
                 for (i, k) in kids.iter_mut().enumerate() {
+                    self.check_cancel()?;
                     let out = k.0.stdout.as_mut().expect("piped");
                     let mut line = String::new();
                     BufReader::new(out)
@@ -615,7 +680,8 @@ impl MergeBench {
                         });
                     }
                 }
-                wait_warm(&merger, p);
+                wait_warm(&merger, p, self.cancel);
+                self.check_cancel()?;
                 let before = (merger.stats(), merger_sched());
                 let t0 = Instant::now();
                 for k in &mut kids {
@@ -623,9 +689,10 @@ impl MergeBench {
                     let _ = k.0.stdin.as_mut().expect("piped").write_all(b"go\n");
                 }
                 for (i, k) in kids.iter_mut().enumerate() {
-                    let st =
-                        k.0.wait()
-                            .map_err(io_err(format!("waiting for producer {i}")))?;
+                    // Cancellation returns at once; the guards kill the producers.
+                    let st = wait_child(&mut k.0, self.cancel)
+                        .map_err(io_err(format!("waiting for producer {i}")))?
+                        .ok_or(MergeBenchError::Interrupted)?;
                     if !st.success() {
                         return Err(MergeBenchError::Io {
                             what: format!("producer process {i}"),
@@ -707,14 +774,14 @@ impl MergeBench {
     }
 }
 
-/// Waits (at most 30 s) until `p` producers are connected and the merger has registered
+/// Waits (at most 30 s, and not once `cancel` is set) until `p` producers are connected and the merger has registered
 /// the slots they asked for at connect time, so that the clock measures the merge and not
 /// the one-time setup (fresh slot memory is zeroed by the kernel at registration).
-fn wait_warm(merger: &Merger, p: usize) {
+fn wait_warm(merger: &Merger, p: usize, cancel: &AtomicBool) {
     let deadline = Instant::now() + Duration::from_secs(30);
     let mut last = (usize::MAX, 0usize);
     let mut steady = 0;
-    while Instant::now() < deadline {
+    while Instant::now() < deadline && !cancel.load(Ordering::Relaxed) {
         let s = merger.stats();
         // Registration is done when the slot count stops moving with everyone connected.
         if s.active == p && (s.slots, s.active) == last {

@@ -139,3 +139,143 @@ fn a_figure_past_its_ceiling_has_the_ceiling_measured_again() {
     assert!(again > 0);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// The names the bench wrote before it used a private directory: `accio-bench-merge.PID.accio`,
+/// `accio-bench-merge-naive.PID.partI` and `.out` in the target directory, and the fs
+/// ceiling's `accio-bench-fs.PID`.
+fn old_names(pid: u32) -> Vec<String> {
+    let mut v = vec![
+        format!("accio-bench-merge.{pid}.accio"),
+        format!("accio-bench-merge-naive.{pid}.out"),
+        format!("accio-bench-fs.{pid}"),
+    ];
+    v.extend((0..4).map(|i| format!("accio-bench-merge-naive.{pid}.part{i}")));
+    v
+}
+
+#[test]
+fn symlinks_planted_at_the_old_temp_names_are_never_followed() {
+    use std::os::unix::fs::PermissionsExt;
+    // The attacker's directory (world-writable in real life), and the victim: a 0600 file
+    // of the user running the bench.
+    let outside = tempfile::tempdir().unwrap();
+    let victim = outside.path().join("victim");
+    let precious: Vec<u8> = (0..8192u32).map(|i| (i * 7) as u8).collect();
+    std::fs::write(&victim, &precious).unwrap();
+    std::fs::set_permissions(&victim, std::fs::Permissions::from_mode(0o600)).unwrap();
+    let target = tempfile::tempdir().unwrap();
+    let me = std::process::id();
+    let mut planted = Vec::new();
+    for pid in me.saturating_sub(200)..me + 200 {
+        for name in old_names(pid) {
+            let link = target.path().join(name);
+            std::os::unix::fs::symlink(&victim, &link).unwrap();
+            planted.push(link);
+        }
+    }
+    let mut rec = Recorder::new(None).unwrap();
+    MergeBench::quick([target.path()])
+        .producers(&[2])
+        .buffer_bytes(256 << 10)
+        .buffers(Some(4))
+        .budget(4 << 20)
+        .placements(&[Placement::Threads])
+        .run(&mut rec, &mut |_| {})
+        .unwrap();
+    // It measured (through the private directory), and every figure kind is there.
+    let r = rec.report();
+    assert!(r.select("merge", "merge").count() >= 2);
+    assert_eq!(r.select("merge", "naive").count(), 1);
+    assert!(r.figures.iter().any(|f| f.bench == "fs"));
+    // The victim is byte for byte what it was, and still 0600.
+    assert_eq!(std::fs::read(&victim).unwrap(), precious);
+    let meta = std::fs::metadata(&victim).unwrap();
+    assert_eq!(meta.permissions().mode() & 0o777, 0o600);
+    // Every planted link is still a symlink to the victim (not replaced, not removed),
+    // and nothing else was left in the directory.
+    for link in &planted {
+        assert_eq!(std::fs::read_link(link).unwrap(), victim, "{link:?}");
+    }
+    assert_eq!(
+        std::fs::read_dir(target.path()).unwrap().count(),
+        planted.len()
+    );
+}
+
+/// A cancellation flag of one test (the process-wide `INTERRUPTED` would stop the other
+/// tests of this binary).
+static CANCEL_NAIVE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+static CANCEL_MERGE: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+/// Runs a long bench on a fresh directory, sets `flag` after 400 ms, and returns the
+/// outcome, the time from the flag to the return, and what was left in the directory.
+fn cancelled_run(
+    bench: MergeBench,
+    flag: &'static std::sync::atomic::AtomicBool,
+) -> (
+    Result<(), MergeBenchError>,
+    std::time::Duration,
+    Vec<std::path::PathBuf>,
+) {
+    use std::sync::atomic::Ordering;
+    use std::time::{Duration, Instant};
+    let target = tempfile::tempdir().unwrap();
+    let bench = bench.targets_for_test(target.path()).cancel_on(flag);
+    let setter = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(400));
+        flag.store(true, Ordering::SeqCst);
+        Instant::now()
+    });
+    let mut rec = Recorder::new(None).unwrap();
+    let out = bench.run(&mut rec, &mut |_| {});
+    let ended = Instant::now();
+    let set_at = setter.join().unwrap();
+    let left = std::fs::read_dir(target.path())
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    (out, ended.saturating_duration_since(set_at), left)
+}
+
+#[test]
+fn cancel_stops_the_naive_writers_within_a_second_and_removes_the_files() {
+    // 2 x 64 x 1 MiB a run, 1000 runs: minutes without the flag.
+    let bench = MergeBench::new(["unused"])
+        .producers(&[2])
+        .buffer_bytes(1 << 20)
+        .buffers(Some(64))
+        .repeats(1000)
+        .budget(4 << 20)
+        .ceilings(false)
+        .placements(&[Placement::Threads]);
+    let (out, took, left) = cancelled_run(bench, &CANCEL_NAIVE);
+    assert!(matches!(out, Err(MergeBenchError::Interrupted)), "{out:?}");
+    assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn cancel_stops_the_producer_threads_within_a_second_and_removes_the_files() {
+    let bench = MergeBench::new(["unused"])
+        .producers(&[2])
+        .buffer_bytes(1 << 20)
+        .buffers(Some(64))
+        .repeats(1000)
+        .budget(4 << 20)
+        .ceilings(false)
+        .naive(false)
+        .backends(&["shm".to_string()])
+        .write_modes(&[accio_merge::WriteMode::Copy])
+        .placements(&[Placement::Threads]);
+    let (out, took, left) = cancelled_run(bench, &CANCEL_MERGE);
+    assert!(matches!(out, Err(MergeBenchError::Interrupted)), "{out:?}");
+    assert!(took < std::time::Duration::from_secs(1), "{took:?}");
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+impl MergeBench {
+    fn targets_for_test(mut self, dir: &std::path::Path) -> MergeBench {
+        self.targets = vec![dir.to_path_buf()];
+        self
+    }
+}
