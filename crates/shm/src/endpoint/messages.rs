@@ -4,11 +4,19 @@ use std::time::Instant;
 
 use accio_core::{Error, Progress, Result};
 
-use super::ShmEndpoint;
+use super::{ShmEndpoint, MAX_MESSAGE};
 use crate::ring::{Consumer, Producer};
 
 impl ShmEndpoint {
     pub(super) fn send_locked(&self, tx: &mut Producer, msg: &[u8]) -> Result<()> {
+        if msg.len() > MAX_MESSAGE {
+            return Err(Error::MessageTooLarge {
+                op: "send",
+                endpoint: self.addr.to_string(),
+                len: msg.len(),
+                limit: MAX_MESSAGE,
+            });
+        }
         let chunk = tx.max_chunk();
         let total = msg.len() as u64;
         let mut sent = 0usize;
@@ -75,8 +83,25 @@ impl ShmEndpoint {
             }
             if rec.first {
                 started = true;
+                if rec.total > MAX_MESSAGE as u64 {
+                    self.gone.set();
+                    return Err(Error::protocol(
+                        &self.addr,
+                        format!(
+                            "a message of {} bytes announced, more than the {MAX_MESSAGE}-byte limit",
+                            rec.total
+                        ),
+                    ));
+                }
                 // Reserve up front, but never trust a huge announced length blindly.
                 buf.reserve((rec.total as usize).min(64 << 20));
+            }
+            if (buf.len() + rec.len) as u64 > rec.total {
+                self.gone.set();
+                return Err(Error::protocol(
+                    &self.addr,
+                    format!("a message runs past the {} bytes it announced", rec.total),
+                ));
             }
             buf.reserve(rec.len);
             let at = buf.len();
