@@ -120,8 +120,17 @@ pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
     let state = match r.layout() {
         Layout::Indexed { clean: true, .. } => "closed".to_string(),
         Layout::Indexed { clean: false, .. } => "recovered (index rebuilt by accio recover)".into(),
+        Layout::Scanned { damage, .. } if r.writer().is_some() => format!(
+            "being written by {} (it holds the file's lock; not closed yet); blocks found so far by scanning{}",
+            r.writer().expect("matched above"),
+            if damage.is_empty() {
+                String::new()
+            } else {
+                format!(", {} range(s) not readable yet", damage.len())
+            }
+        ),
         Layout::Scanned { why, damage, .. } => format!(
-            "NOT closed ({why}); blocks found by scanning{}",
+            "NOT closed ({why}; `accio recover` gives it an index); blocks found by scanning{}",
             if damage.is_empty() {
                 String::new()
             } else {
@@ -147,8 +156,14 @@ pub fn run_inspect(args: InspectArgs) -> anyhow::Result<()> {
         print!("{}", producer_table(&producers));
     }
     if let Layout::Scanned { damage, .. } = r.layout() {
+        // While a writer holds the file, its end is a block being written, not damage.
+        let label = if r.writer().is_some() {
+            "not readable yet"
+        } else {
+            "damaged"
+        };
         for d in damage {
-            println!("damaged: {d}");
+            println!("{label}: {d}");
         }
     }
     if args.blocks {

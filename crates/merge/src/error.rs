@@ -23,6 +23,17 @@ pub enum MergeError {
         #[source]
         source: io::Error,
     },
+    /// A container file is being written by another writer, which holds its lock (see
+    /// `container::LockHolder`): refused before a byte of it was changed.
+    #[error("{} is being written by {holder}, which holds its lock: refusing to {action} it", path.display())]
+    Locked {
+        /// The file.
+        path: PathBuf,
+        /// The process holding the lock.
+        holder: crate::container::LockHolder,
+        /// What was refused (`overwrite`, `recover`).
+        action: &'static str,
+    },
     /// A container file is not (or no longer) in the accio container format.
     #[error("{}: {reason}", path.display())]
     Format {

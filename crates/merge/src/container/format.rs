@@ -212,6 +212,14 @@ impl BlockHeader {
         b
     }
 
+    /// True when `b` starts with a block magic and a good header checksum: the cheap
+    /// part of [`BlockHeader::decode`], with no message built.
+    pub fn checksum_ok(b: &[u8]) -> bool {
+        b.len() >= HEADER_BYTES
+            && b[..8] == BLOCK_MAGIC
+            && crate::checksum::crc32c(&b[..60]) == u32_at(b, 60)
+    }
+
     /// Decodes and checks a header (not the payload).
     pub fn decode(b: &[u8]) -> Result<BlockHeader, String> {
         if b.len() < HEADER_BYTES {
@@ -287,23 +295,17 @@ pub fn encode_index(entries: &[IndexEntry]) -> Vec<u8> {
 }
 
 /// Decodes an index; every entry must lie in `data_start..data_end` after the previous one
-/// (blocks are listed in file order and do not overlap).
-pub fn decode_index(
+/// (blocks are listed in file order and do not overlap). Readers decode entries one chunk
+/// at a time ([`decode_index_header`], [`decode_index_entry`]); this is their whole-slice
+/// form, for tests.
+#[cfg(test)]
+pub(crate) fn decode_index(
     b: &[u8],
     align: u32,
     data_start: u64,
     data_end: u64,
 ) -> Result<Vec<IndexEntry>, String> {
-    if b.len() < INDEX_HEADER_BYTES || b[..8] != INDEX_MAGIC {
-        return Err("no index magic".into());
-    }
-    let count = u64_at(b, 8);
-    if u32_at(b, 16) as usize != INDEX_ENTRY_BYTES {
-        return Err(format!(
-            "index entries of {} bytes are not supported",
-            u32_at(b, 16)
-        ));
-    }
+    let count = decode_index_header(b.get(..INDEX_HEADER_BYTES).unwrap_or(b))?;
     let expect = (count as u128) * INDEX_ENTRY_BYTES as u128 + INDEX_HEADER_BYTES as u128;
     if expect != b.len() as u128 {
         return Err(format!(
@@ -311,37 +313,69 @@ pub fn decode_index(
             b.len()
         ));
     }
-    let mut out = Vec::with_capacity(count as usize);
+    let mut out = Vec::new();
     let mut at_least = data_start;
-    for i in 0..count as usize {
-        let at = INDEX_HEADER_BYTES + i * INDEX_ENTRY_BYTES;
-        let r = &b[at..at + INDEX_ENTRY_BYTES];
-        let len = u64_at(r, 24);
-        let offset = u64_at(r, 16);
-        if len > MAX_PAYLOAD {
-            return Err(format!("index entry {i} declares {len} payload bytes"));
-        }
-        let e = IndexEntry {
-            header: BlockHeader {
-                producer: u32_at(r, 0),
-                kind: BlockKind::from_code(r[4]),
-                seq: u64_at(r, 8),
-                len,
-                payload_crc: u32_at(r, 32),
-            },
-            offset,
-        };
-        if offset < at_least || !offset.is_multiple_of(u64::from(align)) || e.end(align) > data_end
-        {
-            return Err(format!(
-                "index entry {i} (block at {offset:#x}, {len} bytes) lies outside the data \
-                 area {at_least:#x}..{data_end:#x} or is misaligned"
-            ));
-        }
+    for (i, r) in b[INDEX_HEADER_BYTES..]
+        .chunks_exact(INDEX_ENTRY_BYTES)
+        .enumerate()
+    {
+        let e = decode_index_entry(r, i as u64, align, at_least, data_end)?;
         at_least = e.end(align);
         out.push(e);
     }
     Ok(out)
+}
+
+/// Decodes the index header (its first [`INDEX_HEADER_BYTES`] bytes): the number of
+/// entries it announces.
+pub(crate) fn decode_index_header(b: &[u8]) -> Result<u64, String> {
+    if b.len() < INDEX_HEADER_BYTES || b[..8] != INDEX_MAGIC {
+        return Err("no index magic".into());
+    }
+    if u32_at(b, 16) as usize != INDEX_ENTRY_BYTES {
+        return Err(format!(
+            "index entries of {} bytes are not supported",
+            u32_at(b, 16)
+        ));
+    }
+    Ok(u64_at(b, 8))
+}
+
+/// Decodes entry `i` of an index (its [`INDEX_ENTRY_BYTES`] bytes `r`); it must lie at or
+/// after `at_least` (the end of the entry before), aligned, and end by `data_end`.
+pub(crate) fn decode_index_entry(
+    r: &[u8],
+    i: u64,
+    align: u32,
+    at_least: u64,
+    data_end: u64,
+) -> Result<IndexEntry, String> {
+    let len = u64_at(r, 24);
+    let offset = u64_at(r, 16);
+    if len > MAX_PAYLOAD {
+        return Err(format!("index entry {i} declares {len} payload bytes"));
+    }
+    let e = IndexEntry {
+        header: BlockHeader {
+            producer: u32_at(r, 0),
+            kind: BlockKind::from_code(r[4]),
+            seq: u64_at(r, 8),
+            len,
+            payload_crc: u32_at(r, 32),
+        },
+        offset,
+    };
+    if offset < at_least
+        || !offset.is_multiple_of(u64::from(align))
+        || offset > data_end
+        || e.end(align) > data_end
+    {
+        return Err(format!(
+            "index entry {i} (block at {offset:#x}, {len} bytes) lies outside the data \
+             area {at_least:#x}..{data_end:#x} or is misaligned"
+        ));
+    }
+    Ok(e)
 }
 
 /// The trailer: the last 64 bytes of a closed file.

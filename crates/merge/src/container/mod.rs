@@ -22,6 +22,7 @@
 mod follow;
 mod format;
 mod headers;
+mod lock;
 mod reader;
 mod writer;
 
@@ -31,9 +32,10 @@ pub use format::{
     HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
 pub use headers::ClaimMode;
+pub use lock::LockHolder;
 pub use reader::{
-    recover, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats, Recovery,
-    Verification,
+    recover, recover_image, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats,
+    Recovery, Verification,
 };
 pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter};
 

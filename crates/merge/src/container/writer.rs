@@ -59,7 +59,8 @@ struct State {
 /// block's space is reserved under a lock, then written with one `pwritev` outside it.
 ///
 /// Dropping a writer without [`ContainerWriter::finish`] leaves the file as a crash would:
-/// every complete block readable by a scan, no index.
+/// every complete block readable by a scan, no index. Either way the file's lock goes with
+/// the writer (see [`ContainerWriter::create`]).
 #[derive(Debug)]
 pub struct ContainerWriter {
     file: File,
@@ -75,6 +76,10 @@ pub struct ContainerWriter {
 
 impl ContainerWriter {
     /// Creates (or truncates) `path` and writes the file header.
+    ///
+    /// The writer holds the file's exclusive lock for its whole life, taken before
+    /// anything is truncated or written: a file another writer (or `recover`) holds is
+    /// refused with [`MergeError::Locked`], naming the holder's pid, and left as it was.
     pub fn create(path: impl AsRef<Path>, opts: ContainerOptions) -> Result<ContainerWriter> {
         let path = path.as_ref().to_path_buf();
         if !opts.align.is_power_of_two() || !(MIN_ALIGN..=MAX_ALIGN).contains(&opts.align) {
@@ -83,13 +88,18 @@ impl ContainerWriter {
                 opts.align
             )));
         }
+        // Not truncated on open: only once the lock is ours (another writer's blocks
+        // would go, and its mapped pages with them: a `SIGBUS` in that writer).
+        #[allow(clippy::suspicious_open_options)]
         let file = OpenOptions::new()
             .read(true)
             .write(true)
             .create(true)
-            .truncate(true)
             .open(&path)
             .map_err(|e| MergeError::file("creating", &path, e))?;
+        super::lock::lock_exclusive(&file, &path, "overwrite")?;
+        file.set_len(0)
+            .map_err(|e| MergeError::file("truncating", &path, e))?;
         let header = FileHeader {
             version: VERSION,
             align: opts.align,
