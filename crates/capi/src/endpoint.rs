@@ -256,7 +256,9 @@ pub unsafe extern "C" fn accio_endpoint_peer_addr(
 }
 
 /// Sends one message of `len` bytes (0 allowed, `data` may then be NULL), waiting for
-/// room as long as needed.
+/// room as long as needed. A `len` above `PTRDIFF_MAX` (`SIZE_MAX`, say) fails with
+/// `ACCIO_INVALID_ARGUMENT`; one above the backend's message limit (tcp: 1 GiB by
+/// default) with `ACCIO_MESSAGE_TOO_LARGE`.
 ///
 /// # Safety
 /// `endpoint` is a live endpoint; `data` is readable for `len` bytes.
@@ -271,7 +273,7 @@ pub unsafe extern "C" fn accio_endpoint_send(
         // SAFETY: the caller's contract.
         let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
         // SAFETY: the caller's contract.
-        let msg = unsafe { bytes(OP, "data", data, len)? };
+        let msg = unsafe { bytes(OP, "data", "len", data, len)? };
         Ok(e.ep.send(msg)?)
     })
 }
@@ -297,7 +299,7 @@ pub unsafe extern "C" fn accio_endpoint_recv(
         // SAFETY: the caller's contract.
         let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
         // SAFETY: the caller's contract.
-        let dst = unsafe { bytes_mut(OP, "buf", buf, cap)? };
+        let dst = unsafe { bytes_mut(OP, "buf", "cap", buf, cap)? };
         // The lock serializes receivers (the contract does too) and guards a kept message.
         let mut inbox = e.inbox.lock().unwrap_or_else(PoisonError::into_inner);
         let inbox = &mut *inbox;
@@ -405,7 +407,7 @@ pub unsafe extern "C" fn accio_endpoint_vwrite_to(
         // SAFETY: the caller's contract.
         let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
         // SAFETY: the caller's contract.
-        let src = unsafe { bytes(OP, "src", src, len)? };
+        let src = unsafe { bytes(OP, "src", "len", src, len)? };
         Ok(e.ep.vwrite_to(src, remote_off, rma_flags(OP, flags)?)?)
     })
 }
@@ -427,7 +429,7 @@ pub unsafe extern "C" fn accio_endpoint_vread_from(
         // SAFETY: the caller's contract.
         let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
         // SAFETY: the caller's contract.
-        let dst = unsafe { bytes_mut(OP, "dst", dst, len)? };
+        let dst = unsafe { bytes_mut(OP, "dst", "len", dst, len)? };
         Ok(e.ep.vread_from(dst, remote_off, rma_flags(OP, flags)?)?)
     })
 }

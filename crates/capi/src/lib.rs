@@ -19,6 +19,10 @@
 //! - A NULL handle or pointer argument is refused with `ACCIO_NULL_POINTER`; a handle of the
 //!   wrong type (or, on a best-effort basis, one already destroyed) with
 //!   `ACCIO_INVALID_HANDLE`. No Rust panic crosses the boundary: it becomes `ACCIO_PANIC`.
+//! - A pointer and a length name one buffer: a length above `isize::MAX`, or one that makes
+//!   the buffer end past the end of the address space (`SIZE_MAX`, a negative value cast to
+//!   `size_t`), is refused with `ACCIO_INVALID_ARGUMENT` before any byte is touched; the
+//!   message names the argument and the limit.
 //! - Timeouts are milliseconds; a negative value ([`ACCIO_FOREVER`]) waits forever.
 
 #![allow(non_camel_case_types)]
@@ -235,13 +239,53 @@ pub(crate) fn need<T>(op: &str, what: &str, p: *mut T) -> CResult {
     }
 }
 
-/// A byte slice argument (`len` 0 allows a NULL pointer).
+/// The end of the user address space on every 64-bit Linux target (x86-64 with 5-level
+/// paging: 2^56; arm64 and powerpc64 with 52-bit addresses: 2^52; riscv64 Sv57: 2^56): no
+/// buffer of a C caller ends past it, so a range that does is a wrong length, refused
+/// before a slice is built. On 32-bit targets `isize::MAX` is the bound.
+#[cfg(target_pointer_width = "64")]
+const USER_SPACE_END: usize = 1 << 57;
+#[cfg(not(target_pointer_width = "64"))]
+const USER_SPACE_END: usize = usize::MAX;
+
+/// Checks that `len` bytes at `p` can be one Rust slice, as `slice::from_raw_parts`
+/// requires: at most `isize::MAX` bytes, not wrapping around the address space, and (on
+/// 64-bit targets) not ending past [`USER_SPACE_END`]. `what` names the pointer argument,
+/// `len_what` the length argument. A C caller's `SIZE_MAX` or `(size_t)-1` is refused here
+/// with `ACCIO_INVALID_ARGUMENT` instead of reaching a backend as a slice (which read past
+/// the buffer and crashed).
+pub(crate) fn check_len(op: &str, what: &str, len_what: &str, p: usize, len: usize) -> CResult {
+    if len > isize::MAX as usize {
+        return Err(Failure::invalid(
+            op,
+            format!(
+                "{len_what} = {len} bytes of {what} exceeds the largest buffer length, \
+                 isize::MAX = {}",
+                isize::MAX
+            ),
+        ));
+    }
+    match p.checked_add(len) {
+        Some(end) if end <= USER_SPACE_END => Ok(()),
+        _ => Err(Failure::invalid(
+            op,
+            format!(
+                "{what} at {p:#x} with {len_what} = {len} bytes ends past the end of user \
+                 address space ({USER_SPACE_END:#x}): the length is wrong"
+            ),
+        )),
+    }
+}
+
+/// A byte slice argument (`len` 0 allows a NULL pointer); `len` is checked first
+/// ([`check_len`]).
 ///
 /// # Safety
 /// `p` is NULL or valid for reads of `len` bytes for `'a`.
 pub(crate) unsafe fn bytes<'a>(
     op: &str,
     what: &str,
+    len_what: &str,
     p: *const u8,
     len: usize,
 ) -> CResult<&'a [u8]> {
@@ -251,11 +295,14 @@ pub(crate) unsafe fn bytes<'a>(
     if p.is_null() {
         return Err(null(op, what));
     }
-    // SAFETY: non-NULL and readable for len bytes by the caller's contract.
+    check_len(op, what, len_what, p as usize, len)?;
+    // SAFETY: non-NULL and readable for len bytes by the caller's contract; len is at most
+    // isize::MAX and the range does not wrap (checked just above).
     Ok(unsafe { std::slice::from_raw_parts(p, len) })
 }
 
-/// A mutable byte slice argument (`len` 0 allows a NULL pointer).
+/// A mutable byte slice argument (`len` 0 allows a NULL pointer); `len` is checked first
+/// ([`check_len`]).
 ///
 /// # Safety
 /// `p` is NULL or valid for reads and writes of `len` bytes for `'a`, and nothing else
@@ -263,6 +310,7 @@ pub(crate) unsafe fn bytes<'a>(
 pub(crate) unsafe fn bytes_mut<'a>(
     op: &str,
     what: &str,
+    len_what: &str,
     p: *mut u8,
     len: usize,
 ) -> CResult<&'a mut [u8]> {
@@ -272,7 +320,9 @@ pub(crate) unsafe fn bytes_mut<'a>(
     if p.is_null() {
         return Err(null(op, what));
     }
-    // SAFETY: non-NULL, writable for len bytes and unaliased by the caller's contract.
+    check_len(op, what, len_what, p as usize, len)?;
+    // SAFETY: non-NULL, writable for len bytes and unaliased by the caller's contract;
+    // len is at most isize::MAX and the range does not wrap (checked just above).
     Ok(unsafe { std::slice::from_raw_parts_mut(p, len) })
 }
 

@@ -531,7 +531,7 @@ pub unsafe extern "C" fn accio_producer_write(
         // SAFETY: the caller's contract.
         let p = unsafe { obj_mut::<ProducerObj>(OP, producer)? };
         // SAFETY: the caller's contract.
-        let data = unsafe { crate::bytes(OP, "data", data, len)? };
+        let data = unsafe { crate::bytes(OP, "data", "len", data, len)? };
         let s = p.get(OP)?.write_block(data)?;
         if !seq.is_null() {
             // SAFETY: non-NULL and writable by the caller's contract.
@@ -542,7 +542,9 @@ pub unsafe extern "C" fn accio_producer_write(
 }
 
 /// Appends one record of `len` bytes; records are packed into buffers (each a `u32`
-/// length and the bytes) and a full buffer is committed as one block (kind 1).
+/// length and the bytes) and a full buffer is committed as one block (kind 1). A record
+/// longer than the merger's slot size less 4 bytes fails with `ACCIO_TOO_LARGE`; a `len`
+/// above `PTRDIFF_MAX` (`SIZE_MAX`, say) with `ACCIO_INVALID_ARGUMENT`.
 ///
 /// # Safety
 /// `producer` is a live producer used by this thread only; `data` is readable for `len`
@@ -558,7 +560,7 @@ pub unsafe extern "C" fn accio_producer_write_record(
         // SAFETY: the caller's contract.
         let p = unsafe { obj_mut::<ProducerObj>(OP, producer)? };
         // SAFETY: the caller's contract.
-        let data = unsafe { crate::bytes(OP, "data", data, len)? };
+        let data = unsafe { crate::bytes(OP, "data", "len", data, len)? };
         Ok(p.get(OP)?.write_record(data)?)
     })
 }
@@ -732,7 +734,7 @@ pub unsafe extern "C" fn accio_reader_read(
         // SAFETY: the caller's contract.
         let r = unsafe { obj::<ReaderObj>(OP, reader)? };
         // SAFETY: the caller's contract.
-        let dst = unsafe { bytes_mut(OP, "buf", buf, cap)? };
+        let dst = unsafe { bytes_mut(OP, "buf", "cap", buf, cap)? };
         let b = block_at(OP, &r.0, index)?;
         let n = usize::try_from(b.header.len).unwrap_or(usize::MAX);
         // SAFETY: len checked non-NULL above; writable by contract.

@@ -521,3 +521,197 @@ fn a_panic_becomes_a_status_and_a_message() {
     .unwrap();
     assert!(last_error().starts_with("accio_test_call"));
 }
+
+/// The isize::MAX text every refusal of a too-large length carries.
+const ISIZE_LIMIT: &str = "isize::MAX = 9223372036854775807";
+
+/// Asserts `status` is `ACCIO_INVALID_ARGUMENT` and this thread's message names the call,
+/// the length argument and `limit`.
+fn assert_refused(status: accio_status, op: &str, arg: &str, limit: &str) {
+    let msg = last_error();
+    assert_eq!(status, ACCIO_INVALID_ARGUMENT, "{op}: {msg}");
+    assert!(msg.starts_with(&format!("{op}: ")), "{msg}");
+    assert!(msg.contains(&format!("{arg} = ")), "{msg}");
+    assert!(msg.contains(limit), "{msg}");
+}
+
+#[test]
+fn lengths_past_isize_max_or_the_address_space_are_refused_not_sliced() {
+    let buf = [0u8; 64];
+    let at = buf.as_ptr() as usize;
+    assert!(check_len("op", "data", "len", at, 64).is_ok());
+    let past = (1usize << 57) - at + 1;
+    for (len, limit) in [
+        (usize::MAX, ISIZE_LIMIT.to_string()),
+        (isize::MAX as usize + 1, ISIZE_LIMIT.to_string()),
+        (past, format!("{:#x}", 1usize << 57)),
+    ] {
+        let f = check_len("op", "data", "len", at, len).unwrap_err();
+        assert_eq!(f.status, ACCIO_INVALID_ARGUMENT);
+        assert!(f.message.contains(&limit), "{}", f.message);
+    }
+    // A range that would wrap around the end of the address space.
+    let f = check_len("op", "data", "len", usize::MAX - 10, 100).unwrap_err();
+    assert!(f.message.contains("ends past the end"), "{}", f.message);
+}
+
+/// Every entry that takes a pointer and a length, over shm and tcp: SIZE_MAX and huge
+/// lengths fail with ACCIO_INVALID_ARGUMENT (before: SIGSEGV in accio_endpoint_send over
+/// shm), nothing is sent, and the connection still works afterwards.
+#[test]
+fn huge_lengths_on_an_endpoint_fail_cleanly_and_send_nothing() {
+    for base in [
+        format!("shm://{}", unique("len")),
+        "tcp://127.0.0.1:0".into(),
+    ] {
+        let name = CString::new(base.clone()).unwrap();
+        let mut l: *mut accio_listener = ptr::null_mut();
+        // SAFETY: valid arguments throughout; the lengths lie on purpose, and the API must
+        // refuse them before it touches the memory.
+        unsafe {
+            assert_eq!(accio_listener_create(name.as_ptr(), &mut l), ACCIO_OK);
+            let mut addr = [0 as std::ffi::c_char; 128];
+            assert_eq!(
+                accio_listener_addr(l, addr.as_mut_ptr(), addr.len(), ptr::null_mut()),
+                ACCIO_OK
+            );
+            let lh = Send_(l);
+            let server = std::thread::spawn(move || {
+                let lh = lh;
+                let mut ep: *mut accio_endpoint = ptr::null_mut();
+                assert_eq!(accio_listener_accept(lh.0, 5000, &mut ep), ACCIO_OK);
+                Send_(ep)
+            });
+            let mut c: *mut accio_endpoint = ptr::null_mut();
+            assert_eq!(
+                accio_endpoint_connect(addr.as_ptr(), 5000, &mut c),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            let a = server.join().unwrap().0;
+            let mut small = [0u8; 64];
+            let data = small.as_mut_ptr();
+            let end_of_space = format!("{:#x}", 1usize << 57);
+            for (len, limit) in [
+                (usize::MAX, ISIZE_LIMIT),
+                (isize::MAX as usize + 1, ISIZE_LIMIT),
+                (1 << 62, end_of_space.as_str()),
+            ] {
+                let op = "accio_endpoint_send";
+                assert_refused(accio_endpoint_send(c, data, len), op, "len", limit);
+                let op = "accio_endpoint_vwrite_to";
+                let s = accio_endpoint_vwrite_to(c, data, len, 4096, 0);
+                assert_refused(s, op, "len", limit);
+                let op = "accio_endpoint_vread_from";
+                let s = accio_endpoint_vread_from(c, data, len, 4096, 0);
+                assert_refused(s, op, "len", limit);
+                let mut n = 0usize;
+                let op = "accio_endpoint_recv";
+                let s = accio_endpoint_recv(a, data, len, &mut n, 0);
+                assert_refused(s, op, "cap", limit);
+            }
+            // Nothing was sent: the first message the peer gets is the next real one.
+            assert_eq!(accio_endpoint_send(c, b"after".as_ptr(), 5), ACCIO_OK);
+            let mut n = 0usize;
+            assert_eq!(
+                accio_endpoint_recv(a, data, small.len(), &mut n, 5000),
+                ACCIO_OK,
+                "{base}: {}",
+                last_error()
+            );
+            assert_eq!(&small[..n], b"after", "{base}");
+            assert_eq!(accio_endpoint_destroy(c), ACCIO_OK);
+            assert_eq!(accio_endpoint_destroy(a), ACCIO_OK);
+            assert_eq!(accio_listener_destroy(l), ACCIO_OK);
+        }
+    }
+}
+
+/// `accio_producer_write_record(p, b, SIZE_MAX)` was a panic in the record packing
+/// (ACCIO_PANIC and a backtrace on stderr): now an invalid argument; a record one byte too
+/// long for the slot is ACCIO_TOO_LARGE; the producer goes on working after both.
+#[test]
+fn huge_lengths_on_a_producer_and_a_reader_fail_cleanly() {
+    let dir = tempfile_dir("len");
+    let path = dir.join("out.accio");
+    let cpath = CString::new(path.to_str().unwrap()).unwrap();
+    let addr = CString::new(format!("shm://{}", unique("plen"))).unwrap();
+    let opts = accio_merger_options {
+        budget: 1 << 20,
+        slot_bytes: 64 << 10,
+        ..Default::default()
+    };
+    // SAFETY: valid arguments throughout; the lengths lie on purpose and must be refused
+    // before the memory is touched.
+    unsafe {
+        let mut m: *mut accio_merger = ptr::null_mut();
+        assert_eq!(
+            accio_merger_create(addr.as_ptr(), cpath.as_ptr(), &opts, &mut m),
+            ACCIO_OK,
+            "{}",
+            last_error()
+        );
+        let mut p: *mut accio_producer = ptr::null_mut();
+        assert_eq!(
+            accio_producer_connect(addr.as_ptr(), ptr::null(), &mut p),
+            ACCIO_OK
+        );
+        let b = [7u8; 64];
+        for (len, limit) in [
+            (usize::MAX, ISIZE_LIMIT),
+            (isize::MAX as usize + 1, ISIZE_LIMIT),
+        ] {
+            let op = "accio_producer_write_record";
+            let s = accio_producer_write_record(p, b.as_ptr(), len);
+            assert_refused(s, op, "len", limit);
+            let op = "accio_producer_write";
+            let s = accio_producer_write(p, b.as_ptr(), len, ptr::null_mut());
+            assert_refused(s, op, "len", limit);
+        }
+        // One byte more than a slot holds with the record's 4-byte length.
+        let long = vec![1u8; (64 << 10) - 3];
+        assert_eq!(
+            accio_producer_write_record(p, long.as_ptr(), long.len()),
+            ACCIO_TOO_LARGE
+        );
+        assert_eq!(
+            last_error(),
+            "record (with its 4-byte length) of 65537 bytes does not fit the 65536-byte buffer"
+        );
+        assert_eq!(
+            accio_producer_write_record(p, long.as_ptr(), long.len() - 1),
+            ACCIO_OK,
+            "{}",
+            last_error()
+        );
+        assert_eq!(accio_producer_write_record(p, b.as_ptr(), 3), ACCIO_OK);
+        assert_eq!(accio_producer_finish(p, ptr::null_mut()), ACCIO_OK);
+        assert_eq!(accio_merger_close(m, ptr::null_mut()), ACCIO_OK);
+
+        let mut r: *mut accio_reader = ptr::null_mut();
+        assert_eq!(accio_reader_open(cpath.as_ptr(), &mut r), ACCIO_OK);
+        let mut count = 0;
+        assert_eq!(accio_reader_block_count(r, &mut count), ACCIO_OK);
+        assert_eq!(count, 2, "the full slot and the last record");
+        let mut out = [0u8; 16];
+        let mut n = 0;
+        let s = accio_reader_read(r, 1, out.as_mut_ptr(), usize::MAX, &mut n);
+        assert_refused(s, "accio_reader_read", "cap", ISIZE_LIMIT);
+        assert_eq!(
+            accio_reader_read(r, 1, out.as_mut_ptr(), out.len(), &mut n),
+            ACCIO_OK
+        );
+        // The last block: one record, its u32 length and 3 bytes.
+        assert_eq!(&out[..n], &[3, 0, 0, 0, 7, 7, 7]);
+        assert_eq!(accio_reader_destroy(r), ACCIO_OK);
+    }
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// A fresh directory of this test (created, not reused).
+fn tempfile_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(unique(tag));
+    std::fs::create_dir(&dir).unwrap();
+    dir
+}

@@ -681,14 +681,18 @@ impl Producer {
     /// Appends one record; records are packed into buffers (each a `u32` length and the
     /// bytes) and a full buffer is committed as a [`BlockKind::Records`] block.
     pub fn write_record(&mut self, record: &[u8]) -> Result<()> {
-        let need = 4 + record.len();
-        if need > self.slot_bytes {
-            return Err(MergeError::TooLarge {
-                what: "record (with its 4-byte length)",
-                len: need,
-                limit: self.slot_bytes,
-            });
-        }
+        // Checked: a length from C (`SIZE_MAX`) must not wrap into a small `need`, and the
+        // length prefix is a `u32`.
+        let need = match record.len().checked_add(4) {
+            Some(n) if n <= self.slot_bytes && u32::try_from(record.len()).is_ok() => n,
+            _ => {
+                return Err(MergeError::TooLarge {
+                    what: "record (with its 4-byte length)",
+                    len: record.len().saturating_add(4),
+                    limit: self.slot_bytes.min((u32::MAX as usize).saturating_add(4)),
+                })
+            }
+        };
         if let Some(pk) = self.packing {
             if pk.len + need > self.slot_bytes {
                 self.flush_records()?;
