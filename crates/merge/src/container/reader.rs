@@ -42,8 +42,10 @@ use crate::error::{MergeError, Result};
 const CHUNK: usize = 1 << 20;
 
 /// Where the bytes come from: a file, or memory (tests, the fuzz target).
-trait Source: Send + Sync {
+pub(super) trait Source: Send + Sync {
+    /// Size in bytes.
     fn size(&self) -> u64;
+    /// Fills `buf` from `at`, or fails.
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()>;
 }
 
@@ -56,7 +58,7 @@ impl Source for File {
     }
 }
 
-struct Bytes(Vec<u8>);
+pub(super) struct Bytes(pub(super) Vec<u8>);
 
 impl Source for Bytes {
     fn size(&self) -> u64 {
@@ -232,7 +234,7 @@ impl ContainerReader {
         ContainerReader::from_source(Box::new(Bytes(bytes)), PathBuf::from("<memory>"))
     }
 
-    fn from_source(src: Box<dyn Source>, path: PathBuf) -> Result<ContainerReader> {
+    pub(super) fn from_source(src: Box<dyn Source>, path: PathBuf) -> Result<ContainerReader> {
         let size = src.size();
         let mut hb = [0u8; HEADER_BYTES];
         if size < HEADER_BYTES as u64 {
@@ -831,7 +833,7 @@ impl Target for FileTarget<'_> {
     }
 }
 
-struct MemoryTarget<'a>(&'a mut Vec<u8>);
+pub(super) struct MemoryTarget<'a>(pub(super) &'a mut Vec<u8>);
 
 impl MemoryTarget<'_> {
     fn range(&mut self, at: u64, len: usize) -> io::Result<&mut [u8]> {
