@@ -130,6 +130,24 @@ impl std::fmt::Debug for Producer {
     }
 }
 
+/// Accepts a file a merger lent to write in place only if it is a regular file opened for
+/// reading and writing: anything else (a device, a pipe, a socket) is a broken or hostile
+/// merger.
+fn check_lent_file(f: std::fs::File, merger: &str) -> accio::Result<std::fs::File> {
+    let meta = f
+        .metadata()
+        .map_err(|e| accio::Error::io("fstat", format!("the file lent by {merger}"), e))?;
+    // SAFETY: F_GETFL on a descriptor we own has no memory effects.
+    let flags = unsafe { libc::fcntl(std::os::fd::AsRawFd::as_raw_fd(&f), libc::F_GETFL) };
+    if !meta.file_type().is_file() || flags < 0 || flags & libc::O_ACCMODE != libc::O_RDWR {
+        return Err(accio::Error::protocol(
+            merger,
+            "the output file it lent is not a regular file open for reading and writing",
+        ));
+    }
+    Ok(f)
+}
+
 impl Producer {
     /// Connects to the merger at `addr` with the default options.
     pub fn connect(addr: &str) -> Result<Producer> {
@@ -151,7 +169,7 @@ impl Producer {
             } else {
                 Duration::ZERO
             },
-            stores: env.stores,
+            ..env
         };
         let ep = accio::connect_with(addr, opts.timeout, &accio::Options::new().with(shm))?;
         let mapped = ep.capabilities().map_remote;
@@ -301,11 +319,14 @@ impl Producer {
             }
             Msg::Direct { path } => {
                 use std::os::unix::ffi::OsStrExt;
+                // The path names the file in messages only: the file itself came with the
+                // message, and no path a peer sends is ever opened here (a merger could
+                // name any file this process may write).
                 let path = std::path::Path::new(std::ffi::OsStr::from_bytes(&path));
-                match std::fs::OpenOptions::new()
-                    .read(true)
-                    .write(true)
-                    .open(path)
+                match self
+                    .ep
+                    .recv_file()
+                    .and_then(|f| check_lent_file(f, &self.merger))
                 {
                     Ok(f) => {
                         self.inserter = match self.in_place {
@@ -317,7 +338,7 @@ impl Producer {
                     }
                     Err(e) => {
                         self.failed.get_or_insert(format!(
-                            "cannot open the output {} to write in place: {e}",
+                            "cannot take the output {} to write in place: {e}",
                             path.display()
                         ));
                     }

@@ -60,8 +60,15 @@ pub trait Sink: Send {
 /// A sink whose payload bytes producers write in place, into room the merger reserves in
 /// the file; the merger writes only the metadata (headers: the commit records).
 pub trait DirectSink {
-    /// The file producers open (an absolute path).
+    /// The output file's path, for messages (producers never open it: they are handed
+    /// [`DirectSink::lend`]'s descriptor).
     fn file_path(&self) -> &Path;
+
+    /// A descriptor of the output for producers to write in place, which the merger hands
+    /// them over its connection ([`accio::Endpoint::send_file`]): a new open file
+    /// description of the same file, readable and writable, so that the writer's own
+    /// (the one holding the file's lock) never leaves this process.
+    fn lend(&self) -> std::io::Result<std::fs::File>;
 
     /// `Ok` when producers can write the file in place here and it pays off; otherwise
     /// why not (the merger then copies).
@@ -151,6 +158,15 @@ const DIRECT_FS: [(u64, &str); 4] = [
 impl DirectSink for ContainerSink {
     fn file_path(&self) -> &Path {
         &self.path
+    }
+
+    fn lend(&self) -> std::io::Result<std::fs::File> {
+        // Our own descriptor, reopened through /proc: the same file whatever became of
+        // its path since it was created.
+        std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open(format!("/proc/self/fd/{}", self.writer.raw_fd()))
     }
 
     fn support(&self) -> std::result::Result<(), String> {

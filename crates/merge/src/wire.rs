@@ -3,7 +3,7 @@
 //! be buggy or hostile, and its bad message costs only its own connection.
 
 /// Protocol version; a producer of another version is refused.
-pub const PROTOCOL: u16 = 4;
+pub const PROTOCOL: u16 = 5;
 
 /// Producer id a producer sends to let the merger pick one.
 pub const ANY_PRODUCER: u32 = u32::MAX;
@@ -33,9 +33,11 @@ pub enum Msg {
     },
     /// Merger → producer, right before `Welcome` when producers write the output in
     /// place: every `Grant` from now on is room in this file (its `offset` is where the
-    /// payload goes), to be mapped and written there.
+    /// payload goes), to be mapped and written there. The file itself comes with the
+    /// message, as a descriptor (`Endpoint::send_file`): the producer never opens a path
+    /// it was sent.
     Direct {
-        /// The output file's path (bytes of an absolute Unix path).
+        /// The output file's path (bytes of an absolute Unix path), for messages only.
         path: Vec<u8>,
     },
     /// Producer → merger: grant me one more slot.

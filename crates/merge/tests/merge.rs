@@ -532,7 +532,7 @@ fn a_dropped_producer_that_keeps_writing_its_old_slot_cannot_touch_later_blocks(
         let stop = stop.clone();
         std::thread::spawn(move || {
             while !stop.load(Ordering::Relaxed) {
-                map.fill(0xEE);
+                map.fill(0xEE).expect("fill a writable mapping");
             }
         })
     };

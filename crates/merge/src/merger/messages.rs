@@ -53,6 +53,10 @@ impl Core {
             c.producer = Some(id);
             self.stats.active += 1;
             if let Some(d) = &self.direct {
+                // The file goes first, so it is there when the message announcing it is.
+                if let Err(e) = c.ep.send_file(&d.file) {
+                    return Err(Why::Gone(format!("cannot hand it the output file: {e}")));
+                }
                 let path = d.path.clone();
                 self.send(key, &Msg::Direct { path });
             }

@@ -495,6 +495,9 @@ impl MergerBuilder {
                     shared: false,
                     inflight: 0,
                     path: d.file_path().as_os_str().as_encoded_bytes().to_vec(),
+                    file: d.lend().map_err(|e| {
+                        MergeError::file("reopening to lend to producers", d.file_path(), e)
+                    })?,
                 })
             }
             _ => None,
@@ -596,8 +599,10 @@ pub(super) struct Direct {
     /// More than one producer is connected; producers were told ([`crate::wire::Msg::Policy`]).
     pub(super) shared: bool,
     pub(super) inflight: usize,
-    /// The file's path, sent to producers.
+    /// The file's path, sent to producers for their messages.
     pub(super) path: Vec<u8>,
+    /// The file lent to producers, handed over with [`accio::Endpoint::send_file`].
+    pub(super) file: std::fs::File,
 }
 
 impl Direct {
