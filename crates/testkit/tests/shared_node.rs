@@ -54,7 +54,17 @@ impl Intruder {
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit());
-        cmd.spawn().expect("spawn the intruder")
+        // A test thread that forks while another copies the binary makes the copy's
+        // descriptor live on in that child until it execs: `ETXTBSY` for a moment.
+        for _ in 0..50 {
+            match cmd.spawn() {
+                Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                r => return r.expect("spawn the intruder"),
+            }
+        }
+        panic!("the intruder binary stayed busy (ETXTBSY)")
     }
 }
 

@@ -149,34 +149,24 @@ fn read_only_window(name: &str) -> i32 {
             continue;
         }
         seen += 1;
-        // SAFETY: mmap of a valid descriptor at a kernel-chosen address; unmapped at once.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                4096,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED,
-                fd,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            let e = std::io::Error::last_os_error();
-            say(&format!("writable mmap of fd {fd}: refused ({e})"));
-        } else {
-            // SAFETY: `p` is a fresh 4096-byte writable mapping.
-            unsafe {
-                std::ptr::copy_nonoverlapping(payload.as_ptr(), p.cast(), payload.len());
-                libc::munmap(p, 4096);
-            }
-            say(&format!("writable mmap of fd {fd}: SUCCEEDED"));
+        match try_writable_mmap(fd, payload) {
+            Ok(()) => say(&format!("writable mmap of fd {fd}: SUCCEEDED")),
+            Err(e) => say(&format!("writable mmap of fd {fd}: refused ({e})")),
         }
         match std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open(&path)
         {
-            Ok(_) => say(&format!("reopen of fd {fd} for writing: SUCCEEDED")),
+            Ok(f) => {
+                say(&format!("reopen of fd {fd} for writing: SUCCEEDED"));
+                // Only its owner can reopen it; a fresh window's seal still refuses a
+                // writable mapping then.
+                match try_writable_mmap(f.as_raw_fd(), payload) {
+                    Ok(()) => say("writable mmap of the reopened fd: SUCCEEDED"),
+                    Err(e) => say(&format!("writable mmap of the reopened fd: refused ({e})")),
+                }
+            }
             Err(e) => say(&format!("reopen of fd {fd} for writing: refused ({e})")),
         }
     }
@@ -248,4 +238,28 @@ fn peek_descriptors() -> Vec<i32> {
         }
     }
     got
+}
+
+/// Maps 4 KiB of `fd` shared and writable and stores `payload` at its start.
+fn try_writable_mmap(fd: i32, payload: &[u8]) -> std::io::Result<()> {
+    // SAFETY: mmap of a descriptor at a kernel-chosen address; unmapped below.
+    let p = unsafe {
+        libc::mmap(
+            std::ptr::null_mut(),
+            4096,
+            libc::PROT_READ | libc::PROT_WRITE,
+            libc::MAP_SHARED,
+            fd,
+            0,
+        )
+    };
+    if p == libc::MAP_FAILED {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `p` is a fresh 4096-byte writable mapping; payload is shorter.
+    unsafe {
+        std::ptr::copy_nonoverlapping(payload.as_ptr(), p.cast(), payload.len());
+        libc::munmap(p, 4096);
+    }
+    Ok(())
 }
