@@ -47,6 +47,12 @@ pub(super) trait Source: Send + Sync {
     fn size(&self) -> u64;
     /// Fills `buf` from `at`, or fails.
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()>;
+    /// The first offset at or after `at` that may hold data other than zeros: `at`
+    /// unless `at` is in a hole of a sparse file (where no block can start); `None` when
+    /// only holes follow.
+    fn data_from(&self, at: u64) -> Option<u64> {
+        Some(at)
+    }
 }
 
 impl Source for File {
@@ -55,6 +61,22 @@ impl Source for File {
     }
     fn read_at(&self, buf: &mut [u8], at: u64) -> io::Result<()> {
         self.read_exact_at(buf, at)
+    }
+    fn data_from(&self, at: u64) -> Option<u64> {
+        let Ok(off) = libc::off_t::try_from(at) else {
+            return Some(at);
+        };
+        // SAFETY: a plain system call on our own descriptor; `pread` does not use the
+        // file offset it moves.
+        let r = unsafe { libc::lseek(self.as_raw_fd(), off, libc::SEEK_DATA) };
+        if r >= 0 {
+            return Some(r as u64);
+        }
+        // ENXIO: no data past `at`; anything else (no SEEK_DATA here): read it all.
+        match io::Error::last_os_error().raw_os_error() {
+            Some(libc::ENXIO) => None,
+            _ => Some(at),
+        }
     }
 }
 
@@ -643,11 +665,25 @@ impl Window<'_> {
     }
 
     /// The first slot (a multiple of `align` from `from`) at or after `from` where a block
-    /// magic starts and a header fits before `limit`; `limit` if there is none.
+    /// magic starts and a header fits before `limit`; `limit` if there is none. Holes of a
+    /// sparse file (zeros, no magic) are stepped over unread.
     fn next_candidate(&mut self, from: u64, align: u64) -> Result<u64> {
         let h = HEADER_BYTES as u64;
         let mut at = from;
         while at.saturating_add(h) <= self.limit {
+            let end = self.start + self.buf.len() as u64;
+            if at < self.start || at >= end {
+                // Slots are aligned from an aligned start: the first after a hole is the
+                // first aligned offset at or after its end.
+                match self.src.data_from(at) {
+                    Some(data) if data > at => {
+                        at = round_up(data, align);
+                        continue;
+                    }
+                    Some(_) => {}
+                    None => break,
+                }
+            }
             let room = (self.limit - at - h) as usize; // slots start at `at + 0..=room`
             let s = self.some(
                 at,
