@@ -124,7 +124,9 @@ pub struct ContainerSink {
 }
 
 impl ContainerSink {
-    /// Creates (or truncates) the container file at `path`.
+    /// Creates (or truncates) the container file at `path`, holding its lock for the
+    /// sink's life: a file another writer holds is refused with
+    /// [`crate::MergeError::Locked`] (see [`ContainerWriter::create`]) and left as it was.
     pub fn create(path: impl AsRef<Path>, opts: ContainerOptions) -> Result<ContainerSink> {
         let writer = ContainerWriter::create(path.as_ref(), opts)?;
         // Producers in other working directories reopen the file by this name.
