@@ -98,6 +98,18 @@ create_exception!(
 create_exception!(accio, IoError, Error, "An operating-system call failed.");
 create_exception!(
     accio,
+    Untrusted,
+    Error,
+    "The peer is not who may connect: another user (shm), or no proof of the shared secret (tcp)."
+);
+create_exception!(
+    accio,
+    OutOfMemory,
+    Error,
+    "A request for more memory than the limit allows, refused before any was touched."
+);
+create_exception!(
+    accio,
     MergeFailed,
     Error,
     "The merging file service failed (file, format, merger, sink)."
@@ -118,6 +130,8 @@ fn transport_err(e: &accio::Error) -> PyErr {
         ErrorKind::Protocol => ProtocolError::new_err(msg),
         ErrorKind::InvalidArgument => InvalidArgument::new_err(msg),
         ErrorKind::Io => IoError::new_err(msg),
+        ErrorKind::Untrusted => Untrusted::new_err(msg),
+        ErrorKind::OutOfMemory => OutOfMemory::new_err(msg),
         _ => Error::new_err(msg),
     }
 }
@@ -1188,6 +1202,8 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("ProtocolError", py.get_type::<ProtocolError>())?;
     m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
     m.add("IoError", py.get_type::<IoError>())?;
+    m.add("Untrusted", py.get_type::<Untrusted>())?;
+    m.add("OutOfMemory", py.get_type::<OutOfMemory>())?;
     m.add("MergeFailed", py.get_type::<MergeFailed>())?;
     Ok(())
 }

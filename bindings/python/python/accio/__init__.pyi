@@ -46,6 +46,12 @@ class InvalidArgument(Error):
 class IoError(Error):
     """An operating-system call failed."""
 
+class Untrusted(Error):
+    """The peer is not who may connect: another user (shm), or no proof of the shared secret (tcp)."""
+
+class OutOfMemory(Error):
+    """A request for more memory than the limit allows, refused before any was touched."""
+
 class MergeFailed(Error):
     """The merging file service failed (file, format, merger, sink)."""
 
