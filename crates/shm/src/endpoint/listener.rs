@@ -85,7 +85,13 @@ impl ShmListener {
 
     fn handshake(&self, stream: UnixStream) -> Result<ShmEndpoint> {
         let what = self.addr.to_string();
-        check_peer_uid(&stream, &self.opts.allow_uids, &what, "connecting process")?;
+        if let Err(e) = check_peer_uid(&stream, &self.opts.allow_uids, &what, "connecting process")
+        {
+            // One byte that says why, so the other side's error is not a bare hang-up;
+            // nothing of ours goes with it.
+            let _ = sys::send_with_fd(stream.as_raw_fd(), b"U", None);
+            return Err(e);
+        }
         stream
             .set_read_timeout(Some(Duration::from_secs(5)))
             .map_err(|e| Error::io("setsockopt", &*what, e))?;

@@ -219,6 +219,18 @@ fn connect_socket(name: &str, allow: &PeerUids, what: &str) -> Result<UnixStream
 /// layouts refuse each other.
 const HELLO: &[u8; 8] = b"ACCIOSH3";
 
+/// The error of a connecting side whose user the listener does not admit.
+fn refused_by_listener(what: String) -> Error {
+    Error::Untrusted {
+        peer: what,
+        reason: format!(
+            "the listener does not admit this process's uid {}: it must list it in \
+             ACCIO_SHM_ALLOW_UIDS",
+            sys::euid()
+        ),
+    }
+}
+
 /// The abstract socket name of `shm://NAME` for the listener's user `uid`.
 fn socket_name(uid: u32, name: &str) -> Vec<u8> {
     format!("accio.{uid}.{name}").into_bytes()
@@ -306,8 +318,20 @@ impl ShmEndpoint {
         let mut hello = [0u8; 16];
         hello[..8].copy_from_slice(HELLO);
         hello[8..].copy_from_slice(&(len as u64).to_le_bytes());
-        sys::send_with_fd(stream.as_raw_fd(), &hello, Some(file.as_raw_fd()))
-            .map_err(|e| Error::io("sendmsg", &*what, e))?;
+        if let Err(e) = sys::send_with_fd(stream.as_raw_fd(), &hello, Some(file.as_raw_fd())) {
+            // A listener that refused us may have hung up before the hello: its reason byte
+            // is still to be read.
+            let mut why = [0u8; 1];
+            let mut fds = Vec::new();
+            if matches!(
+                sys::recv_with_fds(stream.as_raw_fd(), &mut why, &mut fds, true),
+                Ok(true)
+            ) && why[0] == b'U'
+            {
+                return Err(refused_by_listener(what));
+            }
+            return Err(Error::io("sendmsg", &*what, e));
+        }
         stream
             .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
@@ -315,6 +339,7 @@ impl ShmEndpoint {
         let mut fds = Vec::new();
         match sys::recv_with_fds(stream.as_raw_fd(), &mut ok, &mut fds, false) {
             Ok(_) if ok[0] == b'K' => {}
+            Ok(_) if ok[0] == b'U' => return Err(refused_by_listener(what)),
             Ok(_) => return Err(Error::protocol(&what, "bad handshake reply")),
             Err(e)
                 if e.kind() == std::io::ErrorKind::WouldBlock
