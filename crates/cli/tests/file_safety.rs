@@ -115,6 +115,8 @@ fn run_measured(args: &[&str], file: &Path) -> (i32, u64) {
     if !file.as_os_str().is_empty() {
         cmd.arg(file);
     }
+    // Reaped by `wait4` below, which also gives its resource use.
+    #[allow(clippy::zombie_processes)]
     let child = cmd
         .stdout(Stdio::null())
         .stderr(Stdio::null())
