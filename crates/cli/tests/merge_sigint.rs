@@ -24,12 +24,24 @@ fn processes_with(needle: &str) -> Vec<String> {
 
 #[test]
 fn sigint_stops_bench_merge_within_a_second_and_leaves_nothing() {
+    interrupt_bench_merge("sigint", &[libc::SIGINT]);
+}
+
+/// SIGTERM is an interruption too, and the same signal delivered twice within a
+/// millisecond (`timeout` signals the process, then its process group) does not kill the
+/// bench before it removed its files.
+#[test]
+fn sigterm_delivered_twice_at_once_still_leaves_nothing() {
+    interrupt_bench_merge("sigterm", &[libc::SIGTERM, libc::SIGTERM]);
+}
+
+fn interrupt_bench_merge(tag: &str, signals: &[libc::c_int]) {
     let parent = if Path::new("/dev/shm").is_dir() {
         Path::new("/dev/shm").to_path_buf()
     } else {
         std::env::temp_dir()
     };
-    let dir = parent.join(format!("accio-cli-merge-sigint-{}", std::process::id()));
+    let dir = parent.join(format!("accio-cli-merge-{tag}-{}", std::process::id()));
     std::fs::create_dir(&dir).unwrap();
     // 4 producer processes x 64 x 256 KiB a run, 30 runs (and the fs ceiling of 30 repeats
     // first): several seconds without the signal.
@@ -73,8 +85,10 @@ fn sigint_stops_bench_merge_within_a_second_and_leaves_nothing() {
         );
         std::thread::sleep(Duration::from_millis(20));
     };
-    // SAFETY: kill(2) on our own child, which has not been waited for.
-    assert_eq!(unsafe { libc::kill(pid as libc::pid_t, libc::SIGINT) }, 0);
+    for &sig in signals {
+        // SAFETY: kill(2) on our own child, which has not been waited for.
+        assert_eq!(unsafe { libc::kill(pid as libc::pid_t, sig) }, 0);
+    }
     let sent = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
