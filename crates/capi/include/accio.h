@@ -86,6 +86,12 @@ typedef enum accio_status {
   ACCIO_FORMAT = 17,
   // An internal error (a Rust panic) was caught at the boundary.
   ACCIO_PANIC = 18,
+  // The peer is not who may connect: a process of another user (shm), or one that did
+  // not prove it holds the shared secret (tcp). Nothing was sent to it.
+  ACCIO_UNTRUSTED = 19,
+  // A request for more memory than the limit allows (e.g. a window beyond half the
+  // node's memory), refused before any was touched.
+  ACCIO_OUT_OF_MEMORY = 20,
 } accio_status;
 
 // One end of a connection (from `accio_endpoint_connect` or `accio_listener_accept`).

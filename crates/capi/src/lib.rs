@@ -84,6 +84,12 @@ pub enum accio_status {
     ACCIO_FORMAT = 17,
     /// An internal error (a Rust panic) was caught at the boundary.
     ACCIO_PANIC = 18,
+    /// The peer is not who may connect: a process of another user (shm), or one that did
+    /// not prove it holds the shared secret (tcp). Nothing was sent to it.
+    ACCIO_UNTRUSTED = 19,
+    /// A request for more memory than the limit allows (e.g. a window beyond half the
+    /// node's memory), refused before any was touched.
+    ACCIO_OUT_OF_MEMORY = 20,
 }
 
 /// A failed call: the status and the message `accio_last_error_message` will return.
@@ -150,6 +156,8 @@ fn transport_status(e: &accio::Error) -> accio_status {
         K::Protocol => S::ACCIO_PROTOCOL,
         K::InvalidArgument => S::ACCIO_INVALID_ARGUMENT,
         K::Io => S::ACCIO_IO,
+        K::Untrusted => S::ACCIO_UNTRUSTED,
+        K::OutOfMemory => S::ACCIO_OUT_OF_MEMORY,
         // ErrorKind is non-exhaustive: a kind added later is at least an error.
         _ => S::ACCIO_IO,
     }
@@ -477,7 +485,7 @@ pub extern "C" fn accio_last_error_message() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn accio_status_name(status: c_int) -> *const c_char {
     use accio_status as S;
-    const ALL: [(accio_status, &CStr); 19] = [
+    const ALL: [(accio_status, &CStr); 21] = [
         (S::ACCIO_OK, c"ACCIO_OK"),
         (S::ACCIO_PEER_GONE, c"ACCIO_PEER_GONE"),
         (S::ACCIO_TIMEOUT, c"ACCIO_TIMEOUT"),
@@ -497,6 +505,8 @@ pub extern "C" fn accio_status_name(status: c_int) -> *const c_char {
         (S::ACCIO_MERGER_FAILED, c"ACCIO_MERGER_FAILED"),
         (S::ACCIO_FORMAT, c"ACCIO_FORMAT"),
         (S::ACCIO_PANIC, c"ACCIO_PANIC"),
+        (S::ACCIO_UNTRUSTED, c"ACCIO_UNTRUSTED"),
+        (S::ACCIO_OUT_OF_MEMORY, c"ACCIO_OUT_OF_MEMORY"),
     ];
     ALL.iter()
         .find(|(s, _)| *s as c_int == status)
