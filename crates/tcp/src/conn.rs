@@ -9,8 +9,12 @@ use std::time::{Duration, Instant};
 
 use accio_core::{Addr, Endpoint, Error, Listener, Result};
 
+use crate::auth::{self, Role, Secret};
 use crate::endpoint::{tcp_addr, TcpEndpoint};
-use crate::frame::{FrameError, Hello, HELLO_LEN, MAGIC};
+use crate::frame::{
+    FrameError, Hello, CLIENT_AUTH_LEN, HELLO_LEN, MAGIC, VERDICT_LEN, VERDICT_OK, VERDICT_REFUSED,
+    VERSION_END,
+};
 use crate::options::TcpOptions;
 use crate::sys;
 
@@ -41,57 +45,28 @@ enum Side {
     /// `connect`: a silent peer is a timeout of the connect call.
     Connect { addr: String, timeout: Duration },
     /// `accept`: a silent peer is a protocol error of that connection.
-    Accept,
+    Accept { handshake_timeout: Duration },
 }
 
-/// Exchanges greetings: sends ours, then reads and checks the peer's, by `deadline`.
-fn handshake(
-    stream: &TcpStream,
-    peer: &Addr,
-    deadline: Instant,
-    opts: &TcpOptions,
-    side: Side,
-) -> Result<Hello> {
-    let too_late = || match &side {
-        Side::Connect { addr, timeout } => Error::Timeout {
-            op: "connect",
-            resource: addr.clone(),
-            after: *timeout,
-        },
-        Side::Accept => Error::protocol(
-            peer,
-            format!(
-                "no accio greeting within {:?} of connecting",
-                opts.handshake_timeout
+impl Side {
+    fn too_late(&self, peer: &Addr) -> Error {
+        match self {
+            Side::Connect { addr, timeout } => Error::Timeout {
+                op: "connect",
+                resource: addr.clone(),
+                after: *timeout,
+            },
+            Side::Accept { handshake_timeout } => Error::protocol(
+                peer,
+                format!("no accio greeting within {handshake_timeout:?} of connecting"),
             ),
-        ),
-    };
-    let left = deadline.saturating_duration_since(Instant::now());
-    if left.is_zero() {
-        return Err(too_late());
+        }
     }
-    let io = |op, e| Error::io(op, peer.to_string(), e);
-    stream
-        .set_write_timeout(Some(left))
-        .and_then(|_| stream.set_read_timeout(Some(left)))
-        .map_err(|e| io("setsockopt", e))?;
-    let hello = Hello {
-        max_message: opts.max_message as u64,
-        recv_window: opts.window(),
-    };
-    let mut s = stream;
-    let mut theirs = [0u8; HELLO_LEN];
-    // MSG_NOSIGNAL: a peer that already closed is an error, not SIGPIPE.
-    // The magic first, so that a stranger's short banner is named as such at once.
-    let exchanged = sys::send_all(stream.as_raw_fd(), &hello.encode())
-        .and_then(|_| s.read_exact(&mut theirs[..MAGIC.len()]))
-        .and_then(|_| match Hello::decode(&theirs[..MAGIC.len()]) {
-            Err(e @ FrameError::Magic(_)) => Err(io::Error::other(e)),
-            _ => s.read_exact(&mut theirs[MAGIC.len()..]),
-        });
-    if let Err(e) = exchanged {
-        return Err(match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => too_late(),
+
+    /// The error for a failed read or write of the greeting.
+    fn failed(&self, peer: &Addr, e: io::Error) -> Error {
+        match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut => self.too_late(peer),
             io::ErrorKind::UnexpectedEof => Error::protocol(
                 peer,
                 "the peer closed the connection during the accio greeting (not an accio tcp endpoint?)",
@@ -100,23 +75,167 @@ fn handshake(
                 peer,
                 "the peer reset the connection during the accio greeting (not an accio tcp endpoint?)",
             ),
-                                    _ => match e.get_ref().and_then(|i| i.downcast_ref::<FrameError>()) {
+            _ => match e.get_ref().and_then(|i| i.downcast_ref::<FrameError>()) {
                 Some(fe) => Error::protocol(peer, fe.to_string()),
-                None => io("handshake", e),
+                None => Error::io("handshake", peer.to_string(), e),
             },
-        });
+        }
     }
-    let hello = Hello::decode(&theirs).map_err(|e| Error::protocol(peer, e.to_string()))?;
+}
+
+/// Sets the socket's timeouts to what is left until `deadline` (`None`: clears them).
+fn time_left(
+    stream: &TcpStream,
+    peer: &Addr,
+    deadline: Option<Instant>,
+    side: &Side,
+) -> Result<()> {
+    let left = match deadline {
+        None => None,
+        Some(d) => {
+            let left = d.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return Err(side.too_late(peer));
+            }
+            Some(left)
+        }
+    };
     stream
-        .set_write_timeout(None)
-        .and_then(|_| stream.set_read_timeout(None))
-        .map_err(|e| io("setsockopt", e))?;
-    Ok(hello)
+        .set_write_timeout(left)
+        .and_then(|_| stream.set_read_timeout(left))
+        .map_err(|e| Error::io("setsockopt", peer.to_string(), e))
+}
+
+/// Reads a greeting into `buf` (at least [`HELLO_LEN`] bytes), checking the magic and
+/// the version as soon as they arrive, so that a stranger's short banner or an older
+/// accio is named as such at once instead of timing out.
+fn read_greeting(mut s: &TcpStream, buf: &mut [u8]) -> io::Result<()> {
+    let mut got = 0;
+    for upto in [MAGIC.len(), VERSION_END, buf.len()] {
+        s.read_exact(&mut buf[got..upto])?;
+        got = upto;
+        if let Err(e @ (FrameError::Magic(_) | FrameError::Version { .. })) =
+            Hello::decode(&buf[..got])
+        {
+            return Err(io::Error::other(e));
+        }
+    }
+    Ok(())
+}
+
+/// This side's greeting, with a fresh nonce.
+fn our_hello(opts: &TcpOptions) -> Result<Hello> {
+    Ok(Hello {
+        max_message: opts.max_message as u64,
+        recv_window: opts.window(),
+        nonce: auth::nonce()?,
+    })
+}
+
+/// The connecting side of the greeting (see [`crate::auth`]): reads the listener's
+/// greeting, answers with its own and its proof, and checks the listener's proof, all by
+/// `deadline`. Returns the listener's greeting.
+fn client_greeting(
+    stream: &TcpStream,
+    peer: &Addr,
+    deadline: Instant,
+    opts: &TcpOptions,
+    secret: &Secret,
+    side: Side,
+) -> Result<Hello> {
+    time_left(stream, peer, Some(deadline), &side)?;
+    let mut server = [0u8; HELLO_LEN];
+    read_greeting(stream, &mut server).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof => Error::protocol(
+            peer,
+            "the peer closed the connection before its accio greeting (not an accio tcp \
+             endpoint, or an accio older than protocol version 2, whose listener waits for \
+             the connecting side to speak first?)",
+        ),
+        _ => side.failed(peer, e),
+    })?;
+    let theirs = Hello::decode(&server).map_err(|e| Error::protocol(peer, e.to_string()))?;
+    let client = our_hello(opts)?.encode();
+    let mut answer = [0u8; CLIENT_AUTH_LEN];
+    answer[..HELLO_LEN].copy_from_slice(&client);
+    answer[HELLO_LEN..].copy_from_slice(&secret.prove(Role::Client, &server, &client));
+    time_left(stream, peer, Some(deadline), &side)?;
+    // MSG_NOSIGNAL: a peer that already closed is an error, not SIGPIPE.
+    sys::send_all(stream.as_raw_fd(), &answer).map_err(|e| side.failed(peer, e))?;
+    let mut verdict = [0u8; VERDICT_LEN];
+    let mut s = stream;
+    s.read_exact(&mut verdict).map_err(|e| match e.kind() {
+        io::ErrorKind::UnexpectedEof
+        | io::ErrorKind::ConnectionReset
+        | io::ErrorKind::BrokenPipe => secret.refused(
+            peer,
+            "the listener closed the connection without a verdict on this side's proof",
+        ),
+        _ => side.failed(peer, e),
+    })?;
+    let (word, tag) = verdict.split_at(8);
+    if word == VERDICT_REFUSED {
+        return Err(secret.refused(
+            peer,
+            "the listener refused this side's proof (the two sides hold different secrets)",
+        ));
+    }
+    if word != VERDICT_OK {
+        return Err(Error::protocol(
+            peer,
+            format!("the listener's verdict {word:02x?} is neither accepted nor refused"),
+        ));
+    }
+    if !secret.check(Role::Server, &server, &client, tag) {
+        return Err(secret.refused(
+            peer,
+            "the listener's proof does not match: it does not hold this side's secret \
+             (another program, or another user's, may listen on this port); nothing was sent",
+        ));
+    }
+    time_left(stream, peer, None, &side)?;
+    Ok(theirs)
+}
+
+/// The listening side of the greeting, after its own greeting `server` went out on
+/// accept: reads the connecting side's greeting and proof, checks the proof, and answers
+/// with its verdict (and its own proof). Returns the connecting side's greeting.
+fn server_greeting(
+    stream: &TcpStream,
+    peer: &Addr,
+    deadline: Instant,
+    server: &[u8; HELLO_LEN],
+    secret: &Secret,
+    side: Side,
+) -> Result<Hello> {
+    time_left(stream, peer, Some(deadline), &side)?;
+    let mut answer = [0u8; CLIENT_AUTH_LEN];
+    read_greeting(stream, &mut answer).map_err(|e| side.failed(peer, e))?;
+    let theirs =
+        Hello::decode(&answer[..HELLO_LEN]).map_err(|e| Error::protocol(peer, e.to_string()))?;
+    let client: [u8; HELLO_LEN] = answer[..HELLO_LEN].try_into().expect("HELLO_LEN bytes");
+    let mut verdict = [0u8; VERDICT_LEN];
+    if !secret.check(Role::Client, server, &client, &answer[HELLO_LEN..]) {
+        verdict[..8].copy_from_slice(&VERDICT_REFUSED);
+        // Best effort: the connection is refused whether or not the peer hears why.
+        let _ = sys::send_all(stream.as_raw_fd(), &verdict);
+        return Err(secret.refused(
+            peer,
+            "its proof does not match: it does not hold this side's secret",
+        ));
+    }
+    verdict[..8].copy_from_slice(&VERDICT_OK);
+    verdict[8..].copy_from_slice(&secret.prove(Role::Server, server, &client));
+    sys::send_all(stream.as_raw_fd(), &verdict).map_err(|e| side.failed(peer, e))?;
+    time_left(stream, peer, None, &side)?;
+    Ok(theirs)
 }
 
 /// See [`TcpEndpoint::connect_with`].
 pub(crate) fn connect(addr: &Addr, timeout: Duration, opts: TcpOptions) -> Result<TcpEndpoint> {
     let deadline = Instant::now() + timeout;
+    // Before any traffic: a missing or unsafe key fails here, not at the peer.
+    let secret = auth::resolve(opts.secret.as_ref())?;
     let timed_out = || Error::Timeout {
         op: "connect",
         resource: addr.to_string(),
@@ -170,7 +289,7 @@ pub(crate) fn connect(addr: &Addr, timeout: Duration, opts: TcpOptions) -> Resul
         addr: addr.to_string(),
         timeout,
     };
-    let hello = handshake(&stream, &peer, deadline, &opts, side)?;
+    let hello = client_greeting(&stream, &peer, deadline, &opts, &secret, side)?;
     TcpEndpoint::start(stream, opts, hello)
 }
 
@@ -182,6 +301,8 @@ pub struct TcpListener {
     inner: std::net::TcpListener,
     local: Addr,
     opts: TcpOptions,
+    /// The secret connecting sides must prove, resolved once at bind.
+    secret: Secret,
     /// Connections accepted from the backlog whose greeting has not fully arrived: a
     /// client that connects and stays silent waits here, not in front of the others.
     pending: std::sync::Mutex<Vec<Pending>>,
@@ -192,6 +313,8 @@ struct Pending {
     stream: TcpStream,
     peer: Addr,
     deadline: Instant,
+    /// The greeting this side sent it on accept (its proof covers it).
+    hello: [u8; HELLO_LEN],
 }
 
 /// How far a pending connection's greeting has come.
@@ -212,13 +335,13 @@ const PARTIAL_GREETING_TICK: Duration = Duration::from_millis(5);
 
 impl Pending {
     fn greeting(&self) -> Greeting {
-        let mut buf = [0u8; HELLO_LEN];
-        // SAFETY: `buf` is valid for HELLO_LEN bytes; MSG_PEEK leaves the data queued.
+        let mut buf = [0u8; CLIENT_AUTH_LEN];
+        // SAFETY: `buf` is valid for CLIENT_AUTH_LEN bytes; MSG_PEEK leaves the data queued.
         let n = unsafe {
             libc::recv(
                 self.stream.as_raw_fd(),
                 buf.as_mut_ptr().cast(),
-                HELLO_LEN,
+                CLIENT_AUTH_LEN,
                 libc::MSG_PEEK | libc::MSG_DONTWAIT,
             )
         };
@@ -230,8 +353,11 @@ impl Pending {
             };
         }
         let n = n as usize;
-        let m = n.min(MAGIC.len());
-        if n == 0 || n >= HELLO_LEN || buf[..m] != MAGIC[..m] {
+        let stranger = matches!(
+            Hello::decode(&buf[..n.min(HELLO_LEN)]),
+            Err(FrameError::Magic(_) | FrameError::Version { .. })
+        );
+        if n == 0 || n >= CLIENT_AUTH_LEN || stranger {
             Greeting::Ready
         } else {
             Greeting::Partial
@@ -258,7 +384,11 @@ impl TcpListener {
     }
 
     /// [`TcpListener::bind`] with options for every endpoint it accepts.
+    ///
+    /// The secret connecting sides must prove is resolved here (see [`crate::auth`]):
+    /// a missing, unreadable or unsafe key file fails the bind.
     pub fn bind_with(addr: &Addr, opts: TcpOptions) -> Result<TcpListener> {
+        let secret = auth::resolve(opts.secret.as_ref())?;
         let addrs = resolve(addr)?;
         let inner = std::net::TcpListener::bind(&addrs[..]).map_err(|e| match e.kind() {
             io::ErrorKind::AddrInUse => Error::AddrInUse {
@@ -279,6 +409,7 @@ impl TcpListener {
             inner,
             local,
             opts,
+            secret,
             pending: std::sync::Mutex::new(Vec::new()),
         })
     }
@@ -291,8 +422,8 @@ impl TcpListener {
     ///
     /// Errors: [`Error::Timeout`] if nobody connects in time; [`Error::Protocol`] if the
     /// connecting side is not an accio tcp endpoint (wrong greeting, or none within
-    /// [`TcpOptions::handshake_timeout`]): that connection is closed and the listener
-    /// stays usable.
+    /// [`TcpOptions::handshake_timeout`]) or fails authentication (it does not hold this
+    /// listener's secret): that connection is closed and the listener stays usable.
     pub fn accept_tcp(&self, timeout: Option<Duration>) -> Result<TcpEndpoint> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());
@@ -305,11 +436,18 @@ impl TcpListener {
                             .peer_addr()
                             .map(tcp_addr)
                             .unwrap_or_else(|_| self.local.clone());
-                        pending.push(Pending {
-                            stream,
-                            peer,
-                            deadline: Instant::now() + self.opts.handshake_timeout,
-                        });
+                        // The listener speaks first: its greeting carries the challenge
+                        // the connecting side's proof must cover. 64 bytes fit any fresh
+                        // socket's buffer; one that cannot take them is dropped.
+                        let hello = our_hello(&self.opts)?.encode();
+                        if sys::send_now(stream.as_raw_fd(), &hello) {
+                            pending.push(Pending {
+                                stream,
+                                peer,
+                                deadline: Instant::now() + self.opts.handshake_timeout,
+                                hello,
+                            });
+                        }
                     }
                     Err(e) if e.kind() == io::ErrorKind::WouldBlock => break,
                     // A connection that died in the backlog, or a signal: try again.
@@ -372,12 +510,16 @@ impl TcpListener {
             stream,
             peer,
             deadline,
+            hello,
         } = p;
         stream
             .set_nonblocking(false)
             .and_then(|_| stream.set_nodelay(true))
             .map_err(|e| Error::io("setsockopt", peer.to_string(), e))?;
-        let hello = handshake(&stream, &peer, deadline, &self.opts, Side::Accept)?;
+        let side = Side::Accept {
+            handshake_timeout: self.opts.handshake_timeout,
+        };
+        let hello = server_greeting(&stream, &peer, deadline, &hello, &self.secret, side)?;
         TcpEndpoint::start(stream, self.opts.clone(), hello)
     }
 }

@@ -36,8 +36,14 @@
 //! - **Connection**: plain TCP with `TCP_NODELAY` (messages are latency-bound one by one;
 //!   large ones are written in one call anyway). A listener binds exactly the host it is
 //!   given. Both sides first exchange a greeting (magic, protocol version, largest
-//!   accepted message, message credit), so a peer that is not accio is refused with a protocol error
-//!   instead of being fed frames.
+//!   accepted message, message credit, a random challenge), so a peer that is not accio is
+//!   refused with a protocol error instead of being fed frames.
+//! - **Authentication** ([`auth`]): in the greeting each side proves, with an HMAC over
+//!   both challenges, that it holds the shared secret (`ACCIO_TCP_SECRET`, a key file, or
+//!   the per-user key file made on first use); a peer that cannot is refused on both
+//!   sides before any endpoint traffic, a listener too (another user squatting the port).
+//!   It costs one round trip per connection and nothing per message; it neither encrypts
+//!   nor protects the stream from whoever is on the network path.
 //! - **Framing** ([`frame`]): every frame is a fixed 40-byte little-endian header and,
 //!   for messages, writes and read data, a payload. Headers from the network are
 //!   validated completely — kind, flags, every length against the limits — before any
@@ -78,6 +84,7 @@
 //!   call at once ([`Error::PeerGone`](accio_core::Error::PeerGone)); sends use
 //!   `MSG_NOSIGNAL`, so a dead peer never raises `SIGPIPE`.
 
+pub mod auth;
 mod backend;
 mod conn;
 mod endpoint;

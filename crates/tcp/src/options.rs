@@ -2,6 +2,7 @@
 
 use std::time::Duration;
 
+use crate::auth::Secret;
 use crate::frame::{DEFAULT_MAX_MESSAGE, MAX_CREDIT};
 
 /// Settings of tcp endpoints, passed to [`crate::TcpListener::bind_with`] (for every
@@ -22,6 +23,7 @@ pub struct TcpOptions {
     pub(crate) handshake_timeout: Duration,
     pub(crate) close_linger: Duration,
     pub(crate) spin: Duration,
+    pub(crate) secret: Option<Secret>,
 }
 
 impl Default for TcpOptions {
@@ -36,6 +38,7 @@ impl Default for TcpOptions {
                 .ok()
                 .and_then(|v| v.trim().parse::<u64>().ok())
                 .map_or(Duration::from_micros(50), Duration::from_micros),
+            secret: None,
         }
     }
 }
@@ -97,6 +100,18 @@ impl TcpOptions {
     /// `ACCIO_TCP_SPIN_US` where set (unparsable values are ignored).
     pub fn spin(mut self, spin: Duration) -> Self {
         self.spin = spin;
+        self
+    }
+
+    /// The secret both sides of a connection must hold (see [`crate::auth`]): the
+    /// listener and the connector each prove it to the other before any endpoint traffic,
+    /// and refuse a peer that cannot. At least [`crate::auth::MIN_SECRET_LEN`] bytes.
+    /// Default: none here, so `ACCIO_TCP_SECRET`, else the key file named by
+    /// `ACCIO_TCP_KEY_FILE`, else the per-user key file `~/.config/accio/tcp.key`
+    /// (created on first use), at bind and at connect. The secret never appears in an
+    /// error, a log or this struct's `Debug`.
+    pub fn secret(mut self, secret: impl Into<Vec<u8>>) -> Self {
+        self.secret = Some(Secret::explicit(secret.into()));
         self
     }
 

@@ -219,6 +219,21 @@ pub(crate) unsafe fn send_frame(
     send_rest(fd, &mut iov[..used], 0)
 }
 
+/// Sends all of `bytes` at once without waiting (`MSG_DONTWAIT | MSG_NOSIGNAL`); false if
+/// the socket would not take them whole or failed.
+pub(crate) fn send_now(fd: RawFd, bytes: &[u8]) -> bool {
+    // SAFETY: `bytes` is valid for reads of its length for the duration of the call.
+    let n = unsafe {
+        libc::send(
+            fd,
+            bytes.as_ptr().cast(),
+            bytes.len(),
+            libc::MSG_DONTWAIT | libc::MSG_NOSIGNAL,
+        )
+    };
+    n == bytes.len() as isize
+}
+
 /// Sends all of `bytes` (blocking, subject to `SO_SNDTIMEO`), with `MSG_NOSIGNAL`.
 pub(crate) fn send_all(fd: RawFd, bytes: &[u8]) -> io::Result<()> {
     let mut iov = [libc::iovec {

@@ -1,7 +1,10 @@
 //! The wire format, and the parser that turns a byte stream into frames.
 //!
-//! Both sides first exchange a 32-byte greeting ([`Hello`]), then a stream of frames. Every
-//! frame is a fixed 40-byte little-endian [`Header`], followed by a payload only for the
+//! A connection opens with the authenticated greeting (see [`crate::auth`]): the listener
+//! sends its 64-byte [`Hello`] at once; the connecting side answers with its own [`Hello`]
+//! and its [`PROOF_LEN`]-byte proof; the listener answers with a [`VERDICT_LEN`]-byte
+//! verdict ([`VERDICT_OK`] and its own proof, or [`VERDICT_REFUSED`]). Then a stream of
+//! frames follows. Every frame is a fixed 40-byte little-endian [`Header`], followed by a payload only for the
 //! kinds that carry data ([`Kind::Message`], [`Kind::Write`], [`Kind::ReadData`]):
 //!
 //! ```text
@@ -41,13 +44,36 @@ pub use reader::{FrameReader, RawBuf, ReadError, Source};
 pub const HEADER_LEN: usize = 40;
 
 /// Size of the greeting each side sends first.
-pub const HELLO_LEN: usize = 32;
+pub const HELLO_LEN: usize = 64;
+
+/// Bytes of a greeting up to and including its version: enough to refuse another version.
+pub const VERSION_END: usize = 10;
+
+/// Size of a proof of the shared secret: an HMAC-SHA256 tag.
+pub const PROOF_LEN: usize = 32;
+
+/// What the connecting side sends after the listener's greeting: its greeting and proof.
+pub const CLIENT_AUTH_LEN: usize = HELLO_LEN + PROOF_LEN;
+
+/// Size of the listener's verdict: 8 bytes of [`VERDICT_OK`] or [`VERDICT_REFUSED`], then
+/// the listener's proof (zeros when it refuses).
+pub const VERDICT_LEN: usize = 8 + PROOF_LEN;
+
+/// The listener's verdict accepting the connecting side's proof.
+pub const VERDICT_OK: [u8; 8] = *b"AUTH-OK\0";
+
+/// The listener's verdict refusing the connecting side's proof (it then closes).
+pub const VERDICT_REFUSED: [u8; 8] = *b"AUTH-NO\0";
+
+/// Size of the random challenge in each greeting.
+pub const NONCE_LEN: usize = 32;
 
 /// First bytes of the greeting.
 pub const MAGIC: [u8; 8] = *b"ACCIOTCP";
 
-/// Protocol version this crate speaks; a peer with another version is refused.
-pub const VERSION: u16 = 1;
+/// Protocol version this crate speaks; a peer with another version is refused. Version 2
+/// added the authenticated greeting (the listener speaks first, with a challenge).
+pub const VERSION: u16 = 2;
 
 /// Flag of [`Kind::Write`] and [`Kind::Signal`]: the initiator wants an [`Kind::Ack`] with
 /// the frame's sequence number once it has been applied.
@@ -353,8 +379,8 @@ fn u64_at(b: &[u8], at: usize) -> u64 {
     u64::from_le_bytes(w)
 }
 
-/// The greeting: magic, version, the largest message the sender accepts, and the
-/// message credit it grants.
+/// The greeting: magic, version, the largest message the sender accepts, the message
+/// credit it grants, and a fresh random challenge for the peer's proof.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Hello {
     /// Largest message payload the sender of the greeting accepts.
@@ -362,22 +388,26 @@ pub struct Hello {
     /// Message bytes (each message counting 64 more) the peer may have in flight
     /// towards the sender of the greeting before it must wait for credit.
     pub recv_window: u64,
+    /// A fresh random challenge: the peer's proof covers it, so no proof can be replayed
+    /// on another connection.
+    pub nonce: [u8; NONCE_LEN],
 }
 
 impl Hello {
-    /// The 32 wire bytes: magic, version (u16), 6 reserved zero bytes, max message
-    /// (u64), receive window (u64).
+    /// The 64 wire bytes: magic, version (u16), 6 reserved zero bytes, max message
+    /// (u64), receive window (u64), nonce (32 bytes).
     pub fn encode(&self) -> [u8; HELLO_LEN] {
         let mut b = [0u8; HELLO_LEN];
         b[..8].copy_from_slice(&MAGIC);
         b[8..10].copy_from_slice(&VERSION.to_le_bytes());
         b[16..24].copy_from_slice(&self.max_message.to_le_bytes());
         b[24..32].copy_from_slice(&self.recv_window.to_le_bytes());
+        b[32..].copy_from_slice(&self.nonce);
         b
     }
 
-    /// Decodes and checks a greeting. A prefix that already differs from [`MAGIC`] is
-    /// reported as such, however short.
+    /// Decodes and checks a greeting. A prefix that already differs from [`MAGIC`], or
+    /// names another version, is reported as such, however short.
     pub fn decode(bytes: &[u8]) -> Result<Hello, FrameError> {
         let n = bytes.len().min(MAGIC.len());
         if bytes[..n] != MAGIC[..n] {
@@ -385,21 +415,18 @@ impl Hello {
             magic[..n].copy_from_slice(&bytes[..n]);
             return Err(FrameError::Magic(magic));
         }
+        if bytes.len() >= VERSION_END {
+            let theirs = u16::from_le_bytes([bytes[8], bytes[9]]);
+            if theirs != VERSION {
+                return Err(FrameError::Version { theirs });
+            }
+        }
         if bytes.len() < HELLO_LEN {
             return Err(FrameError::Truncated {
                 what: "greeting",
                 need: HELLO_LEN,
                 got: bytes.len(),
             });
-        }
-        let mut magic = [0u8; 8];
-        magic.copy_from_slice(&bytes[..8]);
-        if magic != MAGIC {
-            return Err(FrameError::Magic(magic));
-        }
-        let theirs = u16::from_le_bytes([bytes[8], bytes[9]]);
-        if theirs != VERSION {
-            return Err(FrameError::Version { theirs });
         }
         if bytes[10..16].iter().any(|&b| b != 0) {
             return Err(FrameError::Greeting("has non-zero reserved bytes"));
@@ -410,9 +437,12 @@ impl Hello {
                 "grants a receive window of 0 or above 256 TiB",
             ));
         }
+        let mut nonce = [0u8; NONCE_LEN];
+        nonce.copy_from_slice(&bytes[32..HELLO_LEN]);
         Ok(Hello {
             max_message: u64_at(bytes, 16),
             recv_window,
+            nonce,
         })
     }
 }

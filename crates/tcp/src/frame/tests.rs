@@ -149,6 +149,7 @@ fn hello_round_trips_and_rejects_strangers() {
     let h = Hello {
         max_message: 12345,
         recv_window: 1 << 26,
+        nonce: [0xa5; 32],
     };
     assert_eq!(Hello::decode(&h.encode()), Ok(h));
     let e = Hello::decode(b"GET / HTTP/1.1\r\nHost: x\r\n").unwrap_err();
@@ -158,8 +159,13 @@ fn hello_round_trips_and_rejects_strangers() {
     b[8] = 9;
     assert_eq!(
         Hello::decode(&b).unwrap_err().to_string(),
-        "peer speaks accio tcp protocol version 9, this side speaks 1"
+        "peer speaks accio tcp protocol version 9, this side speaks 2"
     );
+    // An older accio is named from its first 10 bytes, without waiting for the rest.
+    assert!(matches!(
+        Hello::decode(&b[..10]),
+        Err(FrameError::Version { theirs: 9 })
+    ));
     assert!(matches!(
         Hello::decode(&b[..5]),
         Err(FrameError::Truncated { .. })

@@ -6,7 +6,10 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use accio_core::{Addr, Endpoint, Error, ErrorKind, Listener};
-use accio_tcp::frame::{decode_header, Header, Hello, Limits, HEADER_LEN, HELLO_LEN};
+use accio_tcp::auth::{proof, Role};
+use accio_tcp::frame::{
+    decode_header, Header, Hello, Limits, HEADER_LEN, HELLO_LEN, VERDICT_LEN, VERDICT_OK,
+};
 use accio_tcp::{TcpEndpoint, TcpListener, TcpOptions};
 
 pub const T: Duration = Duration::from_secs(5);
@@ -59,32 +62,47 @@ pub fn pattern(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// The secret the hand-driven peers hold.
+pub const TEST_SECRET: &[u8] = b"accio tcp test secret, 32 bytes";
+
+/// Speaks the connecting side's greeting by hand on `s` with `secret`; returns the
+/// listener's verdict.
+pub fn raw_greeting(s: &mut TcpStream, secret: &[u8]) -> [u8; VERDICT_LEN] {
+    let mut server = [0u8; HELLO_LEN];
+    s.read_exact(&mut server).unwrap();
+    Hello::decode(&server).unwrap();
+    let client = Hello {
+        max_message: 1 << 30,
+        recv_window: 1 << 30,
+        nonce: [7; 32],
+    }
+    .encode();
+    s.write_all(&client).unwrap();
+    s.write_all(&proof(secret, Role::Client, &server, &client))
+        .unwrap();
+    let mut verdict = [0u8; VERDICT_LEN];
+    s.read_exact(&mut verdict).unwrap();
+    verdict
+}
+
 /// A hand-driven peer speaking the wire protocol directly: it can lie.
 pub struct RawPeer {
     pub s: TcpStream,
 }
 
 impl RawPeer {
-    /// Accepts on an accio listener with `opts`, connecting a raw socket to it.
+    /// Accepts on an accio listener with `opts` (and [`TEST_SECRET`]), connecting a raw
+    /// socket to it.
     pub fn pair_with(opts: TcpOptions) -> (TcpEndpoint, RawPeer) {
-        let l = TcpListener::bind_with(&loopback(), opts).unwrap();
+        let l = TcpListener::bind_with(&loopback(), opts.secret(TEST_SECRET)).unwrap();
         let Addr::Tcp { port, .. } = l.local_addr().clone() else {
             unreachable!()
         };
         let t = std::thread::spawn(move || l.accept_tcp(Some(T)).unwrap());
         let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
         s.set_read_timeout(Some(T)).unwrap();
-        s.write_all(
-            &Hello {
-                max_message: 1 << 30,
-                recv_window: 1 << 30,
-            }
-            .encode(),
-        )
-        .unwrap();
-        let mut h = [0u8; HELLO_LEN];
-        s.read_exact(&mut h).unwrap();
-        Hello::decode(&h).unwrap();
+        let verdict = raw_greeting(&mut s, TEST_SECRET);
+        assert_eq!(verdict[..8], VERDICT_OK);
         (t.join().unwrap(), RawPeer { s })
     }
 
