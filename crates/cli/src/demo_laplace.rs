@@ -145,6 +145,8 @@ fn launch(a: &LaplaceArgs) -> anyhow::Result<()> {
     if n == 0 {
         bail!("--ranks 0: the grid needs at least one rank");
     }
+    // The cap of `accio run`, checked before it starts (ACCIO_OVERSUBSCRIBE=1 lifts it).
+    crate::world_cmd::check_ranks(n, false).context("--ranks")?;
     let exe = std::env::current_exe().context("finding the accio binary")?;
     let status = std::process::Command::new(&exe)
         .arg("run")

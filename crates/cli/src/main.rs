@@ -134,6 +134,10 @@ fn main() -> ExitCode {
             // One line with the whole context chain; no backtrace for a user error even
             // when RUST_BACKTRACE is set.
             eprintln!("error: {}", one_line(&e));
+            if e.downcast_ref::<world_cmd::UsageError>().is_some() {
+                // A usage error, as clap's own (README: exit status 2).
+                return ExitCode::from(2);
+            }
             ExitCode::FAILURE
         }
     }

@@ -2,7 +2,10 @@
 //! `accio world-check`: a program for such a world that connects every pair over every
 //! backend that can serve it and says what the rule chose and why.
 
-use std::process::{Child, Command, ExitStatus};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use accio::{Access, RmaFlags};
@@ -19,6 +22,11 @@ pub struct RunArgs {
     /// Seconds the ranks may take to join the world (and each pair to connect).
     #[arg(long, default_value_t = 10.0, value_name = "SECONDS")]
     timeout: f64,
+    /// Start more than 64 ranks per CPU this process may run on (refused without it, as a
+    /// typo such as `-n 100000` would start that many processes). `ACCIO_OVERSUBSCRIBE=1`
+    /// does the same, also for `accio demo laplace`, which starts `accio run` itself.
+    #[arg(long)]
+    oversubscribe: bool,
     /// The program and its arguments, started once per rank. Every rank must join the
     /// world (`accio_world::World::from_env`), as every MPI rank calls `MPI_Init`.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
@@ -34,6 +42,144 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
+/// A usage error: `accio` exits with status 2 for it, as for a bad command line.
+#[derive(Debug)]
+pub struct UsageError(pub String);
+
+impl std::fmt::Display for UsageError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for UsageError {}
+
+/// Ranks per CPU `accio run` starts at most without `--oversubscribe`: far more than any
+/// useful world (one rank per core is the rule), far fewer than a typo's hundred thousand.
+const RANKS_PER_CPU: usize = 64;
+
+/// The environment variable that allows more ranks than [`RANKS_PER_CPU`] per CPU.
+const OVERSUBSCRIBE_ENV: &str = "ACCIO_OVERSUBSCRIBE";
+
+/// Refuses a rank count of 0, or above [`RANKS_PER_CPU`] per CPU this process may run on
+/// unless `force` or `ACCIO_OVERSUBSCRIBE=1`.
+pub fn check_ranks(n: usize, force: bool) -> anyhow::Result<()> {
+    if n == 0 {
+        return Err(UsageError("-n 0: a world needs at least one rank".into()).into());
+    }
+    let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
+    let cap = cpus.saturating_mul(RANKS_PER_CPU);
+    let forced = force || std::env::var_os(OVERSUBSCRIBE_ENV).is_some_and(|v| v == "1");
+    if n > cap && !forced {
+        return Err(UsageError(format!(
+            "{n} ranks: more than {RANKS_PER_CPU} per CPU this process may run on ({cpus} \
+             CPUs, so at most {cap}); pass --oversubscribe (or set {OVERSUBSCRIBE_ENV}=1) to \
+             start them anyway"
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+/// The signal that asked `accio run` to stop (SIGINT, SIGTERM, SIGHUP), or 0.
+static STOP_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    // Only an atomic store: async-signal-safe.
+    STOP_SIGNAL.store(sig, Ordering::SeqCst);
+}
+
+/// Catches SIGINT, SIGTERM and SIGHUP, so that `accio run` ends its ranks and removes its
+/// rendezvous socket before it exits (the ranks get the default dispositions back at exec).
+fn catch_stop_signals() -> anyhow::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+        // SAFETY: a zeroed sigaction is valid; the handler only stores to an atomic.
+        let r = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if r != 0 {
+            return Err(std::io::Error::last_os_error())
+                .with_context(|| format!("accio run: installing the handler of signal {sig}"));
+        }
+    }
+    Ok(())
+}
+
+fn stop_signal() -> Option<libc::c_int> {
+    Some(STOP_SIGNAL.load(Ordering::SeqCst)).filter(|&s| s != 0)
+}
+
+/// Ends every rank still running: SIGTERM, then SIGKILL for those alive after `grace`.
+fn end_all(children: &mut [Child], grace: Duration) {
+    for c in children.iter_mut() {
+        if let Ok(None) = c.try_wait() {
+            // SAFETY: kill has no memory-safety preconditions; the pid is our unreaped child.
+            unsafe { libc::kill(c.id() as libc::pid_t, libc::SIGTERM) };
+        }
+    }
+    let t0 = Instant::now();
+    while t0.elapsed() < grace
+        && children
+            .iter_mut()
+            .any(|c| matches!(c.try_wait(), Ok(None)))
+    {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    kill_all(children);
+}
+
+/// After a stop signal: ends the ranks, removes the rendezvous socket, then dies of the
+/// same signal (so a shell or a batch system sees what ended it).
+fn stop(sig: libc::c_int, children: &mut [Child], rdv: Rendezvous) -> ! {
+    end_all(children, Duration::from_secs(1));
+    drop(rdv);
+    eprintln!("accio run: ended by signal {sig}; the ranks were ended");
+    // SAFETY: restoring the default disposition and raising the signal in this thread.
+    unsafe {
+        libc::signal(sig, libc::SIG_DFL);
+        libc::raise(sig);
+    }
+    std::process::exit(128 + sig);
+}
+
+/// The longest piece of a rank's stderr written as one line.
+const MAX_LINE: u64 = 64 * 1024;
+
+/// Copies a rank's stderr to ours line by line, each line prefixed with the rank and
+/// written with one call, so that ranks' lines never interleave mid-line. Tells `done`
+/// when the rank's stderr closed.
+fn forward_stderr(rank: usize, pipe: ChildStderr, done: mpsc::Sender<()>) -> std::io::Result<()> {
+    let prefix = format!("[rank {rank}] ");
+    std::thread::Builder::new()
+        .name(format!("rank-{rank}-stderr"))
+        .stack_size(64 * 1024)
+        .spawn(move || {
+            let mut r = BufReader::new(pipe);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                line.extend_from_slice(prefix.as_bytes());
+                match (&mut r).take(MAX_LINE).read_until(b'\n', &mut line) {
+                    Ok(0) => break,
+                    Ok(_) => {
+                        if line.last() != Some(&b'\n') {
+                            line.push(b'\n');
+                        }
+                        let _ = std::io::stderr().lock().write_all(&line);
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(_) => break,
+                }
+            }
+            let _ = done.send(());
+        })
+        .map(|_| ())
+}
+
 fn kill_all(children: &mut [Child]) {
     for c in children.iter_mut() {
         if let Ok(None) = c.try_wait() {
@@ -45,36 +191,74 @@ fn kill_all(children: &mut [Child]) {
 
 /// Starts the ranks, serves their address exchange, and waits for them; the first rank to
 /// fail ends the others (as mpirun does) and is named in the error.
+///
+/// Each rank gets a fresh per-job `ACCIO_TCP_SECRET` (one already set is passed on), and
+/// its stderr is copied to ours line by line, each line prefixed with `[rank N] `. On
+/// SIGINT, SIGTERM or SIGHUP the ranks are ended and the rendezvous socket removed.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
-    if a.n == 0 {
-        bail!("-n 0: a world needs at least one rank");
-    }
+    check_ranks(a.n, a.oversubscribe)?;
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        bail!(
+        return Err(UsageError(format!(
             "--timeout {}: must be a positive number of seconds",
             a.timeout
-        );
+        ))
+        .into());
     }
     let timeout = Duration::from_secs_f64(a.timeout);
+    catch_stop_signals()?;
+    let secret = match std::env::var_os("ACCIO_TCP_SECRET") {
+        Some(s) => s,
+        None => accio_world::rendezvous::job_secret()
+            .context("accio run")?
+            .into(),
+    };
     let rdv = Rendezvous::bind(&std::env::temp_dir(), a.n).context("accio run")?;
     let mut children = Vec::with_capacity(a.n);
+    let (done_tx, done_rx) = mpsc::channel();
     for rank in 0..a.n {
+        if let Some(sig) = stop_signal() {
+            stop(sig, &mut children, rdv);
+        }
         let child = Command::new(&a.program[0])
             .args(&a.program[1..])
             .env("ACCIO_RANK", rank.to_string())
             .env("ACCIO_SIZE", a.n.to_string())
             .env("ACCIO_RENDEZVOUS", rdv.addr())
             .env("ACCIO_WORLD_TIMEOUT_MS", timeout.as_millis().to_string())
+            .env("ACCIO_TCP_SECRET", &secret)
+            .stderr(Stdio::piped())
             .spawn();
         match child {
-            Ok(c) => children.push(c),
+            Ok(mut c) => {
+                let forwarded = match c.stderr.take() {
+                    Some(pipe) => forward_stderr(rank, pipe, done_tx.clone()),
+                    None => Ok(()),
+                };
+                children.push(c);
+                if let Err(e) = forwarded {
+                    kill_all(&mut children);
+                    bail!("starting the stderr thread of rank {rank}: {e}");
+                }
+            }
             Err(e) => {
                 kill_all(&mut children);
                 bail!("starting rank {rank} ({}): {e}", a.program[0]);
             }
         }
     }
+    drop(done_tx);
+    // Waits (a little) for the ranks' last stderr lines to be written out.
+    let drain = |rx: &mpsc::Receiver<()>| {
+        let deadline = Instant::now() + Duration::from_secs(2);
+        while rx
+            .recv_timeout(deadline.saturating_duration_since(Instant::now()))
+            .is_ok()
+        {}
+    };
     let mut dead = || {
+        if let Some(sig) = stop_signal() {
+            return Some(format!("accio run was ended by signal {sig}"));
+        }
         children.iter_mut().enumerate().find_map(|(r, c)| {
             c.try_wait().ok().flatten().map(|s| {
                 format!(
@@ -85,6 +269,9 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         })
     };
     if let Err(e) = rdv.serve(timeout, &mut dead) {
+        if let Some(sig) = stop_signal() {
+            stop(sig, &mut children, rdv);
+        }
         // The ranks that joined were told; give them a moment to say so, then end them.
         let t0 = Instant::now();
         while t0.elapsed() < Duration::from_secs(1)
@@ -95,9 +282,13 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             std::thread::sleep(Duration::from_millis(20));
         }
         kill_all(&mut children);
+        drain(&done_rx);
         return Err(e).context("accio run: bootstrap failed");
     }
     loop {
+        if let Some(sig) = stop_signal() {
+            stop(sig, &mut children, rdv);
+        }
         let mut running = 0;
         let mut failed: Vec<(usize, ExitStatus)> = Vec::new();
         for (r, c) in children.iter_mut().enumerate() {
@@ -117,12 +308,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             .or(failed.first())
         {
             kill_all(&mut children);
+            drain(&done_rx);
             bail!(
                 "rank {r} exited with {}; the other ranks were ended",
                 describe(s)
             );
         }
         if running == 0 {
+            drain(&done_rx);
             return Ok(());
         }
         std::thread::sleep(Duration::from_millis(20));

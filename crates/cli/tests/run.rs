@@ -169,3 +169,189 @@ fn bench_matrix_measures_every_ordered_pair_and_explains_the_choice() {
     assert_eq!(c.lines().filter(|l| !l.starts_with('#')).count(), 3, "{c}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `accio run ARGS`, limited to CPU 0 (so its rank cap is 64 whatever the machine).
+fn accio_on_one_cpu(args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, String) {
+    use std::os::unix::process::CommandExt;
+    let mut c = Command::new(ACCIO);
+    c.args(args).env_remove("ACCIO_OVERSUBSCRIBE");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    // SAFETY: the closure only calls sched_setaffinity, which is async-signal-safe.
+    unsafe {
+        c.pre_exec(|| {
+            let mut set: libc::cpu_set_t = std::mem::zeroed();
+            libc::CPU_SET(0, &mut set);
+            if libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let o = c.output().unwrap();
+    (
+        o.status.code(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn more_than_64_ranks_per_cpu_are_refused_unless_forced() {
+    let (code, err) = accio_on_one_cpu(&["run", "-n", "65", "true"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("65 ranks: more than 64 per CPU this process may run on (1 CPUs, so at most 64); pass --oversubscribe"),
+        "{err}"
+    );
+    // `demo laplace` starts `accio run` itself: the same cap, before any rank starts.
+    let (code, err) = accio_on_one_cpu(&["demo", "laplace", "--ranks", "100000"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(err.contains("100000 ranks: more than 64 per CPU"), "{err}");
+    // Forced, the ranks start (and fail as they never join the world, each named).
+    for (args, env) in [
+        (&["run", "-n", "65", "--oversubscribe", "true"][..], &[][..]),
+        (
+            &["run", "-n", "65", "true"][..],
+            &[("ACCIO_OVERSUBSCRIBE", "1")][..],
+        ),
+    ] {
+        let (code, err) = accio_on_one_cpu(args, env);
+        assert_eq!(code, Some(1), "{err}");
+        assert!(
+            err.contains("exited with status 0 before joining the world"),
+            "{err}"
+        );
+    }
+    let (code, err) = accio_on_one_cpu(&["run", "-n", "0", "true"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+}
+
+/// Starts `accio run -n 2` of `script` (a shell script that writes its rendezvous address
+/// and pid to the file `$OUT`), waits until both ranks wrote it, sends `sig` to the
+/// launcher, and checks what it left behind.
+fn signal_the_launcher(script: &str, sig: libc::c_int, tag: &str) {
+    let out = std::env::temp_dir().join(format!("accio-run-sig-{}-{tag}", std::process::id()));
+    let _ = std::fs::remove_file(&out);
+    let mut run = Command::new(ACCIO)
+        .args(["run", "-n", "2", "--timeout", "30", "sh", "-c", script])
+        .env("OUT", &out)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let t0 = Instant::now();
+    let lines = loop {
+        let text = std::fs::read_to_string(&out).unwrap_or_default();
+        if text.lines().count() == 2 {
+            break text;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(20),
+            "the ranks never started"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    // Give the ranks a moment to get where the script leaves them.
+    std::thread::sleep(Duration::from_millis(300));
+    let sock = lines
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .strip_prefix("unix:")
+        .unwrap()
+        .to_string();
+    let pids: Vec<i32> = lines
+        .lines()
+        .map(|l| l.split_whitespace().nth(1).unwrap().parse().unwrap())
+        .collect();
+    assert!(std::path::Path::new(&sock).exists());
+    // SAFETY: signalling our own child.
+    unsafe { libc::kill(run.id() as i32, sig) };
+    let status = run.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(&mut run.stderr.take().unwrap(), &mut err).unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(status.signal(), Some(sig), "{status:?} {err}");
+    assert!(err.contains(&format!("ended by signal {sig}")), "{err}");
+    assert!(!std::path::Path::new(&sock).exists(), "{sock} left behind");
+    let unix = std::fs::read_to_string("/proc/net/unix").unwrap();
+    assert!(!unix.contains(&sock), "{sock} still in /proc/net/unix");
+    for p in pids {
+        // The ranks were ended (and reaped by the launcher).
+        // SAFETY: signal 0 only checks that the process exists.
+        let alive = unsafe { libc::kill(p, 0) } == 0;
+        assert!(!alive, "rank process {p} outlived the launcher");
+    }
+    std::fs::remove_file(&out).unwrap();
+}
+
+#[test]
+fn sigterm_or_sigint_ends_the_ranks_and_removes_the_rendezvous_socket() {
+    // During the bootstrap: the ranks never join.
+    let waiting = "echo \"$ACCIO_RENDEZVOUS $$\" >> \"$OUT\"; exec sleep 30";
+    signal_the_launcher(waiting, libc::SIGTERM, "boot");
+    // After it: the ranks joined the world and run.
+    let running = format!(
+        "{ACCIO} world-check --bytes 64 >/dev/null || exit 9; \
+         echo \"$ACCIO_RENDEZVOUS $$\" >> \"$OUT\"; exec sleep 30"
+    );
+    signal_the_launcher(&running, libc::SIGINT, "run");
+}
+
+#[test]
+fn each_ranks_stderr_lines_arrive_whole_and_prefixed_with_its_rank() {
+    // Every line is written in three pieces, 1 ms apart: unprefixed, the ranks'
+    // pieces interleaved mid-line.
+    let script = "for i in $(seq 1 40); do printf \"error: rank $ACCIO_RANK \" >&2; \
+                  sleep 0.001; printf \"line $i \" >&2; printf \"end\\n\" >&2; done";
+    let (ok, _, err) = accio(&["run", "-n", "3", "sh", "-c", script], &[]);
+    assert!(!ok, "the ranks never joined: {err}");
+    let mut seen = [0usize; 3];
+    for l in err.lines().filter(|l| l.starts_with("[rank")) {
+        let r: usize = l[6..7].parse().unwrap();
+        let i = seen[r] + 1;
+        assert_eq!(
+            l,
+            format!("[rank {r}] error: rank {r} line {i} end"),
+            "{err}"
+        );
+        seen[r] = i;
+    }
+    assert_eq!(seen, [40, 40, 40], "{err}");
+}
+
+#[test]
+fn every_job_gives_its_ranks_a_fresh_tcp_secret() {
+    let job = |env: &[(&str, &str)]| {
+        let (_, out, err) = accio(
+            &[
+                "run",
+                "-n",
+                "2",
+                "sh",
+                "-c",
+                &format!(
+                    "echo \"$ACCIO_TCP_SECRET\"; exec {ACCIO} world-check --bytes 64 >/dev/null"
+                ),
+            ],
+            env,
+        );
+        let secrets: Vec<String> = out.lines().map(str::to_string).collect();
+        assert_eq!(secrets.len(), 2, "{out}\n{err}");
+        assert_eq!(
+            secrets[0], secrets[1],
+            "the ranks of one job hold one secret"
+        );
+        secrets[0].clone()
+    };
+    let (a, b) = (job(&[]), job(&[]));
+    assert_eq!(a.len(), 64, "{a}");
+    assert!(a.bytes().all(|c| c.is_ascii_hexdigit()), "{a}");
+    assert_ne!(a, b, "two jobs got the same secret");
+    // One already set is passed on.
+    assert_eq!(
+        job(&[("ACCIO_TCP_SECRET", "the caller's own secret, 16+")]),
+        "the caller's own secret, 16+"
+    );
+}

@@ -145,13 +145,13 @@ impl Secret {
 
     /// The error for a peer whose proof did not match (`what` says who failed, how).
     pub(crate) fn refused(&self, peer: impl fmt::Display, what: &str) -> Error {
-        Error::protocol(
-            peer,
-            format!(
-                "peer failed authentication: {what} (this side's secret is from {}); {HINT}",
+        Error::Untrusted {
+            peer: peer.to_string(),
+            reason: format!(
+                "it failed authentication: {what} (this side's secret is from {}); {HINT}",
                 self.origin
             ),
-        )
+        }
     }
 }
 

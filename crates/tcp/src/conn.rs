@@ -422,8 +422,9 @@ impl TcpListener {
     ///
     /// Errors: [`Error::Timeout`] if nobody connects in time; [`Error::Protocol`] if the
     /// connecting side is not an accio tcp endpoint (wrong greeting, or none within
-    /// [`TcpOptions::handshake_timeout`]) or fails authentication (it does not hold this
-    /// listener's secret): that connection is closed and the listener stays usable.
+    /// [`TcpOptions::handshake_timeout`]); [`Error::Untrusted`] if it fails
+    /// authentication (it does not hold this listener's secret). Either way that
+    /// connection is closed and the listener stays usable.
     pub fn accept_tcp(&self, timeout: Option<Duration>) -> Result<TcpEndpoint> {
         let deadline = timeout.map(|t| Instant::now() + t);
         let mut pending = self.pending.lock().unwrap_or_else(|p| p.into_inner());

@@ -56,7 +56,10 @@ impl TcpEndpoint {
     /// Errors: [`Error::BadAddress`] if the address cannot be resolved or nothing
     /// listens there (connection refused), [`Error::Timeout`] if the connection or the
     /// greeting does not complete in time, [`Error::Protocol`] if the peer is not an
-    /// accio tcp endpoint or speaks another protocol version.
+    /// accio tcp endpoint or speaks another protocol version, [`Error::Untrusted`] if the
+    /// listener does not prove it holds this side's secret or refuses this side's proof
+    /// (see [`crate::auth`]; nothing is sent to such a listener), or an error naming the
+    /// key file if this side's secret cannot be read.
     pub fn connect(addr: &Addr, timeout: Duration) -> Result<TcpEndpoint> {
         Self::connect_with(addr, timeout, TcpOptions::default())
     }

@@ -55,9 +55,9 @@ fn a_raw_peer_with_a_wrong_proof_is_refused_and_the_listener_keeps_accepting() {
         assert_eq!(verdict[8..], [0u8; 32], "a refusal carries no proof");
         a.join().unwrap()
     });
-    let e = expect_kind(accept, ErrorKind::Protocol);
+    let e = expect_kind(accept, ErrorKind::Untrusted);
     let text = e.to_string();
-    assert!(text.contains("peer failed authentication"), "{text}");
+    assert!(text.contains("it failed authentication"), "{text}");
     assert!(text.contains("ACCIO_TCP_SECRET"), "{text}");
     assert!(
         text.contains("TcpOptions::secret"),
@@ -80,8 +80,8 @@ fn a_raw_peer_with_a_wrong_proof_is_refused_and_the_listener_keeps_accepting() {
         s.write_all(&junk).unwrap();
         a.join().unwrap()
     });
-    let e = expect_kind(accept, ErrorKind::Protocol);
-    assert!(e.to_string().contains("peer failed authentication"), "{e}");
+    let e = expect_kind(accept, ErrorKind::Untrusted);
+    assert!(e.to_string().contains("it failed authentication"), "{e}");
 
     still_accepts(&l, opts);
 }
@@ -101,18 +101,18 @@ fn a_connector_with_another_secret_is_refused_on_both_sides_at_once() {
         "{:?}",
         start.elapsed()
     );
-    let e = expect_kind(connect, ErrorKind::Protocol);
+    let e = expect_kind(connect, ErrorKind::Untrusted);
     let text = e.to_string();
     assert!(
         text.starts_with(&format!(
-            "protocol error from {}: peer failed authentication: the listener refused",
+            "peer {} refused: it failed authentication: the listener refused",
             l.local_addr()
         )),
         "{text}"
     );
     assert!(text.contains("set ACCIO_TCP_SECRET"), "{text}");
-    let e = expect_kind(accept, ErrorKind::Protocol);
-    assert!(e.to_string().contains("peer failed authentication"), "{e}");
+    let e = expect_kind(accept, ErrorKind::Untrusted);
+    assert!(e.to_string().contains("it failed authentication"), "{e}");
     for text in [text, e.to_string()] {
         for secret in [TEST_SECRET, OTHER_SECRET] {
             assert!(
@@ -156,12 +156,12 @@ fn a_listener_without_the_secret_is_refused_before_the_connector_sends_any_paylo
     let start = Instant::now();
     let e = expect_kind(
         TcpEndpoint::connect_with(&addr, T, TcpOptions::new().secret(TEST_SECRET)),
-        ErrorKind::Protocol,
+        ErrorKind::Untrusted,
     );
     assert!(start.elapsed() < Duration::from_secs(2));
     let text = e.to_string();
     assert!(
-        text.contains("peer failed authentication: the listener's proof does not match"),
+        text.contains("it failed authentication: the listener's proof does not match"),
         "{text}"
     );
     assert!(text.contains("nothing was sent"), "{text}");
@@ -177,10 +177,10 @@ fn a_real_listener_with_another_secret_is_refused_by_the_connector() {
     let a = std::thread::spawn(move || l.accept_tcp(Some(T)).map(|_| ()));
     let e = expect_kind(
         TcpEndpoint::connect_with(&addr, T, TcpOptions::new().secret(TEST_SECRET)),
-        ErrorKind::Protocol,
+        ErrorKind::Untrusted,
     );
-    assert!(e.to_string().contains("peer failed authentication"), "{e}");
-    expect_kind(a.join().unwrap(), ErrorKind::Protocol);
+    assert!(e.to_string().contains("it failed authentication"), "{e}");
+    expect_kind(a.join().unwrap(), ErrorKind::Untrusted);
 }
 
 #[test]
@@ -283,11 +283,11 @@ fn another_user_cannot_connect() {
     let outcome = run_child_as_other_user(&exe, &addr, &home);
     let (l, accepted) = accept.join().unwrap();
     assert!(
-        outcome.starts_with("CHILD refused") && outcome.contains("peer failed authentication"),
+        outcome.starts_with("CHILD refused") && outcome.contains("it failed authentication"),
         "{outcome}"
     );
-    let e = expect_kind(accepted, ErrorKind::Protocol);
-    assert!(e.to_string().contains("peer failed authentication"), "{e}");
+    let e = expect_kind(accepted, ErrorKind::Untrusted);
+    assert!(e.to_string().contains("it failed authentication"), "{e}");
     let made = home.join(".config/accio/tcp.key");
     assert_eq!(
         std::fs::metadata(&made).unwrap().permissions().mode() & 0o777,

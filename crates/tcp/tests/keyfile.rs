@@ -89,7 +89,7 @@ fn secret_sources_and_key_file_checks() {
     round_trip(TcpOptions::new().secret(text.trim_end())).unwrap();
     refused(
         round_trip(TcpOptions::new().secret("another secret of 16+ bytes")),
-        &["peer failed authentication"],
+        &["it failed authentication"],
     );
 
     // A key file others may read is refused, at bind and at connect, with the fix.
@@ -147,7 +147,7 @@ fn secret_sources_and_key_file_checks() {
     round_trip(TcpOptions::new()).unwrap();
     let e = refused(
         round_trip(TcpOptions::new().secret("explicit and other, 16+")),
-        &["peer failed authentication", "ACCIO_TCP_SECRET"],
+        &["it failed authentication", "ACCIO_TCP_SECRET"],
     );
     assert!(!e.contains("0123456789abcdef"), "the secret leaked: {e}");
     std::env::set_var("ACCIO_TCP_SECRET", "short");

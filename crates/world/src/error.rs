@@ -50,9 +50,9 @@ pub enum WorldError {
         peer: usize,
         /// The backend.
         scheme: String,
-        /// The backend's error.
+        /// The backend's error (boxed: it is large, and every world call returns it).
         #[source]
-        source: accio::Error,
+        source: Box<accio::Error>,
     },
 }
 

@@ -8,7 +8,13 @@
 //!
 //! Bootstrap without MPI: `accio run -n N PROGRAM [ARGS]` starts N ranks, giving each
 //! `ACCIO_RANK`, `ACCIO_SIZE` and `ACCIO_RENDEZVOUS` (a Unix socket it serves, see
-//! [`rendezvous`]); [`World::from_env`] reads them. A world can also be built from a table
+//! [`rendezvous`]); [`World::from_env`] reads them. It also gives them a fresh per-job
+//! `ACCIO_TCP_SECRET` ([`rendezvous::job_secret`]; one already set is kept), so that the
+//! ranks' tcp endpoints authenticate each other with a key no other job holds. Under
+//! mpirun no secret is passed: the ranks' tcp endpoints use `ACCIO_TCP_SECRET` when the
+//! launch exports one (`mpirun -x ACCIO_TCP_SECRET`), else the user's key file
+//! (`~/.config/accio/tcp.key`, made on first use), which ranks on nodes sharing the home
+//! directory share. A world can also be built from a table
 //! exchanged by other means (MPI's allgather) with [`World::from_table`].
 //!
 //! Every pair connects on demand: both ranks call `endpoint(peer)`; the lower rank connects
@@ -436,7 +442,7 @@ impl World {
             rank: self.rank,
             peer,
             scheme: scheme.to_string(),
-            source,
+            source: Box::new(source),
         };
         if self.rank < peer {
             let ep = accio::connect_with(&addr, self.timeout, &self.opts).map_err(terr)?;

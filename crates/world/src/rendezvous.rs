@@ -219,6 +219,21 @@ impl TakeLimited for UnixStream {
     }
 }
 
+/// A fresh secret for one job's tcp endpoints: 32 bytes from `/dev/urandom`, in hex.
+/// `accio run` gives it to its ranks as `ACCIO_TCP_SECRET`, so that their tcp endpoints
+/// accept only each other (see `accio_tcp::auth`), with a key no other job has.
+pub fn job_secret() -> Result<String> {
+    use std::io::Read;
+    let mut raw = [0u8; 32];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut raw))
+        .map_err(|e| WorldError::Config {
+            what: "the job's tcp secret (/dev/urandom)".into(),
+            cause: e.to_string(),
+        })?;
+    Ok(raw.iter().map(|b| format!("{b:02x}")).collect())
+}
+
 /// A rank's side: sends `rec` to the launcher at `addr` (`unix:PATH`) and waits at most
 /// `timeout` for the table.
 pub fn exchange(addr: &str, rec: &Record, timeout: Duration) -> Result<Vec<Record>> {
