@@ -826,6 +826,72 @@ fn a_garbage_frame_closes_the_connection_with_a_protocol_error() {
     }
 }
 
+#[test]
+fn every_length_from_the_wire_is_checked_against_its_limit_before_use() {
+    use accio_tcp::frame::MAX_RMA;
+    let over = MAX_RMA + 1;
+    // Headers whose length exceeds the stated limit close the connection at once,
+    // before anything is allocated, read or addressed on their word.
+    let mut register_huge = Header::register(1 << 20, 4096, Access::READ).encode();
+    register_huge[8..16].copy_from_slice(&over.to_le_bytes());
+    let mut write_huge = Header::write(1, 1 << 20, 1, false).encode();
+    write_huge[8..16].copy_from_slice(&over.to_le_bytes());
+    let mut read_huge = Header::read_request(1, 1 << 20, 1).encode();
+    read_huge[8..16].copy_from_slice(&over.to_le_bytes());
+    let mut data_huge = Header::read_data(1, 1).encode();
+    data_huge[8..16].copy_from_slice(&over.to_le_bytes());
+    for (opts, bytes, reason) in [
+        (
+            TcpOptions::new().max_message(1000),
+            Header::message(1001).encode(),
+            "message frame of 1001 bytes exceeds the 1000-byte limit".to_string(),
+        ),
+        (
+            TcpOptions::new(),
+            register_huge,
+            format!("register frame of {over} bytes exceeds the {MAX_RMA}-byte limit"),
+        ),
+        (
+            TcpOptions::new(),
+            write_huge,
+            format!("write frame of {over} bytes exceeds the {MAX_RMA}-byte limit"),
+        ),
+        (
+            TcpOptions::new(),
+            read_huge,
+            format!("read-request frame of {over} bytes exceeds the {MAX_RMA}-byte limit"),
+        ),
+        (
+            TcpOptions::new(),
+            data_huge,
+            format!("read-data frame of {over} bytes exceeds the {MAX_RMA}-byte limit"),
+        ),
+    ] {
+        let (ep, mut raw) = RawPeer::pair_with(opts);
+        let peer = ep.peer_addr().to_string();
+        raw.send_bytes(&bytes);
+        let mut buf = Vec::new();
+        let e = expect_kind(ep.recv_timeout(&mut buf, Some(T)), ErrorKind::Protocol);
+        assert_eq!(
+            e.to_string(),
+            format!("protocol error from {peer}: {reason}")
+        );
+    }
+    // Within the limits, a range no window covers is refused by the window table (a
+    // fault report), never read from or written to: 1 TiB asked of a 4 KiB window.
+    let (ep, mut raw) = RawPeer::pair_with(TcpOptions::new());
+    let w = ep.register(PAGE, Access::READ_WRITE).unwrap();
+    let reg = raw.recv_header();
+    assert_eq!((reg.kind, reg.offset), (Kind::Register, w.offset()));
+    raw.send(&Header::read_request(1, w.offset(), MAX_RMA as usize), &[]);
+    let f = raw.recv_header();
+    assert_eq!(f.kind, Kind::Fault);
+    assert_eq!(
+        (f.seq, f.aux, f.len),
+        (1, FaultCode::OutOfWindow as u32, MAX_RMA)
+    );
+}
+
 // ---- peer death ------------------------------------------------------------------------
 
 #[test]
