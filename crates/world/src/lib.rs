@@ -11,10 +11,11 @@
 //! [`rendezvous`]); [`World::from_env`] reads them. It also gives them a fresh per-job
 //! `ACCIO_TCP_SECRET` ([`rendezvous::job_secret`]; one already set is kept), so that the
 //! ranks' tcp endpoints authenticate each other with a key no other job holds. Under
-//! mpirun no secret is passed: the ranks' tcp endpoints use `ACCIO_TCP_SECRET` when the
-//! launch exports one (`mpirun -x ACCIO_TCP_SECRET`), else the user's key file
-//! (`~/.config/accio/tcp.key`, made on first use), which ranks on nodes sharing the home
-//! directory share. A world can also be built from a table
+//! mpirun ([`World::from_mpi`]) the ranks use `ACCIO_TCP_SECRET` when the launch exports
+//! one (`mpirun -x ACCIO_TCP_SECRET`), else a fresh secret rank 0 sends every rank
+//! through MPI. A process outside the world that connects to a rank's tcp listener
+//! needs that secret; with neither (a program using the backends directly), tcp
+//! endpoints use the user's key file (`~/.config/accio/tcp.key`, made on first use). A world can also be built from a table
 //! exchanged by other means (MPI's allgather) with [`World::from_table`].
 //!
 //! Every pair connects on demand: both ranks call `endpoint(peer)`; the lower rank connects
@@ -157,6 +158,18 @@ pub fn listen_all(
     node: NodeId,
     rules: Rules,
 ) -> Result<(Listeners, Record)> {
+    listen_all_with(rank, size, tcp_host, node, rules, &Options::default())
+}
+
+/// [`listen_all`] with backend options (the world's tcp secret, say).
+pub fn listen_all_with(
+    rank: usize,
+    size: usize,
+    tcp_host: &str,
+    node: NodeId,
+    rules: Rules,
+    opts: &Options,
+) -> Result<(Listeners, Record)> {
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.subsec_nanos())
@@ -168,7 +181,7 @@ pub fn listen_all(
     let mut listeners = Vec::new();
     let mut addrs = Vec::new();
     for a in wanted {
-        let l = accio::listen(&a).map_err(|e| WorldError::Bootstrap {
+        let l = accio::listen_with(&a, opts).map_err(|e| WorldError::Bootstrap {
             rank,
             cause: format!("listening on {a}: {e}"),
         })?;
@@ -218,7 +231,9 @@ impl World {
     /// Joins MPI's world (collective: every rank calls it): rank and size from MPI, the
     /// records exchanged by `MPI_Allgather`. Listeners: shm, tcp on `ACCIO_WORLD_TCP_HOST`
     /// (default: this host's first non-loopback IPv4 address, so other hosts can reach
-    /// it), and mpi.
+    /// it), and mpi. The ranks' tcp endpoints authenticate with `ACCIO_TCP_SECRET` where
+    /// the launch set it, else with a fresh secret rank 0 makes and sends every rank
+    /// through MPI (so ranks on nodes without a shared home directory agree on one).
     pub fn from_mpi() -> Result<World> {
         let (rank, size) = accio::mpi::init().map_err(|e| WorldError::Bootstrap {
             rank: 0,
@@ -230,7 +245,24 @@ impl World {
             None => first_ipv4().unwrap_or_else(|| "127.0.0.1".into()),
         };
         let rules = Rules::from_env(true)?;
-        let (mut listeners, mut rec) = listen_all(rank, size, &tcp_host, NodeId::current(), rules)?;
+        let opts = if std::env::var_os("ACCIO_TCP_SECRET").is_some() {
+            Options::default()
+        } else {
+            let mine = if rank == 0 {
+                rendezvous::job_secret()?
+            } else {
+                String::new()
+            };
+            let all =
+                accio::mpi::allgather(mine.as_bytes()).map_err(|e| WorldError::Bootstrap {
+                    rank,
+                    cause: format!("MPI_Allgather of the job's tcp secret: {e}"),
+                })?;
+            let secret = all.into_iter().next().unwrap_or_default();
+            Options::new().with(accio::TcpOptions::new().secret(secret))
+        };
+        let (mut listeners, mut rec) =
+            listen_all_with(rank, size, &tcp_host, NodeId::current(), rules, &opts)?;
         let mpi_addr = format!("mpi://{rank}");
         let l = accio::listen(&mpi_addr).map_err(|e| WorldError::Bootstrap {
             rank,
@@ -254,7 +286,9 @@ impl World {
             })?;
             table.push(t);
         }
-        World::from_table(rank, table, listeners, timeout)
+        let mut world = World::from_table(rank, table, listeners, timeout)?;
+        world.opts = opts;
+        Ok(world)
     }
 
     /// Joins a world through a launcher's rendezvous.
