@@ -214,7 +214,7 @@ pub enum Error {
         /// The limit.
         limit: u64,
         /// Where the limit comes from and how to raise it.
-        why: String,
+        why: &'static str,
     },
     /// An operating-system call failed.
     #[error("{op} on {resource}: {source}")]

@@ -293,9 +293,42 @@ fn wait_for(mut cond: impl FnMut() -> bool) {
     panic!("condition not reached in 5 s");
 }
 
+/// A raw tcp connection to `sock_addr` through accio's greeting, proved with this user's
+/// key file (the secret a merger of this user holds): what a peer holding the secret
+/// sends after it is up to the test.
+fn authenticated_stream(sock_addr: &str) -> std::net::TcpStream {
+    use accio_tcp::frame::{Hello, HELLO_LEN, VERDICT_LEN, VERDICT_OK};
+    use std::io::{Read, Write};
+    let path = accio_tcp::auth::default_key_file().expect("a per-user key file");
+    let mut key = std::fs::read(&path).expect("the per-user key file");
+    while key.last() == Some(&b'\n') {
+        key.pop();
+    }
+    let mut s = std::net::TcpStream::connect(sock_addr).unwrap();
+    let mut server = [0u8; HELLO_LEN];
+    s.read_exact(&mut server).unwrap();
+    let client = Hello {
+        max_message: 1 << 20,
+        recv_window: 1 << 20,
+        nonce: [7; 32],
+    }
+    .encode();
+    s.write_all(&client).unwrap();
+    let proof = accio_tcp::auth::proof(&key, accio_tcp::auth::Role::Client, &server, &client);
+    s.write_all(&proof).unwrap();
+    let mut verdict = [0u8; VERDICT_LEN];
+    s.read_exact(&mut verdict).unwrap();
+    assert_eq!(
+        verdict[..8],
+        VERDICT_OK,
+        "the merger refused this user's key"
+    );
+    s
+}
+
 #[test]
 fn garbage_and_truncated_frames_on_the_tcp_port_drop_only_that_connection() {
-    use std::io::{Read, Write};
+    use std::io::Write;
     let path = tmp("garbage");
     let (seen, on_event) = collect_events();
     let merger = Merger::builder()
@@ -316,22 +349,13 @@ fn garbage_and_truncated_frames_on_the_tcp_port_drop_only_that_connection() {
     s1.write_all(&[0xAB; 64]).unwrap();
     wait_for(|| merger.stats().dropped >= 1);
 
-    // 2. A proper greeting, then a frame header that is garbage.
-    let hello = accio_tcp::frame::Hello {
-        max_message: 1 << 20,
-        recv_window: 1 << 20,
-    };
-    let mut s2 = std::net::TcpStream::connect(&sock_addr).unwrap();
-    s2.write_all(&hello.encode()).unwrap();
-    let mut theirs = [0u8; accio_tcp::frame::HELLO_LEN];
-    s2.read_exact(&mut theirs).unwrap();
+    // 2. A proper, authenticated greeting, then a frame header that is garbage.
+    let mut s2 = authenticated_stream(&sock_addr);
     s2.write_all(&[0x5A; accio_tcp::frame::HEADER_LEN]).unwrap();
     wait_for(|| merger.stats().dropped >= 2);
 
     // 3. A greeting, then a message frame cut short, then hang-up.
-    let mut s3 = std::net::TcpStream::connect(&sock_addr).unwrap();
-    s3.write_all(&hello.encode()).unwrap();
-    s3.read_exact(&mut theirs).unwrap();
+    let mut s3 = authenticated_stream(&sock_addr);
     let h = accio_tcp::frame::Header::message(100).encode();
     s3.write_all(&h).unwrap();
     s3.write_all(&[1, 2, 3]).unwrap();

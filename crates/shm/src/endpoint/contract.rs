@@ -24,7 +24,7 @@ impl ShmEndpoint {
     ///
     /// [`ShmOptions::register_limit`]: super::ShmOptions::register_limit
     fn check_register_limit(&self, len: usize) -> Result<()> {
-        let refuse = |limit: u64, why: String| Error::OutOfMemory {
+        let refuse = |limit: u64, why: &'static str| Error::OutOfMemory {
             op: "register",
             resource: self.addr.to_string(),
             len: len as u64,
@@ -36,8 +36,7 @@ impl ShmEndpoint {
             return Err(refuse(
                 limit,
                 "half the node's memory by default; ACCIO_SHM_REGISTER_LIMIT or \
-                 ShmOptions::register_limit sets another"
-                    .into(),
+                 ShmOptions::register_limit sets another",
             ));
         }
         // Reading /proc/meminfo costs tens of microseconds: only for registrations large
@@ -47,7 +46,7 @@ impl ShmEndpoint {
                 if len as u64 > avail {
                     return Err(refuse(
                         avail,
-                        "the memory the node has available now (MemAvailable)".into(),
+                        "the memory the node has available now (MemAvailable)",
                     ));
                 }
             }
