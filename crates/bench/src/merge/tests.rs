@@ -60,7 +60,14 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         assert!(f.summary.median > 0.0);
         // Where the merger's time went: shares of the wall time, and the write rate.
         let writing = f.params["merger_writing_share"].as_f64().unwrap();
-        assert!(writing > 0.0 && writing <= 1.0, "{writing}");
+        // Copying, the merger writes every byte; in place it writes only block headers,
+        // which on a busy machine may round to no time at all.
+        let least = if f.param_str("write_mode") == "copy" {
+            f64::MIN_POSITIVE
+        } else {
+            0.0
+        };
+        assert!(writing >= least && writing <= 1.0, "{writing} ({f:?})");
         let idle = f.params["merger_idle_share"].as_f64().unwrap();
         // Both are times of the merger thread inside the measured window (an idle pause
         // under way when the clock starts counts from then on), and never overlap.
