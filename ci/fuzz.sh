@@ -19,10 +19,19 @@ if ! cargo fuzz --version >/dev/null 2>&1; then
     fi
 fi
 set -e
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
 for target in $(cargo +nightly fuzz list); do
     echo "fuzz: $target for ${secs}s"
-    cargo +nightly fuzz run "$target" -- -max_total_time="$secs" -print_final_stats=1 2>&1 \
-        | grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|Done)" || true
-    # cargo fuzz exits non-zero on a crash; re-check its status explicitly.
-    test "${PIPESTATUS[0]}" -eq 0
+    status=0
+    cargo +nightly fuzz run "$target" -- -max_total_time="$secs" -print_final_stats=1 \
+        >"$log" 2>&1 || status=$?
+    grep -E "^(stat::number_of_executed_units|stat::peak_rss_mb|==|SUMMARY|Done)" "$log" || true
+    # A crash fails the script, with what the fuzzer said about it. (Read from the log:
+    # under pipefail, a status taken from a pipeline ending in `|| true` is always 0.)
+    if [ "$status" -ne 0 ]; then
+        grep -E -A12 "panicked|ERROR|Failing input" "$log" | head -60
+        echo "fuzz: $target failed (exit $status)"
+        exit 1
+    fi
 done

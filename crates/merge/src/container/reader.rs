@@ -940,7 +940,13 @@ pub(super) fn recover_into(reader: &ContainerReader, dst: &mut dyn Target) -> Re
             .read_at(&mut hb, d.offset)
             .map_err(|e| MergeError::file("reading", path, e))?;
         let (payload, _) = block_extent(d.offset, 0, align);
-        if BlockHeader::decode(&hb).is_ok()
+        // A header whose block is exactly the damaged range (its payload failed its
+        // checksum) is kept. One that claims more (a block cut short by the end of the
+        // file, whose declared length the recovered file may now hold) would swallow the
+        // good blocks after it when the file is read again: it becomes a hole too.
+        let keeps_its_extent = BlockHeader::decode(&hb)
+            .is_ok_and(|bh| block_extent(d.offset, bh.len, align).1 == d.offset + d.len);
+        if keeps_its_extent
             || !d.offset.is_multiple_of(u64::from(align))
             || d.offset + d.len < payload
         {
