@@ -430,5 +430,9 @@ fn recover_turns_a_cut_block_claiming_good_blocks_into_a_hole() {
     let after = ContainerReader::from_bytes(image).expect("the recovered image opens");
     let v = after.verify().expect("verify");
     assert!(v.is_whole(), "{:?}", v.problems);
-    assert_eq!(after.blocks(), &good[..], "a good block was lost or changed");
+    assert_eq!(
+        after.blocks(),
+        &good[..],
+        "a good block was lost or changed"
+    );
 }
