@@ -414,7 +414,7 @@ impl ContainerReader {
             // Checked cheaply first: inside a damaged range most candidates fail here,
             // and their reason is not needed.
             if bad.is_some() && !BlockHeader::checksum_ok(hb) {
-                off = w.next_candidate(off + align, align)?;
+                off = w.next_sealed(off + align, align)?;
                 continue;
             }
             let reason = match BlockHeader::decode(hb) {
@@ -662,6 +662,52 @@ impl Window<'_> {
     /// Exactly the `n` bytes at `at` (`at + n <= limit`, `n <= CHUNK`).
     fn get(&mut self, at: u64, n: usize) -> Result<&[u8]> {
         self.some(at, n, n)
+    }
+
+    /// The first slot at or after `from` (a multiple of `align` from it) that holds a
+    /// sealed block header: a magic and a good header checksum, found four candidates at a
+    /// time ([`crate::checksum::crc32c_headers`]); `limit` if there is none. Inside a
+    /// damaged range, where a crafted file may put a magic in every slot, this keeps the
+    /// scan close to the speed of reading the file.
+    fn next_sealed(&mut self, from: u64, align: u64) -> Result<u64> {
+        let h = HEADER_BYTES as u64;
+        let step = align as usize;
+        let mut at = from;
+        loop {
+            // Holes of sparse files are stepped over there; then the whole buffer from
+            // the first candidate on is searched here.
+            at = self.next_candidate(at, align)?;
+            if at.saturating_add(h) > self.limit {
+                return Ok(at);
+            }
+            let s = self.some(at, HEADER_BYTES, CHUNK)?;
+            let mut i = 0;
+            while i + HEADER_BYTES <= s.len() {
+                let (mut found, mut n) = ([0usize; 4], 0);
+                while i + HEADER_BYTES <= s.len() && n < 4 {
+                    if s[i..i + BLOCK_MAGIC.len()] == BLOCK_MAGIC {
+                        found[n] = i;
+                        n += 1;
+                    }
+                    i += step;
+                }
+                if n == 0 {
+                    break;
+                }
+                // Short of four: the first candidate fills the empty lanes.
+                for k in n..4 {
+                    found[k] = found[0];
+                }
+                let crcs = crate::checksum::crc32c_headers(s, found);
+                for (f, crc) in found.iter().zip(crcs).take(n) {
+                    let stored = u32::from_le_bytes(s[f + 60..f + 64].try_into().expect("4"));
+                    if crc == stored {
+                        return Ok(at + *f as u64);
+                    }
+                }
+            }
+            at += i as u64;
+        }
     }
 
     /// The first slot (a multiple of `align` from `from`) at or after `from` where a block
