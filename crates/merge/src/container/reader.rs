@@ -620,6 +620,86 @@ impl ContainerReader {
     }
 }
 
+/// The first slot of `s` (offsets `0, step, 2 step, ...` whose 64-byte header fits in
+/// `s`) holding a sealed block header, a magic and a good header checksum: `Ok(offset)`;
+/// else `Err(offset of the first slot not examined)`. Candidates are checked four at a
+/// time where the CPU has the `crc32` instruction: four independent chains of eight
+/// instructions overlap, so four headers cost little more than one (about 7 ns).
+pub(super) fn first_sealed_header(s: &[u8], step: usize) -> std::result::Result<usize, usize> {
+    #[cfg(target_arch = "x86_64")]
+    if std::arch::is_x86_feature_detected!("sse4.2") {
+        // SAFETY: the CPU has SSE4.2, checked just above.
+        return unsafe { first_sealed_header_sse42(s, step) };
+    }
+    first_sealed_header_portable(s, step)
+}
+
+/// [`first_sealed_header`] one slot at a time, on any CPU.
+pub(super) fn first_sealed_header_portable(
+    s: &[u8],
+    step: usize,
+) -> std::result::Result<usize, usize> {
+    let mut i = 0;
+    while i + HEADER_BYTES <= s.len() {
+        if BlockHeader::checksum_ok(&s[i..i + HEADER_BYTES]) {
+            return Ok(i);
+        }
+        i += step;
+    }
+    Err(i)
+}
+
+/// [`first_sealed_header`] with the `crc32` instruction, the whole search in one function
+/// so that the checksums inline into the loop.
+///
+/// # Safety
+/// The CPU must have SSE4.2.
+#[cfg(target_arch = "x86_64")]
+#[target_feature(enable = "sse4.2")]
+unsafe fn first_sealed_header_sse42(s: &[u8], step: usize) -> std::result::Result<usize, usize> {
+    use std::arch::x86_64::{_mm_crc32_u32, _mm_crc32_u64};
+    let magic = u64::from_le_bytes(BLOCK_MAGIC);
+    let p = s.as_ptr();
+    // Slots at `i < end` hold a whole header: `i + 64 <= s.len()`.
+    let end = s.len().saturating_sub(HEADER_BYTES - 1);
+    // SAFETY: callers pass offsets `a` of slots below `end` and `a + 8 <= a + 64`, inside
+    // `s`; unaligned reads of plain bytes.
+    let u64_at = |a: usize| u64::from_le(unsafe { (p.add(a) as *const u64).read_unaligned() });
+    // SAFETY: as above, `a + 4 <= a + 64`.
+    let u32_at = |a: usize| u32::from_le(unsafe { (p.add(a) as *const u32).read_unaligned() });
+    let mut i = 0;
+    loop {
+        let (mut lanes, mut n) = ([0usize; 4], 0);
+        while i < end && n < 4 {
+            if u64_at(i) == magic {
+                lanes[n] = i;
+                n += 1;
+            }
+            i += step;
+        }
+        if n == 0 {
+            return Err(i);
+        }
+        // Short of four: the first candidate fills the empty lanes.
+        for k in n..4 {
+            lanes[k] = lanes[0];
+        }
+        // The instruction updates a reflected CRC-32C without the standard's inversions:
+        // start from all ones, invert at the end. The checksum covers bytes 0..60.
+        let mut c = [u64::from(u32::MAX); 4];
+        for w in 0..7 {
+            for (crc, a) in c.iter_mut().zip(lanes) {
+                *crc = _mm_crc32_u64(*crc, u64_at(a + w * 8));
+            }
+        }
+        for (k, (crc, a)) in c.into_iter().zip(lanes).enumerate().take(n) {
+            if !_mm_crc32_u32(crc as u32, u32_at(a + 56)) == u32_at(a + 60) {
+                return Ok(lanes[k]);
+            }
+        }
+    }
+}
+
 struct Scan {
     blocks: Vec<IndexEntry>,
     holes: Vec<Hole>,
@@ -666,7 +746,7 @@ impl Window<'_> {
 
     /// The first slot at or after `from` (a multiple of `align` from it) that holds a
     /// sealed block header: a magic and a good header checksum, found four candidates at a
-    /// time ([`crate::checksum::crc32c_headers`]); `limit` if there is none. Inside a
+    /// time ([`first_sealed_header`]); `limit` if there is none. Inside a
     /// damaged range, where a crafted file may put a magic in every slot, this keeps the
     /// scan close to the speed of reading the file.
     fn next_sealed(&mut self, from: u64, align: u64) -> Result<u64> {
@@ -681,32 +761,10 @@ impl Window<'_> {
                 return Ok(at);
             }
             let s = self.some(at, HEADER_BYTES, CHUNK)?;
-            let mut i = 0;
-            while i + HEADER_BYTES <= s.len() {
-                let (mut found, mut n) = ([0usize; 4], 0);
-                while i + HEADER_BYTES <= s.len() && n < 4 {
-                    if s[i..i + BLOCK_MAGIC.len()] == BLOCK_MAGIC {
-                        found[n] = i;
-                        n += 1;
-                    }
-                    i += step;
-                }
-                if n == 0 {
-                    break;
-                }
-                // Short of four: the first candidate fills the empty lanes.
-                for k in n..4 {
-                    found[k] = found[0];
-                }
-                let crcs = crate::checksum::crc32c_headers(s, found);
-                for (f, crc) in found.iter().zip(crcs).take(n) {
-                    let stored = u32::from_le_bytes(s[f + 60..f + 64].try_into().expect("4"));
-                    if crc == stored {
-                        return Ok(at + *f as u64);
-                    }
-                }
+            match first_sealed_header(s, step) {
+                Ok(i) => return Ok(at + i as u64),
+                Err(i) => at += i as u64,
             }
-            at += i as u64;
         }
     }
 
