@@ -334,6 +334,10 @@ impl MemBench {
         let avail = accio_results::node::probe::mem_available();
         for &size in &self.sizes {
             for &n in &self.threads {
+                // Ctrl-C ends the run between two figures (each a few batches long).
+                if crate::cancel::interrupted() {
+                    return Err(io::Error::new(io::ErrorKind::Interrupted, "interrupted"));
+                }
                 self.measure(size, n, avail, rec, events)?;
                 events(Event::Advanced(1));
             }

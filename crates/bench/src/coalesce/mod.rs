@@ -376,6 +376,18 @@ pub enum Error {
     /// The results file could not be written.
     #[error("recording results: {0}")]
     Record(#[from] std::io::Error),
+    /// Ctrl-C (or [`crate::cancel::INTERRUPTED`]) ended the run between two measurements.
+    #[error("interrupted")]
+    Interrupted,
+}
+
+/// Ends the run with [`Error::Interrupted`] once Ctrl-C arrived; called between
+/// measurements, where both sides of the pair are idle and it shuts down cleanly.
+pub(super) fn check_interrupted() -> Result<(), Error> {
+    if crate::cancel::interrupted() {
+        return Err(Error::Interrupted);
+    }
+    Ok(())
 }
 
 /// Runs the bench: for every backend the ceiling, then every pattern and item size in

@@ -6,7 +6,7 @@ use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
 
 use super::measure::{cached, direct_rma, large_msg_bw, messages, CacheRun, Outcome};
 use super::pair::Pair;
-use super::{metric, pattern, Error, Options, Pattern, Transfer, BENCH};
+use super::{check_interrupted, metric, pattern, Error, Options, Pattern, Transfer, BENCH};
 use crate::emit;
 use crate::CEILING_RETRIES;
 
@@ -126,12 +126,14 @@ pub(super) fn run_backend(
                     item,
                     footprint,
                 };
+                check_interrupted()?;
                 let direct = direct_rma(pair, opts, &offs, item)?;
                 let figs = settle(pair, opts, &mut large, rec, events, |gbps| {
                     item_figures(&case, gbps, None, passes, &direct)
                 })?;
                 record_all(rec, events, figs)?;
                 for run in runs {
+                    check_interrupted()?;
                     let out = cached(pair, opts, run, &offs, pass, item)?;
                     let figs = settle(pair, opts, &mut large, rec, events, |gbps| {
                         item_figures(&case, gbps, Some(run), passes, &out)
@@ -142,6 +144,7 @@ pub(super) fn run_backend(
         }
         if opts.aggregate {
             for aggregated in [false, true] {
+                check_interrupted()?;
                 let f = messages(pair, opts, item, aggregated)?;
                 record(rec, events, f)?;
             }
