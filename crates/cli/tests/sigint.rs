@@ -20,10 +20,8 @@ fn interrupt(args: &[&str]) {
         "{args:?} ended before the signal"
     );
     // SAFETY: kill(2) on our own child, which has not been waited for.
-    assert_eq!(
-        unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) },
-        0
-    );
+    let sent = unsafe { libc::kill(child.id() as libc::pid_t, libc::SIGINT) };
+    assert_eq!(sent, 0, "kill");
     let sent = Instant::now();
     let status = loop {
         if let Some(st) = child.try_wait().unwrap() {
