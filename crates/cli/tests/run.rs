@@ -145,11 +145,15 @@ fn bench_matrix_measures_every_ordered_pair_and_explains_the_choice() {
         &[],
     );
     assert!(ok, "{out}\n{err}");
+    // The choice follows the figures it printed: the backend chosen for each pair is the
+    // one 1.00x of the best in its worse direction. Which backend that is, is the
+    // measurement's finding (shm measured slower than tcp on a busy machine), not this
+    // test's.
     for (a, b) in [(0, 1), (0, 2), (1, 0), (1, 2), (2, 0), (2, 1)] {
         assert!(
-            out.contains(&format!(
-                "| {a} -> {b} | shm | measured: shm 1.00x of the best in its worse direction "
-            )),
+            ["shm", "tcp"].iter().any(|x| out.contains(&format!(
+                "| {a} -> {b} | {x} | measured: {x} 1.00x of the best in its worse direction "
+            ))),
             "{out}"
         );
     }

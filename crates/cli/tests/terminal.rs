@@ -7,8 +7,36 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+/// tmux on a server of this test's own (`-L`): the user's server, or another test run's
+/// being shut down beside it, cannot get in the way ("server exited unexpectedly").
 fn tmux(args: &[&str]) -> std::process::Output {
-    Command::new("tmux").args(args).output().unwrap()
+    Command::new("tmux")
+        .args(["-L", &socket()])
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn socket() -> String {
+    format!("accio-test-{}", std::process::id())
+}
+
+/// Ends this test's tmux server (and removes its socket) when dropped.
+struct Server;
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = tmux(&["kill-server"]);
+        // tmux leaves the socket file of a server whose last session ended.
+        let dir = std::env::var_os("TMUX_TMPDIR").unwrap_or_else(|| "/tmp".into());
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let _ = std::fs::remove_file(
+            std::path::Path::new(&dir)
+                .join(format!("tmux-{uid}"))
+                .join(socket()),
+        );
+    }
 }
 
 /// Runs `accio report FIXTURE --out DIR` in a detached tmux session `cols` wide and returns
@@ -65,6 +93,7 @@ fn headline_table_fits_80_and_120_columns() {
         println!("skipped: tmux is not installed");
         return;
     }
+    let _server = Server;
     let out: PathBuf = std::env::temp_dir().join(format!("accio-term-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&out);
     std::fs::create_dir_all(&out).unwrap();
