@@ -31,15 +31,17 @@ pub struct CompareArgs {
     pub old: PathBuf,
     /// The later results file.
     pub new: PathBuf,
-    /// The smallest relative change that counts, in percent.
-    #[arg(long, default_value_t = 5.0, value_name = "PERCENT")]
+    /// How far apart the two runs' min–max ranges must be for a change to count, in
+    /// percent.
+    #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
     pub threshold: f64,
-    /// Exit with status 1 when any figure got worse beyond the noise (for CI).
+    /// Exit with status 1 when any figure got slower or lower beyond the noise (for CI).
     #[arg(long)]
     pub fail_on_regression: bool,
 }
 
-/// Runs `accio compare`: per-figure ratios of two runs, changes beyond the noise flagged.
+/// Runs `accio compare`: each figure's change between two runs in words, changes beyond
+/// the noise flagged.
 pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
     let old = Report::read(&args.old)?;
     let new = Report::read(&args.new)?;
@@ -51,10 +53,11 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         args.new.display()
     );
     print!("{}", c.text_fit(crate::common::stdout_width()));
+    // Short, so that it fits a terminal: the rows above name the figures.
     anyhow::ensure!(
-        !args.fail_on_regression || c.regressions() == 0,
-        "{} figure(s) got worse beyond the noise",
-        c.regressions()
+        !args.fail_on_regression || c.regressions().is_empty(),
+        "{} figure(s) got slower or lower beyond the noise",
+        c.regressions().len()
     );
     Ok(())
 }
