@@ -11,6 +11,15 @@ pub const ANY_PRODUCER: u32 = u32::MAX;
 /// Longest text a `Fail` carries.
 const MAX_TEXT: usize = 4096;
 
+/// `text` cut to at most [`MAX_TEXT`] bytes, on a character boundary.
+fn clip_text(text: &str) -> &str {
+    let mut end = text.len().min(MAX_TEXT);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
+
 /// One protocol message.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Msg {
@@ -174,8 +183,7 @@ impl Msg {
             Msg::ByeAck => out.push(BYE_ACK),
             Msg::Fail { reason } => {
                 out.push(FAIL);
-                let t = reason.as_bytes();
-                out.extend_from_slice(&t[..t.len().min(MAX_TEXT)]);
+                out.extend_from_slice(clip_text(reason).as_bytes());
             }
         }
     }
@@ -283,7 +291,10 @@ impl Msg {
                 }
             }
             FAIL => Msg::Fail {
-                reason: String::from_utf8_lossy(&body[..body.len().min(MAX_TEXT)]).into_owned(),
+                // Bytes that are not UTF-8 become U+FFFD (three bytes each): clipped again
+                // after, so that a decoded reason encodes back to itself.
+                reason: clip_text(&String::from_utf8_lossy(&body[..body.len().min(MAX_TEXT)]))
+                    .to_owned(),
             },
             t => return Err(format!("unknown message type {t}")),
         })
@@ -293,6 +304,29 @@ impl Msg {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Found by the container fuzz target: a failure reason of bytes that are not UTF-8
+    /// grew when decoded (each such byte becomes a three-byte U+FFFD) and was cut
+    /// somewhere else when encoded again, so it did not round-trip.
+    #[test]
+    fn a_fail_reason_of_invalid_utf8_round_trips_after_decoding() {
+        for body in [
+            vec![0xFFu8; MAX_TEXT],
+            vec![0xE2u8; 3000],
+            "é".repeat(3000).into_bytes(),
+        ] {
+            let mut wire = vec![FAIL];
+            wire.extend_from_slice(&body);
+            let m = Msg::decode(&wire).unwrap();
+            let mut out = Vec::new();
+            m.encode(&mut out);
+            assert_eq!(Msg::decode(&out).unwrap(), m);
+            let Msg::Fail { reason } = &m else {
+                panic!("{m:?}")
+            };
+            assert!(reason.len() <= MAX_TEXT, "{}", reason.len());
+        }
+    }
 
     #[test]
     fn every_message_round_trips() {
