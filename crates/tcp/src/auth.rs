@@ -252,12 +252,42 @@ fn checked(s: Secret) -> Result<Secret> {
 }
 
 /// The per-user key file: `$XDG_CONFIG_HOME/accio/tcp.key` where `XDG_CONFIG_HOME` is an
-/// absolute path, else `$HOME/.config/accio/tcp.key`; `None` when neither is set.
+/// absolute path, else `HOME/.config/accio/tcp.key` with `HOME` from the environment or,
+/// where it is not set (a service, a cron job, a scrubbed environment), from the user's
+/// account (`getpwuid_r`); `None` when neither names a home directory.
 pub fn default_key_file() -> Option<PathBuf> {
     let abs = |v: Option<OsString>| v.map(PathBuf::from).filter(|p| p.is_absolute());
-    let config = abs(std::env::var_os("XDG_CONFIG_HOME"))
-        .or_else(|| abs(std::env::var_os("HOME")).map(|h| h.join(".config")))?;
+    let config = abs(std::env::var_os("XDG_CONFIG_HOME")).or_else(|| {
+        abs(std::env::var_os("HOME"))
+            .or_else(|| abs(account_home()))
+            .map(|h| h.join(".config"))
+    })?;
     Some(config.join("accio").join("tcp.key"))
+}
+
+/// The home directory of this process's user in the account database.
+fn account_home() -> Option<OsString> {
+    use std::os::unix::ffi::OsStringExt;
+    // SAFETY: an all-zero passwd is a valid out-parameter for getpwuid_r.
+    let mut pw: libc::passwd = unsafe { std::mem::zeroed() };
+    let mut buf = vec![0 as libc::c_char; 16 << 10];
+    let mut found: *mut libc::passwd = std::ptr::null_mut();
+    // SAFETY: valid out-pointers; `buf` outlives every use of the strings `pw` points into.
+    let rc = unsafe {
+        libc::getpwuid_r(
+            libc::geteuid(),
+            &mut pw,
+            buf.as_mut_ptr(),
+            buf.len(),
+            &mut found,
+        )
+    };
+    if rc != 0 || found.is_null() || pw.pw_dir.is_null() {
+        return None;
+    }
+    // SAFETY: getpwuid_r succeeded, so pw_dir is a NUL-terminated string inside `buf`.
+    let dir = unsafe { std::ffi::CStr::from_ptr(pw.pw_dir) };
+    Some(OsString::from_vec(dir.to_bytes().to_vec()))
 }
 
 fn key_error(op: &'static str, path: &Path, kind: io::ErrorKind, cause: String) -> Error {

@@ -167,5 +167,17 @@ fn secret_sources_and_key_file_checks() {
     assert_eq!(mode(&xdg.join("accio/tcp.key")), 0o600);
     std::env::remove_var("XDG_CONFIG_HOME");
 
+    // Without HOME (a service, a scrubbed environment) the account's home directory is
+    // used: this process's user's, as the account database has it.
+    std::env::remove_var("HOME");
+    let from_account = accio_tcp::auth::default_key_file().expect("the account's home");
+    assert!(
+        from_account.is_absolute() && from_account.ends_with(".config/accio/tcp.key"),
+        "{}",
+        from_account.display()
+    );
+    assert_ne!(from_account, home.join(".config/accio/tcp.key"));
+    std::env::set_var("HOME", &home);
+
     std::fs::remove_dir_all(&root).unwrap();
 }
