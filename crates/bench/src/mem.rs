@@ -27,11 +27,25 @@ use accio_results::size::format_size;
 /// each running for about `batch` of wall time. Uses the same copy routine as accio's data
 /// paths, between page-aligned buffers.
 pub fn memcpy_gbps(size: usize, samples: usize, batch: Duration) -> Vec<f64> {
+    copy_gbps(size, samples, batch, false)
+}
+
+/// [`memcpy_gbps`] with the copy's stores of choice: through the cache (`copy_bytes`), or
+/// non-temporal (`streaming`: `accio::copy_streaming`, which shm uses for large
+/// payloads when the cores are far apart and which can beat a cached copy of the same
+/// size: it does not read each destination line first).
+pub fn copy_gbps(size: usize, samples: usize, batch: Duration, streaming: bool) -> Vec<f64> {
     let size = size.max(1);
     let src = Region::anonymous(size).expect("mapping a memcpy source buffer");
     let dst = Region::anonymous(size).expect("mapping a memcpy destination buffer");
     // SAFETY: both regions are `size` bytes, distinct mappings.
-    let copy = || unsafe { copy_bytes(dst.as_ptr(), src.as_ptr(), size) };
+    let copy = || unsafe {
+        if streaming {
+            accio::copy_streaming(dst.as_ptr(), src.as_ptr(), size)
+        } else {
+            copy_bytes(dst.as_ptr(), src.as_ptr(), size)
+        }
+    };
     // SAFETY: writing a fresh private mapping of `size` bytes.
     unsafe { std::ptr::write_bytes(src.as_ptr(), 0x5a, size) };
     copy();
