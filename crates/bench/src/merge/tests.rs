@@ -73,8 +73,9 @@ fn merge_and_naive_figures_carry_the_fs_ceiling_of_the_same_run() {
         // under way when the clock starts counts from then on), and never overlap.
         assert!(idle >= 0.0 && writing + idle <= 1.02, "{writing} + {idle}");
         assert!(f.params["merger_write_gbps"].as_f64().unwrap() >= f.summary.min);
+        // Counted in scheduler ticks (10 ms): a run of a few milliseconds may count none.
         if let Some(on_cpu) = f.params["merger_on_cpu_share"].as_f64() {
-            assert!(on_cpu > 0.0 && on_cpu <= 1.05, "{on_cpu}");
+            assert!((0.0..=1.05).contains(&on_cpu), "{on_cpu}");
         }
     }
     assert_eq!(r.select("merge", "naive").count(), 1);
