@@ -79,40 +79,12 @@ fn squat_shm(uid: &str, name: &str) -> i32 {
         if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
             continue;
         }
-        let mut buf = [0u8; 4096];
-        let mut cbuf = [0u64; 32];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: an all-zero msghdr is valid; it points at live buffers below.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
-        // SAFETY: `msg` describes live, writable buffers.
-        let n = unsafe { libc::recvmsg(stream.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let (n, got) = recv_with_fds(stream.as_raw_fd(), libc::MSG_CMSG_CLOEXEC);
         if n <= 0 {
             break;
         }
         bytes += n as usize;
-        // SAFETY: the kernel filled msg_controllen bytes of cbuf with cmsg records.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                    for i in 0..count {
-                        let fd =
-                            std::ptr::read_unaligned((libc::CMSG_DATA(c) as *const i32).add(i));
-                        drop(OwnedFd::from_raw_fd(fd));
-                    }
-                    fds += count;
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
+        fds += got.len();
     }
     if bytes == 0 && fds == 0 {
         say("intercept: refused (the victim sent nothing)");
@@ -140,7 +112,8 @@ fn read_only_window(name: &str) -> i32 {
     // The descriptor the window came with, taken off the control socket the way any
     // process can take what its own sockets hold (a peek installs the descriptors too).
     let mut seen = 0;
-    for fd in peek_descriptors() {
+    let peeked = peek_descriptors();
+    for fd in peeked.iter().map(AsRawFd::as_raw_fd) {
         let path = format!("/proc/self/fd/{fd}");
         let Ok(target) = std::fs::read_link(&path) else {
             continue;
@@ -190,7 +163,7 @@ fn read_only_window(name: &str) -> i32 {
 
 /// Every descriptor queued on this process's Unix sockets, installed here by peeking
 /// (`MSG_PEEK` leaves the bytes and descriptors queued for their reader).
-fn peek_descriptors() -> Vec<i32> {
+fn peek_descriptors() -> Vec<OwnedFd> {
     let mut got = Vec::new();
     for entry in std::fs::read_dir("/proc/self/fd")
         .expect("/proc/self/fd")
@@ -204,38 +177,8 @@ fn peek_descriptors() -> Vec<i32> {
         if !is_socket {
             continue;
         }
-        let mut buf = [0u8; 64];
-        let mut cbuf = [0u64; 32];
-        let mut iov = libc::iovec {
-            iov_base: buf.as_mut_ptr().cast(),
-            iov_len: buf.len(),
-        };
-        // SAFETY: an all-zero msghdr is valid; it points at live buffers below.
-        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
-        msg.msg_iov = &mut iov;
-        msg.msg_iovlen = 1;
-        msg.msg_control = cbuf.as_mut_ptr().cast();
-        msg.msg_controllen = std::mem::size_of_val(&cbuf);
         let flags = libc::MSG_PEEK | libc::MSG_DONTWAIT | libc::MSG_CMSG_CLOEXEC;
-        // SAFETY: `msg` describes live, writable buffers.
-        if unsafe { libc::recvmsg(sock, &mut msg, flags) } <= 0 {
-            continue;
-        }
-        // SAFETY: the kernel filled msg_controllen bytes of cbuf with cmsg records.
-        unsafe {
-            let mut c = libc::CMSG_FIRSTHDR(&msg);
-            while !c.is_null() {
-                if (*c).cmsg_type == libc::SCM_RIGHTS {
-                    let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
-                    for i in 0..count {
-                        got.push(std::ptr::read_unaligned(
-                            (libc::CMSG_DATA(c) as *const i32).add(i),
-                        ));
-                    }
-                }
-                c = libc::CMSG_NXTHDR(&msg, c);
-            }
-        }
+        got.extend(recv_with_fds(sock, flags).1);
     }
     got
 }
@@ -262,4 +205,43 @@ fn try_writable_mmap(fd: i32, payload: &[u8]) -> std::io::Result<()> {
         libc::munmap(p, 4096);
     }
     Ok(())
+}
+
+/// One `recvmsg` on `sock` with `flags`: the bytes it returned (or its error, negative)
+/// and the descriptors that came with them, owned here.
+fn recv_with_fds(sock: i32, flags: libc::c_int) -> (isize, Vec<OwnedFd>) {
+    let mut buf = [0u8; 4096];
+    let mut cbuf = [0u64; 32];
+    let mut iov = libc::iovec {
+        iov_base: buf.as_mut_ptr().cast(),
+        iov_len: buf.len(),
+    };
+    // SAFETY: an all-zero msghdr is valid; it points at live buffers below.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = cbuf.as_mut_ptr().cast();
+    msg.msg_controllen = std::mem::size_of_val(&cbuf);
+    // SAFETY: `msg` describes live, writable buffers.
+    let n = unsafe { libc::recvmsg(sock, &mut msg, flags) };
+    let mut fds = Vec::new();
+    if n <= 0 {
+        return (n, fds);
+    }
+    // SAFETY: the kernel filled msg_controllen bytes of cbuf with cmsg records; each
+    // SCM_RIGHTS descriptor is new in this process and owned by nobody else.
+    unsafe {
+        let mut c = libc::CMSG_FIRSTHDR(&msg);
+        while !c.is_null() {
+            if (*c).cmsg_type == libc::SCM_RIGHTS {
+                let count = ((*c).cmsg_len - libc::CMSG_LEN(0) as usize) / 4;
+                for i in 0..count {
+                    let fd = std::ptr::read_unaligned((libc::CMSG_DATA(c) as *const i32).add(i));
+                    fds.push(OwnedFd::from_raw_fd(fd));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&msg, c);
+        }
+    }
+    (n, fds)
 }
