@@ -30,7 +30,7 @@ pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
 pub use copy::{copy_bytes, copy_slice, copy_streaming};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
-pub use memory::{MemView, Region, RemoteMap, Window, PAGE};
+pub use memory::{reopen, MemView, Region, RemoteMap, Window, PAGE};
 pub use registry::{OffsetAllocator, WindowTable, FIRST_OFFSET};
 pub use spin::Spin;
 pub use types::{Access, Capabilities, Mark, Progress, RmaFlags};

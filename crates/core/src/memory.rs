@@ -453,6 +453,18 @@ impl std::ops::Deref for RemoteMap {
     }
 }
 
+/// A new open file description of the file behind `file` (through `/proc/self/fd`),
+/// read-only or readable and writable: what a process hands a peer instead of its own
+/// descriptor, so that the peer gets only the rights it should (a read-only window) or
+/// shares nothing with the original's state (a writer's lock).
+pub fn reopen(file: &File, write: bool) -> std::io::Result<File> {
+    use std::os::fd::AsRawFd;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(write)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
 /// Creates a memfd of `len` bytes named `name` whose size can never change again, so a
 /// peer that maps it can never see it shrink under the mapping (which would turn the next
 /// access into SIGBUS). Its mode is 0600, so that only its owner may reopen it through

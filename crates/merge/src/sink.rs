@@ -163,12 +163,8 @@ impl DirectSink for ContainerSink {
     }
 
     fn lend(&self) -> std::io::Result<std::fs::File> {
-        // Our own descriptor, reopened through /proc: the same file whatever became of
-        // its path since it was created.
-        std::fs::OpenOptions::new()
-            .read(true)
-            .write(true)
-            .open(format!("/proc/self/fd/{}", self.writer.raw_fd()))
+        // Our own file, reopened: the same file whatever became of its path since.
+        accio::reopen(self.writer.file(), true)
     }
 
     fn support(&self) -> std::result::Result<(), String> {

@@ -275,12 +275,3 @@ fn meminfo_field(text: &str, key: &str) -> Option<u64> {
         .ok()?;
     kib.checked_mul(1024)
 }
-
-/// A read-only descriptor of the file behind `file` (a new open file description of the
-/// same memory object, through `/proc/self/fd`): what a peer given it can map only
-/// `PROT_READ`, whatever it tries.
-pub fn reopen_read_only(file: &File) -> io::Result<File> {
-    std::fs::OpenOptions::new()
-        .read(true)
-        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
-}

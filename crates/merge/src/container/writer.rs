@@ -158,6 +158,11 @@ impl ContainerWriter {
             .no_populate = true;
     }
 
+    /// The open file (the one holding the lock).
+    pub(crate) fn file(&self) -> &File {
+        &self.file
+    }
+
     /// The file's descriptor (for `fstatfs` and mapping probes).
     pub(crate) fn raw_fd(&self) -> std::os::fd::RawFd {
         self.file.as_raw_fd()

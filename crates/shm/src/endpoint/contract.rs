@@ -229,7 +229,7 @@ impl Endpoint for ShmEndpoint {
         let file = if access.contains(Access::WRITE) {
             file
         } else {
-            read_only = sys::reopen_read_only(file).map_err(|e| {
+            read_only = accio_core::reopen(file, false).map_err(|e| {
                 space.free_slots.push(slot);
                 Error::io(
                     "open read-only",
