@@ -138,6 +138,7 @@ fn crafted_files_are_read_in_bounded_memory() {
     let d = dir("crafted");
     let header = |align| {
         FileHeader {
+            flags: 0,
             version: VERSION,
             align,
             created_unix_ns: 0,

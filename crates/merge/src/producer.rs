@@ -5,6 +5,14 @@
 //! (`Endpoint::map_remote`): the producer's stores land in merger memory and the commit is
 //! a 26-byte message. Over `tcp://` a buffer is a local staging slot whose bytes cross the
 //! socket once at commit (`vwrite_to` into the merger's slot window).
+//!
+//! Writing in place ([`crate::WriteMode::Direct`]) the merger lends room in the output file
+//! instead, and every block is written there once, by this producer, when its length is
+//! known: `write_block` from the caller's bytes, a buffer or the record packer from a local
+//! staging buffer at commit. A room is as large as the producer asks (its last block's
+//! size, times as many as fit a slot), and what a block leaves of it stays lent for the
+//! next ones ([`crate::wire::room_rest`]), so short blocks lie one after the other in the
+//! file and no room goes unfilled.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::Arc;
@@ -16,7 +24,7 @@ use crate::container::BlockKind;
 use crate::error::{MergeError, Result};
 use crate::helper::{Helper, HELP_MIN};
 use crate::insert::{Mapping, PageInserter};
-use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
+use crate::wire::{room_rest, Msg, ANY_PRODUCER, PROTOCOL};
 
 /// Ring size of a producer's shm connection: control messages are tiny, so 64 KiB rings
 /// (the minimum) instead of the 4 MiB default keep 256 producers' rings at 32 MiB.
@@ -54,17 +62,19 @@ pub struct ProducerSummary {
     pub inserted_blocks: u64,
 }
 
-/// A slot granted by the merger.
+/// A slot granted by the merger (writing in place, room in the file).
 #[derive(Clone, Copy, Debug)]
 struct Slot {
     id: u32,
     offset: u64,
+    /// Payload bytes it holds.
+    cap: usize,
 }
 
-/// Records being packed into a slot.
+/// Records being packed into a slot (`None`: the staging buffer, writing in place).
 #[derive(Clone, Copy, Debug)]
 struct Packing {
-    slot: Slot,
+    slot: Option<Slot>,
     len: usize,
 }
 
@@ -81,6 +91,13 @@ pub struct Producer {
     /// Set when the merger lends room in the output file ([`Msg::Direct`]): the file,
     /// opened here, and the mappings of the rooms in use, by slot id.
     direct: Option<(std::fs::File, std::path::PathBuf)>,
+    /// Writing in place, the file's block alignment ([`Msg::Direct`]).
+    align: u64,
+    /// Writing in place, the payload room each request not yet granted asked for.
+    asked: VecDeque<u64>,
+    /// Writing in place, the payload room to ask for next (0: a slot's): as many blocks
+    /// of the last one's size as fit a slot.
+    want: u64,
     rooms: HashMap<u32, Mapping>,
     /// Writing in place, the merger checksums the blocks ([`Msg::Policy`]).
     merger_checksums: bool,
@@ -181,6 +198,9 @@ impl Producer {
             credit: 0,
             mapped,
             direct: None,
+            align: 4096,
+            asked: VecDeque::new(),
+            want: 0,
             rooms: HashMap::new(),
             merger_checksums: false,
             shared: false,
@@ -266,14 +286,14 @@ impl Producer {
         self.acked
     }
 
-    /// True when buffers are the merger's memory mapped here (zero-copy, shm), or the
-    /// output file itself.
+    /// True when buffers are the merger's memory mapped here (zero-copy, shm, through the
+    /// merger's slots).
     pub fn is_zero_copy(&self) -> bool {
-        self.mapped || self.direct.is_some()
+        self.mapped && self.direct.is_none()
     }
 
-    /// True when buffers are room in the output file, mapped here: what is written into
-    /// them is in the file, and the merger copies nothing ([`crate::WriteMode::Direct`]).
+    /// True when this producer writes its blocks into the output file itself, once each,
+    /// and the merger copies nothing ([`crate::WriteMode::Direct`]).
     pub fn writes_in_place(&self) -> bool {
         self.direct.is_some()
     }
@@ -305,7 +325,15 @@ impl Producer {
                     ));
                 }
                 self.requested -= 1;
-                self.free.push_back(Slot { id: slot, offset });
+                let cap = match self.asked.pop_front() {
+                    Some(b) if b > 0 => b as usize,
+                    _ => self.slot_bytes,
+                };
+                self.free.push_back(Slot {
+                    id: slot,
+                    offset,
+                    cap,
+                });
             }
             Msg::Ack { seq } => {
                 if seq != self.acked {
@@ -317,7 +345,8 @@ impl Producer {
                 self.acked += 1;
                 self.acked_bytes += self.unacked.pop_front().unwrap_or(0);
             }
-            Msg::Direct { path } => {
+            Msg::Direct { align, path } => {
+                self.align = u64::from(align);
                 use std::os::unix::ffi::OsStrExt;
                 // The path names the file in messages only: the file itself came with the
                 // message, and no path a peer sends is ever opened here (a merger could
@@ -407,30 +436,51 @@ impl Producer {
     /// Asks for slots up to the credit (one in use, the rest prefetched).
     fn request_more(&mut self) -> Result<()> {
         while self.free.len() as u32 + self.requested + self.in_use < self.credit {
-            self.send(&Msg::Acquire)?;
+            let bytes = if self.direct.is_some() { self.want } else { 0 };
+            self.send(&Msg::Acquire { bytes })?;
             self.requested += 1;
+            if self.direct.is_some() {
+                self.asked.push_back(bytes);
+            }
         }
         Ok(())
     }
 
-    fn take_slot(&mut self, block: bool) -> Result<Option<Slot>> {
-        self.take_slot_as(block, true)
+    /// Writing in place: room for a block of `len` bytes, waiting for it if none is lent
+    /// (back-pressure). Lent room too small for it goes back (a hole in the file); rooms
+    /// asked for from now on fit blocks of this size.
+    fn take_room(&mut self, len: usize) -> Result<Slot> {
+        let (a, len) = (self.align, len as u64);
+        let extent = a + len.div_ceil(a) * a;
+        let fit = ((a + self.slot_bytes as u64) / extent).max(1);
+        self.want = fit * extent - a;
+        self.poll()?;
+        self.check_failed()?;
+        loop {
+            while let Some(s) = self.free.pop_front() {
+                if s.cap as u64 >= len {
+                    self.in_use += 1;
+                    self.request_more()?;
+                    return Ok(s);
+                }
+                // Best effort: a failed release means the connection is gone (the next
+                // wait says so), which frees the room too.
+                let _ = self.send(&Msg::Release { slot: s.id });
+            }
+            self.request_more()?;
+            self.wait_one()?;
+            self.check_failed()?;
+        }
     }
 
-    /// [`Producer::take_slot`]; `map: false` leaves room in the file unmapped (the caller
-    /// `pwrite`s into it).
-    fn take_slot_as(&mut self, block: bool, map: bool) -> Result<Option<Slot>> {
+    /// A slot of the merger's (not writing in place), waiting for one with `block`.
+    fn take_slot(&mut self, block: bool) -> Result<Option<Slot>> {
         self.poll()?;
         self.check_failed()?;
         loop {
             if let Some(s) = self.free.pop_front() {
                 self.in_use += 1;
-                let prepared = if map || self.direct.is_none() {
-                    self.prepare(s)
-                } else {
-                    Ok(())
-                };
-                if let Err(e) = prepared {
+                if let Err(e) = self.prepare(s) {
                     self.release(s);
                     return Err(e);
                 }
@@ -455,7 +505,7 @@ impl Producer {
                 let keep: Vec<u64> = self
                     .free
                     .iter()
-                    .chain(self.packing.as_ref().map(|pk| &pk.slot))
+                    .chain(self.packing.as_ref().and_then(|pk| pk.slot.as_ref()))
                     .map(|s| s.offset)
                     .collect();
                 self.maps.retain(|off, _| keep.contains(off));
@@ -466,14 +516,15 @@ impl Producer {
         Ok((*self.maps[&slot.offset]).clone())
     }
 
-    /// Makes `slot` writable here: maps it (shm) or sizes the staging buffer (tcp).
+    /// Makes `slot` writable here: maps it (shm, or room in the file) or sizes the staging
+    /// buffer (tcp).
     fn prepare(&mut self, slot: Slot) -> Result<()> {
         if let Some((f, path)) = &self.direct {
-            let m = map_room(f, slot.offset, self.slot_bytes).map_err(|e| {
+            let m = map_room(f, slot.offset, slot.cap).map_err(|e| {
                 MergeError::file(
                     format!(
                         "claiming {} bytes at {:#x} to write in place in",
-                        self.slot_bytes, slot.offset
+                        slot.cap, slot.offset
                     ),
                     path,
                     e,
@@ -488,8 +539,14 @@ impl Producer {
         Ok(())
     }
 
-    /// The bytes of a prepared slot.
-    fn slot_mut(&mut self, slot: Slot) -> &mut [u8] {
+    /// The bytes of a prepared slot, or (`None`, writing in place) the staging buffer.
+    fn slot_mut(&mut self, slot: Option<Slot>) -> &mut [u8] {
+        let Some(slot) = slot else {
+            if self.staging.len() != self.slot_bytes {
+                self.staging = vec![0u8; self.slot_bytes];
+            }
+            return &mut self.staging[..];
+        };
         if self.direct.is_some() {
             let m = &self.rooms[&slot.id];
             // SAFETY: the merger reserved this room of the file for us alone and writes
@@ -524,7 +581,7 @@ impl Producer {
         let crc = crc.or_else(|| match data {
             _ if self.direct.is_some() && self.merger_checksums => None,
             Some(d) => Some(crate::checksum::crc32c(d)),
-            None => Some(crate::checksum::crc32c(&self.slot_mut(slot)[..len])),
+            None => Some(crate::checksum::crc32c(&self.slot_mut(Some(slot))[..len])),
         });
         if !self.mapped && len > 0 {
             let src = match data {
@@ -549,16 +606,42 @@ impl Producer {
         self.next_seq += 1;
         self.in_use -= 1;
         self.unacked.push_back(len as u64);
+        if self.direct.is_some() {
+            // What the block left of its room is still ours, before every other room.
+            if let Some((shift, cap)) = room_rest(self.align, slot.cap as u64, len as u64) {
+                self.free.push_front(Slot {
+                    id: slot.id,
+                    offset: slot.offset + shift,
+                    cap: cap as usize,
+                });
+            }
+        }
         // The block is committed whatever happens next; a broken connection shows at the
         // next call.
         let _ = self.request_more();
         Ok(seq)
     }
 
-    /// A buffer to fill, waiting for a free slot if none is (back-pressure).
+    /// Writing in place: commits the first `len` bytes of the staging buffer as one block.
+    fn commit_staged(&mut self, len: usize, kind: BlockKind) -> Result<u64> {
+        let staged = std::mem::take(&mut self.staging);
+        let r = self.write_block_in_place(&staged[..len], kind);
+        self.staging = staged;
+        r
+    }
+
+    /// A buffer to fill, waiting for a free slot if none is (back-pressure). Writing in
+    /// place it is a staging buffer of this process's, written into the file once at
+    /// commit, where room of the block's real size waits then.
     pub fn buffer(&mut self) -> Result<Buffer<'_>> {
         self.flush_records()?;
-        let slot = self.take_slot(true)?.expect("blocking take");
+        let slot = if self.direct.is_some() {
+            self.poll()?;
+            self.check_failed()?;
+            None
+        } else {
+            self.take_slot(true)?
+        };
         Ok(Buffer {
             p: self,
             slot,
@@ -567,17 +650,29 @@ impl Producer {
     }
 
     /// A buffer if a slot is free now; [`Progress::WouldBlock`] otherwise (a slot has been
-    /// asked for: try again later).
+    /// asked for: try again later). Writing in place: a buffer while room in the file is
+    /// lent (the commit waits only if the block needs more room than that).
     pub fn try_buffer(&mut self) -> Result<Progress<Buffer<'_>>> {
         self.flush_records()?;
-        Ok(match self.take_slot(false)? {
-            Some(slot) => Progress::Ready(Buffer {
-                p: self,
-                slot,
-                done: false,
-            }),
-            None => Progress::WouldBlock,
-        })
+        let slot = if self.direct.is_some() {
+            self.poll()?;
+            self.check_failed()?;
+            if self.free.is_empty() {
+                self.request_more()?;
+                return Ok(Progress::WouldBlock);
+            }
+            None
+        } else {
+            match self.take_slot(false)? {
+                Some(slot) => Some(slot),
+                None => return Ok(Progress::WouldBlock),
+            }
+        };
+        Ok(Progress::Ready(Buffer {
+            p: self,
+            slot,
+            done: false,
+        }))
     }
 
     /// Writes `data` as one block (one copy into the merger's slot on shm; sent from `data`
@@ -599,9 +694,18 @@ impl Producer {
         if self.direct.is_some() && self.in_place != Some(InPlace::Map) {
             return self.write_block_in_place(data, kind);
         }
-        let slot = self.take_slot(true)?.expect("blocking take");
+        let slot = if self.direct.is_some() {
+            let room = self.take_room(data.len())?;
+            if let Err(e) = self.prepare(room) {
+                self.release(room);
+                return Err(e);
+            }
+            room
+        } else {
+            self.take_slot(true)?.expect("blocking take")
+        };
         let r = if self.direct.is_some() || self.mapped {
-            accio::copy_slice(&mut self.slot_mut(slot)[..data.len()], data);
+            accio::copy_slice(&mut self.slot_mut(Some(slot))[..data.len()], data);
             self.commit_slot(slot, data.len(), kind, Some(data), None)
         } else {
             self.commit_slot(slot, data.len(), kind, Some(data), None)
@@ -617,7 +721,7 @@ impl Producer {
     /// [`InPlace::auto`]'s choice (`crate::insert` has the measurements); where inserting
     /// fails, with `pwrite`, then and from then on.
     fn write_block_in_place(&mut self, data: &[u8], kind: BlockKind) -> Result<u64> {
-        let slot = self.take_slot_as(true, false)?.expect("blocking take");
+        let slot = self.take_room(data.len())?;
         let how = self
             .in_place
             .unwrap_or_else(|| InPlace::auto(self.shared, data.len()));
@@ -721,8 +825,9 @@ impl Producer {
         }
         let mut pk = match self.packing {
             Some(pk) => pk,
+            None if self.direct.is_some() => Packing { slot: None, len: 0 },
             None => {
-                let slot = self.take_slot(true)?.expect("blocking take");
+                let slot = self.take_slot(true)?;
                 Packing { slot, len: 0 }
             }
         };
@@ -736,11 +841,20 @@ impl Producer {
 
     /// Commits the records packed so far (no-op without any).
     pub fn flush_records(&mut self) -> Result<()> {
-        if let Some(pk) = self.packing.take() {
-            if let Err(e) = self.commit_slot(pk.slot, pk.len, BlockKind::Records, None, None) {
-                self.release(pk.slot);
-                return Err(e);
+        match self.packing.take() {
+            Some(Packing {
+                slot: Some(slot),
+                len,
+            }) => {
+                if let Err(e) = self.commit_slot(slot, len, BlockKind::Records, None, None) {
+                    self.release(slot);
+                    return Err(e);
+                }
             }
+            Some(Packing { slot: None, len }) => {
+                self.commit_staged(len, BlockKind::Records)?;
+            }
+            None => {}
         }
         Ok(())
     }
@@ -922,14 +1036,15 @@ impl std::io::Write for SliceWriter<'_> {
 /// goes back to the merger unused.
 pub struct Buffer<'a> {
     p: &'a mut Producer,
-    slot: Slot,
+    /// `None` writing in place: the producer's staging buffer.
+    slot: Option<Slot>,
     done: bool,
 }
 
 impl std::fmt::Debug for Buffer<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Buffer")
-            .field("slot", &self.slot.id)
+            .field("slot", &self.slot.map(|s| s.id))
             .field("capacity", &self.p.slot_bytes)
             .finish()
     }
@@ -962,7 +1077,9 @@ impl Buffer<'_> {
             });
         }
         self.done = true;
-        let slot = self.slot;
+        let Some(slot) = self.slot else {
+            return self.p.commit_staged(len, kind);
+        };
         let r = self.p.commit_slot(slot, len, kind, None, None);
         if r.is_err() {
             self.p.release(slot);
@@ -973,8 +1090,8 @@ impl Buffer<'_> {
 
 impl Drop for Buffer<'_> {
     fn drop(&mut self) {
-        if !self.done {
-            self.p.release(self.slot);
+        if let (false, Some(slot)) = (self.done, self.slot) {
+            self.p.release(slot);
         }
     }
 }

@@ -88,10 +88,19 @@ pub trait DirectSink {
     /// [`DirectSink::reserve_align`]); returns the file offset where the payload goes.
     fn reserve(&mut self, bytes: u64) -> Result<u64>;
 
-    /// Records the block written into the room whose payload starts at `payload_at`: its
-    /// length, kind and the checksum of its bytes, which are in the file already (and
-    /// which the sink reads to compute it when the block comes without one).
-    fn commit(&mut self, payload_at: u64, bytes: u64, block: &DirectBlock) -> Result<()>;
+    /// Records the block written into the room of `bytes` whose payload starts at
+    /// `payload_at`: its length, kind and the checksum of its bytes, which are in the file
+    /// already (and which the sink reads to compute it when the block comes without one).
+    /// The rest of the room, if the block leaves any, stays reserved with `keep_rest` (its
+    /// producer writes its next blocks there: [`crate::wire::room_rest`]) and is marked a
+    /// hole without.
+    fn commit(
+        &mut self,
+        payload_at: u64,
+        bytes: u64,
+        block: &DirectBlock,
+        keep_rest: bool,
+    ) -> Result<()>;
 
     /// Marks reserved room that will not be committed as a hole. `released`: its producer
     /// gave it back (unmapped) rather than vanished, so the room may be cut off the end
@@ -224,14 +233,25 @@ impl DirectSink for ContainerSink {
         Ok(block_extent(start, 0, self.writer.align()).0)
     }
 
-    fn commit(&mut self, payload_at: u64, bytes: u64, b: &DirectBlock) -> Result<()> {
+    fn commit(
+        &mut self,
+        payload_at: u64,
+        bytes: u64,
+        b: &DirectBlock,
+        keep_rest: bool,
+    ) -> Result<()> {
         let start = self.start_of(payload_at);
         let crc = match b.crc {
             Some(c) => c,
             None => self.writer.reserved_payload_crc(start, b.len)?,
         };
+        let rest = if keep_rest {
+            crate::container::Rest::Lent
+        } else {
+            crate::container::Rest::Hole
+        };
         self.writer
-            .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, crc)
+            .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, crc, rest)
             .map(|_| ())
     }
 

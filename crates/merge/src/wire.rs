@@ -3,10 +3,25 @@
 //! be buggy or hostile, and its bad message costs only its own connection.
 
 /// Protocol version; a producer of another version is refused.
-pub const PROTOCOL: u16 = 5;
+pub const PROTOCOL: u16 = 6;
 
 /// Producer id a producer sends to let the merger pick one.
 pub const ANY_PRODUCER: u32 = u32::MAX;
+
+/// The rest of a room lent for writing in place, after a block of `len` bytes was
+/// committed into it (`room` payload bytes, in a file of alignment `align`): `Some((shift,
+/// bytes))` when the rest can hold a block of at least one byte, its payload `shift` bytes
+/// after the block's and `bytes` long; `None` when it cannot (it becomes a hole). Both
+/// sides compute it, so the producer goes on writing there without a message: short
+/// blocks are packed one after the other, as a file written by one process would hold
+/// them.
+pub fn room_rest(align: u64, room: u64, len: u64) -> Option<(u64, u64)> {
+    let used = len.div_ceil(align).checked_mul(align)?;
+    // The rest starts where the block's padded payload ends; it needs a header (`align`
+    // bytes: `round_up(64)` for any alignment from 64) and room for one byte.
+    let rest = room.checked_sub(used)?;
+    (rest >= 2 * align).then(|| (used + align, rest - align))
+}
 
 /// Longest text a `Fail` carries.
 const MAX_TEXT: usize = 4096;
@@ -46,11 +61,21 @@ pub enum Msg {
     /// message, as a descriptor (`Endpoint::send_file`): the producer never opens a path
     /// it was sent.
     Direct {
+        /// The file's block alignment: a block at `B` puts its payload at
+        /// `B + round_up(64)` and ends at the payload's end rounded up (`docs/FORMAT.md`),
+        /// which tells the producer where the rest of a room it is still lent starts.
+        align: u32,
         /// The output file's path (bytes of an absolute Unix path), for messages only.
         path: Vec<u8>,
     },
-    /// Producer → merger: grant me one more slot.
-    Acquire,
+    /// Producer → merger: grant me one more slot. Writing in place, `bytes` is the
+    /// payload room wanted (0: a whole slot's; else a multiple of the alignment, at most
+    /// the slot size): a producer asks for room its blocks will fill, so that the file
+    /// holds no unfilled room. Through slots it is 0 (a slot is a slot).
+    Acquire {
+        /// Payload bytes of room wanted, 0 for a slot's worth.
+        bytes: u64,
+    },
     /// Merger → producer: slot `slot` is yours; it is the peer window at `offset`.
     Grant {
         /// Slot number (the merger's).
@@ -139,11 +164,15 @@ impl Msg {
                 out.extend_from_slice(&slot_bytes.to_le_bytes());
                 out.extend_from_slice(&credit.to_le_bytes());
             }
-            Msg::Direct { path } => {
+            Msg::Direct { align, path } => {
                 out.push(DIRECT);
+                out.extend_from_slice(&align.to_le_bytes());
                 out.extend_from_slice(path);
             }
-            Msg::Acquire => out.push(ACQUIRE),
+            Msg::Acquire { bytes } => {
+                out.push(ACQUIRE);
+                out.extend_from_slice(&bytes.to_le_bytes());
+            }
             Msg::Grant { slot, offset } => {
                 out.push(GRANT);
                 out.extend_from_slice(&slot.to_le_bytes());
@@ -224,8 +253,8 @@ impl Msg {
                 }
             }
             ACQUIRE => {
-                want(0, "acquire")?;
-                Msg::Acquire
+                want(8, "acquire")?;
+                Msg::Acquire { bytes: u64_at(0) }
             }
             GRANT => {
                 want(12, "grant")?;
@@ -280,14 +309,22 @@ impl Msg {
                 Msg::ByeAck
             }
             DIRECT => {
-                if body.is_empty() || body.len() > MAX_TEXT || body.contains(&0) {
+                let path = body.get(4..).unwrap_or_default();
+                if path.is_empty() || path.len() > MAX_TEXT || path.contains(&0) {
                     return Err(format!(
                         "direct message with a path of {} bytes (1..={MAX_TEXT}, no NUL)",
-                        body.len()
+                        path.len()
+                    ));
+                }
+                let align = u32_at(0);
+                if !align.is_power_of_two() || !(64..=1 << 20).contains(&align) {
+                    return Err(format!(
+                        "direct message with alignment {align} (a power of two in 64..=1048576)"
                     ));
                 }
                 Msg::Direct {
-                    path: body.to_vec(),
+                    align,
+                    path: path.to_vec(),
                 }
             }
             FAIL => Msg::Fail {
@@ -329,6 +366,24 @@ mod tests {
     }
 
     #[test]
+    fn the_rest_of_a_room_starts_after_the_block_and_its_header() {
+        let a = 4096;
+        // 8,000 bytes take two pages; the rest has a header page and the remaining pages.
+        assert_eq!(
+            room_rest(a, 2 << 20, 8000),
+            Some((3 * a, (2 << 20) - 3 * a))
+        );
+        // A full room, or a rest of only a header's worth, leaves nothing to lend.
+        assert_eq!(room_rest(a, 2 << 20, 2 << 20), None);
+        assert_eq!(room_rest(a, 3 * a, 2 * a), None);
+        assert_eq!(room_rest(a, 3 * a, a), Some((2 * a, a)));
+        // An empty block takes only its header.
+        assert_eq!(room_rest(64, 640, 0), Some((64, 576)));
+        // A length past the room (refused by the merger before) is no rest.
+        assert_eq!(room_rest(a, a, u64::MAX), None);
+    }
+
+    #[test]
     fn every_message_round_trips() {
         let all = [
             Msg::Hello {
@@ -341,9 +396,11 @@ mod tests {
                 credit: 2,
             },
             Msg::Direct {
+                align: 4096,
                 path: b"/dev/shm/out.accio".to_vec(),
             },
-            Msg::Acquire,
+            Msg::Acquire { bytes: 0 },
+            Msg::Acquire { bytes: 12288 },
             Msg::Grant {
                 slot: 9,
                 offset: 0x10_0000,
@@ -424,5 +481,13 @@ mod tests {
             "policy message with flags 0x7"
         );
         assert_eq!(Msg::decode(&[]).unwrap_err(), "empty message");
+        assert_eq!(
+            Msg::decode(&[DIRECT, 100, 0, 0, 0, b'/']).unwrap_err(),
+            "direct message with alignment 100 (a power of two in 64..=1048576)"
+        );
+        assert_eq!(
+            Msg::decode(&[DIRECT, 0, 16, 0]).unwrap_err(),
+            "direct message with a path of 0 bytes (1..=4096, no NUL)"
+        );
     }
 }

@@ -262,6 +262,7 @@ fn recover_on_a_full_file_system_fails_and_leaves_the_file_as_it_was() {
 
 fn file_header(align: u32) -> [u8; 64] {
     FileHeader {
+        flags: 0,
         version: VERSION,
         align,
         created_unix_ns: 0,

@@ -29,7 +29,11 @@ fn hostile_merger(
             ep.send_file(f).expect("send_file");
         }
         let mut out = Vec::new();
-        Msg::Direct { path: victim }.encode(&mut out);
+        Msg::Direct {
+            align: 4096,
+            path: victim,
+        }
+        .encode(&mut out);
         ep.send(&out).expect("direct");
         Msg::Welcome {
             producer: 1,

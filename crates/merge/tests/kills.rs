@@ -390,19 +390,29 @@ fn one_run(run: usize, rng: &mut Rng) -> Outcome {
             assert_eq!(got, blocks, "run {run}: producer {p} finished");
         }
     }
-    let kept: BTreeSet<(u64, u32, u64)> = r
+    // By identity and checksum, not offset: closing compacts the file, so a block the
+    // follower read where it was written may lie lower in the final file.
+    let kept: BTreeSet<(u32, u64, u64, u32)> = r
         .blocks()
         .iter()
-        .map(|b| (b.offset, b.header.producer, b.header.seq))
+        .map(|b| {
+            (
+                b.header.producer,
+                b.header.seq,
+                b.header.len,
+                b.header.payload_crc,
+            )
+        })
         .collect();
     for b in followed.lock().unwrap().iter() {
+        let h = &b.header;
         assert!(
-            kept.contains(&(b.offset, b.header.producer, b.header.seq)),
-            "run {run} ({}): the follower returned block {} of producer {} at {:#x}, which \
-             the recovered file does not keep",
+            kept.contains(&(h.producer, h.seq, h.len, h.payload_crc)),
+            "run {run} ({}): the follower returned block {} of producer {} (read at {:#x}), \
+             which the recovered file does not keep",
             mode.name(),
-            b.header.seq,
-            b.header.producer,
+            h.seq,
+            h.producer,
             b.offset
         );
     }

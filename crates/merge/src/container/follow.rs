@@ -21,8 +21,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use super::format::{
-    block_extent, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, HEADER_BYTES,
-    INDEX_MAGIC,
+    block_extent, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, FILE_MOVED,
+    HEADER_BYTES, INDEX_MAGIC,
 };
 use super::reader::Damage;
 use crate::error::{MergeError, Result};
@@ -37,8 +37,40 @@ pub struct Follower {
     pos: u64,
     closed: bool,
     damage: Vec<Damage>,
-    /// Reserved room stepped over, not committed yet (block offsets, in file order).
-    pending: Vec<u64>,
+    /// Reserved room stepped over, not committed yet: where it starts and ends, in file
+    /// order.
+    pending: Vec<(u64, u64)>,
+    /// Blocks returned so far, per producer (to return each once when the writer moved
+    /// blocks at close and the rest comes from the index).
+    returned: std::collections::HashMap<u32, Returned>,
+    /// The writer moved blocks (the file header says so): the blocks not returned yet
+    /// come from the index once the file is closed, in its order.
+    moved: Option<std::collections::VecDeque<IndexEntry>>,
+}
+
+/// One producer's blocks a follower returned: every sequence number below `below`, and
+/// those in `beyond`.
+#[derive(Debug, Default)]
+struct Returned {
+    below: u64,
+    beyond: std::collections::BTreeSet<u64>,
+}
+
+impl Returned {
+    fn has(&self, seq: u64) -> bool {
+        seq < self.below || self.beyond.contains(&seq)
+    }
+
+    fn add(&mut self, seq: u64) {
+        if seq != self.below {
+            self.beyond.insert(seq);
+            return;
+        }
+        self.below += 1;
+        while self.beyond.remove(&self.below) {
+            self.below += 1;
+        }
+    }
 }
 
 impl Follower {
@@ -70,6 +102,8 @@ impl Follower {
             closed: false,
             damage: Vec::new(),
             pending: Vec::new(),
+            returned: Default::default(),
+            moved: None,
         })
     }
 
@@ -150,7 +184,7 @@ impl Follower {
     fn try_pending(&mut self, size: u64) -> Result<Option<(IndexEntry, Vec<u8>)>> {
         let mut i = 0;
         while i < self.pending.len() {
-            let at = self.pending[i];
+            let (at, room_end) = self.pending[i];
             match self.header_at(at, size)? {
                 // Still reserved, or its header being replaced right now.
                 Some(bh) if bh.kind == BlockKind::Reserved && !self.closed => i += 1,
@@ -163,7 +197,7 @@ impl Follower {
                     self.pending.remove(i);
                 }
                 Some(bh) => {
-                    let (payload_at, _) = block_extent(at, bh.len, self.header.align);
+                    let (payload_at, end) = block_extent(at, bh.len, self.header.align);
                     if payload_at + bh.len > size {
                         i += 1;
                         continue;
@@ -171,7 +205,13 @@ impl Follower {
                     match self.payload(at, &bh)? {
                         None => i += 1,
                         Some(got) => {
-                            self.pending.remove(i);
+                            // The rest of the room, if the block left any, is its
+                            // writer's still (reserved) or a hole: looked at from now on.
+                            if end < room_end {
+                                self.pending[i] = (end, room_end);
+                            } else {
+                                self.pending.remove(i);
+                            }
                             if let Some(data) = got {
                                 return Ok(Some((
                                     IndexEntry {
@@ -191,6 +231,87 @@ impl Follower {
 
     /// The next committed block and its payload (checked), if one is there now.
     pub fn try_next(&mut self) -> Result<Option<(IndexEntry, Vec<u8>)>> {
+        loop {
+            if self.moved.is_some() {
+                return self.next_moved();
+            }
+            let got = self.walk()?;
+            // Checked after the read: the writer sets the flag before it moves anything,
+            // so a block read while it was clear was read where it was written.
+            if self.writer_moved_blocks()? {
+                self.moved = Some(Default::default());
+                self.closed = false;
+                continue; // that block, if any, comes again from the index
+            }
+            if let Some((e, _)) = &got {
+                self.returned
+                    .entry(e.header.producer)
+                    .or_default()
+                    .add(e.header.seq);
+            }
+            return Ok(got);
+        }
+    }
+
+    /// Whether the file header says the writer moved blocks (a header that does not
+    /// decode, being rewritten, says so too: the index is the safe way then).
+    fn writer_moved_blocks(&self) -> Result<bool> {
+        let mut hb = [0u8; HEADER_BYTES];
+        if !self.read_at(&mut hb, 0)? {
+            return Ok(true);
+        }
+        Ok(FileHeader::decode(&hb).map_or(true, |h| h.flags & FILE_MOVED != 0))
+    }
+
+    /// After the writer moved blocks: once the file is closed, the indexed blocks not
+    /// returned yet, in file order.
+    fn next_moved(&mut self) -> Result<Option<(IndexEntry, Vec<u8>)>> {
+        if !self.closed {
+            let size = self
+                .file
+                .metadata()
+                .map_err(|e| MergeError::file("reading the size of", &self.path, e))?
+                .len();
+            if self.trailer(size)?.is_none() {
+                return Ok(None);
+            }
+            let file = self
+                .file
+                .try_clone()
+                .map_err(|e| MergeError::file("reopening", &self.path, e))?;
+            let r = super::ContainerReader::from_source(Box::new(file), self.path.clone())?;
+            let todo = r
+                .blocks()
+                .iter()
+                .filter(|e| {
+                    !self
+                        .returned
+                        .get(&e.header.producer)
+                        .is_some_and(|r| r.has(e.header.seq))
+                })
+                .copied()
+                .collect();
+            self.moved = Some(todo);
+            self.pending.clear();
+            self.closed = true;
+        }
+        while let Some(e) = self.moved.as_mut().and_then(|q| q.pop_front()) {
+            if let Some(Some(data)) = self.payload(e.offset, &e.header)? {
+                self.returned
+                    .entry(e.header.producer)
+                    .or_default()
+                    .add(e.header.seq);
+                self.pos = self
+                    .pos
+                    .max(block_extent(e.offset, e.header.len, self.header.align).1);
+                return Ok(Some((e, data)));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The walk along the file as it is written (see the module docs).
+    fn walk(&mut self) -> Result<Option<(IndexEntry, Vec<u8>)>> {
         let io = |what: &str, path: &Path, e| MergeError::file(what.to_string(), path, e);
         loop {
             let size = self
@@ -239,7 +360,7 @@ impl Follower {
                     continue;
                 }
                 BlockKind::Reserved => {
-                    self.pending.push(at);
+                    self.pending.push((at, end));
                     self.pos = end;
                     continue;
                 }
@@ -280,21 +401,27 @@ impl Follower {
         }
     }
 
-    /// True when the file ends with a trailer whose index starts here or before (the
-    /// room between, cut off at close, held no blocks).
-    fn trailer_ends_at(&self, size: u64) -> Result<bool> {
+    /// The trailer that ends the file, if one does.
+    fn trailer(&self, size: u64) -> Result<Option<Trailer>> {
         let mut tb = [0u8; HEADER_BYTES];
         if size < self.header.first_block() + HEADER_BYTES as u64 {
-            return Ok(false);
+            return Ok(None);
         }
         self.file
             .read_exact_at(&mut tb, size - HEADER_BYTES as u64)
             .map_err(|e| MergeError::file("reading the trailer of", &self.path, e))?;
-        Ok(Trailer::decode(&tb).is_ok_and(|t| {
-            t.index_offset <= self.pos
-                && t.index_offset
-                    .checked_add(t.index_len + HEADER_BYTES as u64)
-                    == Some(size)
+        Ok(Trailer::decode(&tb).ok().filter(|t| {
+            t.index_offset
+                .checked_add(t.index_len + HEADER_BYTES as u64)
+                == Some(size)
         }))
+    }
+
+    /// True when the file ends with a trailer whose index starts here or before (the
+    /// room between, cut off at close, held no blocks).
+    fn trailer_ends_at(&self, size: u64) -> Result<bool> {
+        Ok(self
+            .trailer(size)?
+            .is_some_and(|t| t.index_offset <= self.pos))
     }
 }

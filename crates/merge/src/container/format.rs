@@ -127,7 +127,14 @@ pub struct FileHeader {
     pub align: u32,
     /// Creation time, nanoseconds since the Unix epoch.
     pub created_unix_ns: u64,
+    /// [`FILE_MOVED`], or 0.
+    pub flags: u32,
 }
+
+/// File header flag: blocks were moved after they were written (the writer compacted the
+/// file at close), so a reader that followed the file while it was written goes by the
+/// index from then on.
+pub const FILE_MOVED: u32 = 1;
 
 impl FileHeader {
     /// Encodes the header (64 bytes).
@@ -137,6 +144,7 @@ impl FileHeader {
         put32(&mut b, 8, self.version);
         put32(&mut b, 12, HEADER_BYTES as u32);
         put32(&mut b, 16, self.align);
+        put32(&mut b, 20, self.flags);
         put64(&mut b, 24, self.created_unix_ns);
         let crc = crate::checksum::crc32c(&b[..60]);
         put32(&mut b, 60, crc);
@@ -173,6 +181,8 @@ impl FileHeader {
             version,
             align,
             created_unix_ns: u64_at(b, 24),
+            // Unknown flags are kept, not refused: a later writer may add some.
+            flags: u32_at(b, 20),
         })
     }
 
@@ -448,6 +458,7 @@ mod tests {
         );
         let f = FileHeader {
             version: VERSION,
+            flags: 0,
             align: 4096,
             created_unix_ns: 5,
         };

@@ -29,7 +29,7 @@ mod writer;
 pub use follow::Follower;
 pub use format::{
     block_extent, round_up, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer, DEFAULT_ALIGN,
-    HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
+    FILE_MOVED, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
 pub use headers::ClaimMode;
 pub use lock::LockHolder;
@@ -37,7 +37,7 @@ pub use reader::{
     recover, recover_image, split_records, ContainerReader, Damage, Hole, Layout, ProducerStats,
     Recovery, Verification,
 };
-pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter};
+pub use writer::{ContainerOptions, ContainerSummary, ContainerWriter, Rest};
 
 #[cfg(test)]
 mod tests;

@@ -402,6 +402,11 @@ impl ContainerReader {
         let mut off = self.header.first_block();
         // Start and first reason of a damaged range being crossed.
         let mut bad: Option<(u64, String)> = None;
+        // Blocks found, by producer and sequence number: one found again, the same in
+        // length, kind and checksum, is the copy a writer compacting the file had not
+        // yet turned into a hole when it stopped (`docs/FORMAT.md`, "Size").
+        let mut found: std::collections::HashMap<(u32, u64), (u64, u32, BlockKind)> =
+            Default::default();
         let mut w = Window {
             src: &*self.src,
             path: &self.path,
@@ -454,10 +459,24 @@ impl ContainerReader {
                         continue;
                     } else {
                         close_bad(&mut out.damage, &mut bad, off);
-                        out.blocks.push(IndexEntry {
-                            header: bh,
-                            offset: off,
-                        });
+                        let id = (bh.len, bh.payload_crc, bh.kind);
+                        match found.entry((bh.producer, bh.seq)) {
+                            std::collections::hash_map::Entry::Occupied(o) if *o.get() == id => {
+                                out.holes.push(Hole {
+                                    offset: off,
+                                    len: end - off,
+                                });
+                            }
+                            o => {
+                                if let std::collections::hash_map::Entry::Vacant(v) = o {
+                                    v.insert(id);
+                                }
+                                out.blocks.push(IndexEntry {
+                                    header: bh,
+                                    offset: off,
+                                });
+                            }
+                        }
                         off = end;
                         out.data_end = end.min(limit);
                         continue;

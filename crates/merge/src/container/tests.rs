@@ -242,7 +242,16 @@ fn reserve_write_commit(w: &ContainerWriter, seq: u64, len: usize) -> crate::Res
     // Inside room the writer claimed: never short of space.
     f.write_all_at(&payload(0, seq, len), at).unwrap();
     let crc = crate::checksum::crc32c(&payload(0, seq, len));
-    w.commit_reserved(start, room, 0, seq, BlockKind::Raw, len as u64, crc)?;
+    w.commit_reserved(
+        start,
+        room,
+        0,
+        seq,
+        BlockKind::Raw,
+        len as u64,
+        crc,
+        Rest::Hole,
+    )?;
     Ok(())
 }
 
@@ -366,8 +375,17 @@ fn sample_with_holes(path: &std::path::Path, align: u32) -> Vec<u8> {
             let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
             f.write_all_at(&data, block_extent(at, 0, align).0).unwrap();
             let crc = crate::checksum::crc32c(&data);
-            w.commit_reserved(at, room, 7, i as u64 - 4, BlockKind::Raw, 100, crc)
-                .unwrap();
+            w.commit_reserved(
+                at,
+                room,
+                7,
+                i as u64 - 4,
+                BlockKind::Raw,
+                100,
+                crc,
+                Rest::Hole,
+            )
+            .unwrap();
         }
     }
     w.finish(false).unwrap();
@@ -565,6 +583,7 @@ impl super::reader::Source for Counting {
 /// A file header (alignment 64) followed by `slots` 64-byte slots made by `slot(i)`.
 fn crafted(slots: usize, slot: impl Fn(usize) -> [u8; 64]) -> Vec<u8> {
     let h = FileHeader {
+        flags: 0,
         version: VERSION,
         align: 64,
         created_unix_ns: 0,

@@ -9,7 +9,7 @@ use std::sync::Mutex;
 
 use super::format::{
     block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
-    DEFAULT_ALIGN, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
+    DEFAULT_ALIGN, FILE_MOVED, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
 use super::headers::{ClaimMode, HeaderMap};
 use crate::error::{MergeError, Result};
@@ -28,6 +28,15 @@ impl Default for ContainerOptions {
             align: DEFAULT_ALIGN,
         }
     }
+}
+
+/// What becomes of the rest of a room after a shorter block was committed into it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Rest {
+    /// A hole: nobody writes there.
+    Hole,
+    /// Still reserved: its writer goes on writing blocks there.
+    Lent,
 }
 
 /// What a closed container holds.
@@ -51,8 +60,11 @@ struct State {
     /// Set by the first failed write: the file is not appended to any more.
     failed: Option<String>,
     /// Holes written that nobody maps (start, end): those at the end of the data are cut
-    /// off at close.
+    /// off at close, the others compacted away ([`ContainerWriter::finish`]).
     holes: Vec<(u64, u64)>,
+    /// Holes of room someone may still write into (a producer that vanished may only be
+    /// cut off, not dead): nothing moves into or across them.
+    pinned: Vec<(u64, u64)>,
 }
 
 /// Writes one container file. `append` may be called from several threads at once: each
@@ -101,6 +113,7 @@ impl ContainerWriter {
         file.set_len(0)
             .map_err(|e| MergeError::file("truncating", &path, e))?;
         let header = FileHeader {
+            flags: 0,
             version: VERSION,
             align: opts.align,
             created_unix_ns: std::time::SystemTime::now()
@@ -124,6 +137,7 @@ impl ContainerWriter {
                 payload_bytes: 0,
                 failed: None,
                 holes: Vec::new(),
+                pinned: Vec::new(),
             }),
             headers: Mutex::new(HeaderMap::new(claim)),
         })
@@ -308,9 +322,9 @@ impl ContainerWriter {
 
     /// Commits a block whose payload was written in place into room reserved with
     /// [`ContainerWriter::reserve`] at `start` for `bytes`: writes its header (the commit
-    /// record) and, when the block is shorter than the room, a hole header for the rest.
-    /// `payload_crc` must be the checksum of what is in the file; a wrong one makes the
-    /// block read as damaged, never as whole.
+    /// record) and, when the block is shorter than the room, a header for the rest as
+    /// `rest` says (still reserved, or a hole). `payload_crc` must be the checksum of what
+    /// is in the file; a wrong one makes the block read as damaged, never as whole.
     #[allow(clippy::too_many_arguments)]
     pub fn commit_reserved(
         &self,
@@ -321,6 +335,7 @@ impl ContainerWriter {
         kind: BlockKind,
         len: u64,
         payload_crc: u32,
+        rest: Rest,
     ) -> Result<IndexEntry> {
         let (_, room_end) = block_extent(start, bytes, self.header.align);
         let (_, end) = block_extent(start, len, self.header.align);
@@ -348,7 +363,11 @@ impl ContainerWriter {
         if end < room_end {
             // The rest of the room first: once the block header is there, a scan steps
             // onto it.
-            self.write_hole(end, room_end, true).map_err(io)?;
+            match rest {
+                Rest::Hole => self.write_hole(end, room_end, true),
+                Rest::Lent => self.write_space(end, room_end, BlockKind::Reserved),
+            }
+            .map_err(io)?;
         }
         self.store_header(start, &header.encode()).map_err(io)?;
         let entry = IndexEntry {
@@ -371,25 +390,30 @@ impl ContainerWriter {
     }
 
     fn write_hole(&self, start: u64, end: u64, may_cut: bool) -> std::io::Result<()> {
+        self.write_space(start, end, BlockKind::Hole)?;
+        // Only a hole whose header is there may be cut off: cutting the file where a
+        // header could not be stored (a full disk) would cut into the room around it.
+        let mut st = self.state.lock().expect("container writer lock");
+        if may_cut {
+            st.holes.push((start, end));
+        } else {
+            st.pinned.push((start, end));
+        }
+        Ok(())
+    }
+
+    /// Writes the header of room `start..end` that holds no block (yet): a hole or
+    /// reserved room.
+    fn write_space(&self, start: u64, end: u64, kind: BlockKind) -> std::io::Result<()> {
         let (payload, _) = block_extent(start, 0, self.header.align);
         let h = BlockHeader {
             producer: u32::MAX,
-            kind: BlockKind::Hole,
+            kind,
             seq: 0,
             len: end - payload,
             payload_crc: 0,
         };
-        self.store_header(start, &h.encode())?;
-        // Only a hole whose header is there may be cut off: cutting the file where a
-        // header could not be stored (a full disk) would cut into the room around it.
-        if may_cut {
-            self.state
-                .lock()
-                .expect("container writer lock")
-                .holes
-                .push((start, end));
-        }
-        Ok(())
+        self.store_header(start, &h.encode())
     }
 
     /// Writes a header into room reserved before (inside the claimed file).
@@ -453,6 +477,17 @@ impl ContainerWriter {
         }
         let mut entries = st.entries;
         entries.sort_by_key(|e| e.offset);
+        if st.failed.is_none() {
+            // A failure leaves the file as it was at that step: whole, with its holes.
+            let _ = compact(
+                &self.file,
+                self.header,
+                &mut entries,
+                &st.holes,
+                &st.pinned,
+                &mut st.next,
+            );
+        }
         let index = encode_index(&entries);
         let trailer = Trailer {
             index_offset: st.next,
@@ -486,6 +521,149 @@ impl ContainerWriter {
             file_bytes,
         })
     }
+}
+
+/// Compacts the file at close: moves the blocks after the first hole down over the
+/// holes, so that the file holds its data and the container's own overhead only
+/// (`docs/FORMAT.md`, "Size"). `entries` (in file order) and `next` (the end of the
+/// data) follow the blocks as they move.
+///
+/// Every step leaves a file that a scan reads whole, so a writer killed here loses
+/// nothing: a block's bytes are copied into hole space first and its new header,
+/// the commit record, is written last; its old place becomes a hole by one header
+/// store. Where those two stores cannot come in that order (the old header is where
+/// the new copy's hole must start), the block is briefly in the file twice, which a
+/// scan reads as one block and a copy ([`super::reader`]: a block that repeats an
+/// earlier one's producer, sequence number, length and checksum is a hole). A block
+/// larger than the hole before it would overwrite itself: it goes through room past
+/// the end of the data first. Nothing moves into or across room a producer may still
+/// write (`pinned`). The file header says blocks moved ([`FILE_MOVED`]) before the
+/// first one does, so a follower goes by the index.
+fn compact(
+    file: &File,
+    header: FileHeader,
+    entries: &mut [IndexEntry],
+    holes: &[(u64, u64)],
+    pinned: &[(u64, u64)],
+    next: &mut u64,
+) -> std::io::Result<()> {
+    let align = header.align;
+    let after = pinned.iter().map(|p| p.1).max().unwrap_or(0);
+    let Some(first) = holes.iter().map(|h| h.0).filter(|&h| h >= after).min() else {
+        return Ok(());
+    };
+    let mut header = header;
+    header.flags |= FILE_MOVED;
+    file.write_all_at(&header.encode(), 0)?;
+    let space = |start, end| write_space_at(file, align, start, end);
+    let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
+    let spare = *next; // room past the data, for blocks larger than their hole
+    let mut dst = first;
+    for e in entries.iter_mut().filter(|e| e.offset >= first) {
+        let (s, ext) = (e.offset, extent(e));
+        if s == dst {
+            dst += ext;
+            continue;
+        }
+        let hb = e.header.encode();
+        // Nothing lives in dst..s: one hole over all of it, so that the copy below
+        // lands inside a hole whatever headers lay there.
+        space(dst, s)?;
+        let from = if s - dst >= ext {
+            s
+        } else {
+            // Overlapping: the block goes past the data first (a second copy, which
+            // a scan takes for one), then its old place and the hole before it are
+            // one hole.
+            copy_within(
+                file,
+                s + HEADER_BYTES as u64,
+                spare + HEADER_BYTES as u64,
+                ext - 64,
+            )?;
+            file.write_all_at(&hb, spare)?;
+            space(dst, s + ext)?;
+            spare
+        };
+        copy_within(
+            file,
+            from + HEADER_BYTES as u64,
+            dst + HEADER_BYTES as u64,
+            ext - 64,
+        )?;
+        if dst + ext < s || from == spare {
+            // Inside the hole over dst..s (or dst..s + ext): nobody sees it yet.
+            space(dst + ext, s + ext)?;
+            file.write_all_at(&hb, dst)?;
+        } else {
+            // The old header is where the hole after the new copy starts: the new
+            // header first (the block is there twice for a moment), then the old
+            // place becomes a hole.
+            file.write_all_at(&hb, dst)?;
+            space(s, s + ext)?;
+        }
+        if from == spare {
+            // The copy past the data is a copy no more.
+            file.write_all_at(&[0u8; HEADER_BYTES], spare)?;
+        }
+        e.offset = dst;
+        dst += ext;
+    }
+    *next = dst;
+    Ok(())
+}
+
+/// Writes the header of a hole over `start..end` with `pwrite` (at close, when nobody
+/// writes beside the writer).
+fn write_space_at(file: &File, align: u32, start: u64, end: u64) -> std::io::Result<()> {
+    let (payload, _) = block_extent(start, 0, align);
+    let h = BlockHeader {
+        producer: u32::MAX,
+        kind: BlockKind::Hole,
+        seq: 0,
+        len: end - payload,
+        payload_crc: 0,
+    };
+    file.write_all_at(&h.encode(), start)
+}
+
+/// Copies `len` bytes of the file from `from` to `to` (ranges that do not overlap):
+/// `copy_file_range`, which shares the blocks where the file system can (xfs, btrfs)
+/// and copies in the kernel elsewhere; a buffer where it is refused.
+fn copy_within(file: &File, from: u64, to: u64, len: u64) -> std::io::Result<()> {
+    let fd = file.as_raw_fd();
+    let (mut off_in, mut off_out, mut left) = (from as libc::loff_t, to as libc::loff_t, len);
+    while left > 0 {
+        let chunk = left.min(1 << 30) as usize;
+        // SAFETY: a plain system call on our own descriptor, with offsets it updates.
+        let n = unsafe { libc::copy_file_range(fd, &mut off_in, fd, &mut off_out, chunk, 0) };
+        if n > 0 {
+            left -= n as u64;
+            continue;
+        }
+        let e = std::io::Error::last_os_error();
+        match e.raw_os_error() {
+            Some(libc::EINTR) => continue,
+            Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if n < 0 => {
+                break;
+            }
+            _ if n == 0 => {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    "copy_file_range copied nothing",
+                ))
+            }
+            _ => return Err(e),
+        }
+    }
+    let mut buf = vec![0u8; left.min(1 << 20) as usize];
+    while left > 0 {
+        let n = buf.len().min(left as usize);
+        file.read_exact_at(&mut buf[..n], off_in as u64)?;
+        file.write_all_at(&buf[..n], off_out as u64)?;
+        (off_in, off_out, left) = (off_in + n as i64, off_out + n as i64, left - n as u64);
+    }
+    Ok(())
 }
 
 /// Writes every byte of `bufs`, in order, at `offset`: one `pwritev` in the common case,

@@ -16,6 +16,8 @@ pub(super) struct Conn {
     pub(super) rooms: Vec<Room>,
     /// Acquires queued in `Core::waiters`.
     pub(super) waiting: u32,
+    /// Direct mode: the payload room each queued acquire asks for, in order (0: a slot's).
+    pub(super) wants: std::collections::VecDeque<u64>,
     pub(super) next_seq: u64,
     pub(super) blocks: u64,
     pub(super) bytes: u64,
@@ -40,6 +42,11 @@ pub(super) struct Room {
     pub(super) id: u32,
     /// File offset of the payload.
     pub(super) at: u64,
+    /// Payload bytes it holds.
+    pub(super) bytes: u64,
+    /// Counted in `Direct::inflight`: granted and not yet written into. The rest of a room
+    /// after a short block, which its producer keeps for its next blocks, is not.
+    pub(super) counted: bool,
 }
 
 impl Conn {

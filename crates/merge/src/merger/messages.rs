@@ -2,7 +2,7 @@
 
 use std::time::Instant;
 
-use super::conn::Why;
+use super::conn::{Room, Why};
 use super::progress::Core;
 use super::Event;
 use crate::container::BlockKind;
@@ -58,7 +58,8 @@ impl Core {
                     return Err(Why::Gone(format!("cannot hand it the output file: {e}")));
                 }
                 let path = d.path.clone();
-                self.send(key, &Msg::Direct { path });
+                let align = d.align as u32;
+                self.send(key, &Msg::Direct { align, path });
             }
             self.send(
                 key,
@@ -83,11 +84,19 @@ impl Core {
             return Ok(());
         }
         match m {
-            Msg::Acquire => {
+            Msg::Acquire { bytes } => {
                 if c.granted() + c.waiting >= self.credit {
                     return Err(Why::Protocol(format!(
                         "asked for a slot beyond its credit of {}",
                         self.credit
+                    )));
+                }
+                let align = self.direct.as_ref().map_or(1, |d| d.align);
+                if bytes > self.slot_bytes as u64 || !bytes.is_multiple_of(align) {
+                    return Err(Why::Protocol(format!(
+                        "asked for {bytes} bytes of room: at most the slot size {} and a \
+                         multiple of the alignment {align}",
+                        self.slot_bytes
                     )));
                 }
                 if let Some(why) = self.failed.clone() {
@@ -95,6 +104,9 @@ impl Core {
                     return Ok(());
                 }
                 c.waiting += 1;
+                if self.direct.is_some() {
+                    c.wants.push_back(bytes);
+                }
                 self.waiters.push_back(key);
                 self.grant_waiters();
                 Ok(())
@@ -138,6 +150,7 @@ impl Core {
                 let rooms = std::mem::take(&mut c.rooms);
                 self.waiters.retain(|&k| k != key);
                 c.waiting = 0;
+                c.wants.clear();
                 self.stats.active -= 1;
                 self.stats.finished += 1;
                 if !rooms.is_empty() {
@@ -251,7 +264,9 @@ impl Core {
         Ok(())
     }
 
-    /// A commit of a direct producer: its bytes are in the file; write the header.
+    /// A commit of a direct producer: its bytes are in the file; write the header. The
+    /// rest of its room, when it can hold another block, stays lent to the producer
+    /// ([`crate::wire::room_rest`]: both sides know where it starts).
     #[allow(clippy::too_many_arguments)]
     fn commit_direct(
         &mut self,
@@ -262,7 +277,7 @@ impl Core {
         crc: Option<u32>,
         kind: u8,
     ) -> std::result::Result<(), Why> {
-        let bytes = self.slot_bytes as u64;
+        let align = self.direct.as_ref().expect("direct").align;
         let c = self.conns.get_mut(&key).expect("live connection");
         let producer = c.producer.expect("said hello");
         let Some(i) = c.rooms.iter().position(|r| r.id == slot) else {
@@ -271,12 +286,30 @@ impl Core {
             )));
         };
         let room = c.rooms.swap_remove(i);
+        if len > room.bytes {
+            return Err(Why::Protocol(format!(
+                "commit of {len} bytes into a room of {}",
+                room.bytes
+            )));
+        }
         c.next_seq += 1;
-        if let Some(why) = self.failed.clone() {
+        if room.counted {
             self.direct.as_mut().expect("direct").inflight -= 1;
+        }
+        if let Some(why) = self.failed.clone() {
             self.send(key, &Msg::Fail { reason: why });
             self.grant_waiters();
             return Ok(());
+        }
+        let rest = crate::wire::room_rest(align, room.bytes, len);
+        if let Some((at, bytes)) = rest {
+            let c = self.conns.get_mut(&key).expect("live connection");
+            c.rooms.push(Room {
+                id: room.id,
+                at: room.at + at,
+                bytes,
+                counted: false,
+            });
         }
         let block = DirectBlock {
             producer,
@@ -287,14 +320,13 @@ impl Core {
         };
         // The producer is done with the room: the next writer may start while this block
         // is checksummed (when it came without a checksum) and recorded.
-        self.direct.as_mut().expect("direct").inflight -= 1;
         self.grant_waiters();
         let sink = self.sink.as_mut().expect("sink present until close");
         let t = Instant::now();
-        let written = sink
-            .direct()
-            .expect("direct sink")
-            .commit(room.at, bytes, &block);
+        let written =
+            sink.direct()
+                .expect("direct sink")
+                .commit(room.at, room.bytes, &block, rest.is_some());
         self.stats.sink_write_ns += t.elapsed().as_nanos() as u64;
         match written {
             Ok(()) => {

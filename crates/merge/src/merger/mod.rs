@@ -491,6 +491,7 @@ impl MergerBuilder {
                     blocked_since: None,
                     cpus,
                     reads_back: d.reads_back_cheaply(),
+                    align: d.reserve_align(),
                     merger_checksums: false,
                     shared: false,
                     inflight: 0,
@@ -594,6 +595,8 @@ pub(super) struct Direct {
     pub(super) cpus: usize,
     /// The sink reads blocks back cheaply ([`crate::DirectSink::reads_back_cheaply`]).
     pub(super) reads_back: bool,
+    /// The file's block alignment ([`crate::DirectSink::reserve_align`]).
+    pub(super) align: u64,
     /// The merger checksums the blocks (it has a CPU to itself); producers were told.
     pub(super) merger_checksums: bool,
     /// More than one producer is connected; producers were told ([`crate::wire::Msg::Policy`]).

@@ -133,6 +133,7 @@ impl Core {
                 slots: Vec::new(),
                 rooms: Vec::new(),
                 waiting: 0,
+                wants: Default::default(),
                 next_seq: 0,
                 blocks: 0,
                 bytes: 0,
@@ -378,6 +379,7 @@ impl Core {
         self.waiters.clear();
         for c in self.conns.values_mut() {
             c.waiting = 0;
+            c.wants.clear();
         }
     }
 

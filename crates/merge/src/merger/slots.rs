@@ -108,9 +108,9 @@ impl Core {
     }
 
     /// Direct mode: reserves room in the file for waiting connections, in request order,
-    /// while fewer than the budget's worth are in flight.
+    /// while fewer than the budget's worth are in flight; each room as large as its
+    /// producer asked (the blocks it expects to write there), at most a slot.
     fn grant_rooms(&mut self) {
-        let bytes = self.slot_bytes as u64;
         while let Some(&key) = self.waiters.front() {
             let d = self.direct.as_mut().expect("direct mode");
             if d.inflight >= d.max {
@@ -130,6 +130,10 @@ impl Core {
                 self.waiters.pop_front();
                 continue;
             }
+            let bytes = match c.wants.pop_front() {
+                Some(0) | None => self.slot_bytes as u64,
+                Some(b) => b,
+            };
             let sink = self.sink.as_mut().expect("sink present until close");
             let at = match sink.direct().expect("direct sink").reserve(bytes) {
                 Ok(at) => at,
@@ -140,7 +144,12 @@ impl Core {
             self.stats.peak_slots = self.stats.peak_slots.max(d.inflight);
             let id = self.next_slot;
             self.next_slot = self.next_slot.wrapping_add(1);
-            c.rooms.push(Room { id, at });
+            c.rooms.push(Room {
+                id,
+                at,
+                bytes,
+                counted: true,
+            });
             c.waiting -= 1;
             self.waiters.pop_front();
             self.send(
@@ -193,9 +202,8 @@ impl Core {
     /// Direct mode: marks rooms that will not be committed as holes and frees their share
     /// of the budget.
     pub(super) fn abandon_rooms(&mut self, rooms: &[Room], released: bool) {
-        let bytes = self.slot_bytes as u64;
         if let Some(d) = self.direct.as_mut() {
-            d.inflight -= rooms.len();
+            d.inflight -= rooms.iter().filter(|r| r.counted).count();
         }
         if self.failed.is_some() {
             return; // the sink refuses writes; a scan skips the unmarked rooms as damage
@@ -203,7 +211,7 @@ impl Core {
         let sink = self.sink.as_mut().expect("sink present until close");
         let d = sink.direct().expect("direct sink");
         for r in rooms {
-            if let Err(e) = d.abandon(r.at, bytes, released) {
+            if let Err(e) = d.abandon(r.at, r.bytes, released) {
                 return self.sink_failed(e.to_string());
             }
         }
