@@ -465,28 +465,10 @@ impl ContainerWriter {
     /// valid unclosed container that `recover` can finish later.
     pub fn finish(self, sync: bool) -> Result<ContainerSummary> {
         let mut st = self.state.into_inner().expect("container writer lock");
-        // Room reserved last and never filled (producers' prefetched rooms, mostly) ends
-        // the file for nothing: cut it off.
-        st.holes.sort_unstable();
-        while let Some(&(start, end)) = st.holes.last() {
-            if end != st.next {
-                break;
-            }
-            st.next = start;
-            st.holes.pop();
-        }
-        let mut entries = st.entries;
-        entries.sort_by_key(|e| e.offset);
+        let mut entries = std::mem::take(&mut st.entries);
         if st.failed.is_none() {
             // A failure leaves the file as it was at that step: whole, with its holes.
-            let _ = compact(
-                &self.file,
-                self.header,
-                &mut entries,
-                &st.holes,
-                &st.pinned,
-                &mut st.next,
-            );
+            let _ = settle(&self.file, self.header, &mut st, &mut entries, usize::MAX);
         }
         let index = encode_index(&entries);
         let trailer = Trailer {
@@ -523,6 +505,79 @@ impl ContainerWriter {
     }
 }
 
+impl ContainerWriter {
+    /// Tests: closes as [`ContainerWriter::finish`] does up to the compaction's `steps`-th
+    /// write, then stops as a killed writer would (no index); true when it stopped before
+    /// the compaction was done.
+    #[cfg(test)]
+    pub(crate) fn stop_compacting_after(self, steps: usize) -> bool {
+        let mut st = self.state.into_inner().expect("container writer lock");
+        let mut entries = std::mem::take(&mut st.entries);
+        settle(&self.file, self.header, &mut st, &mut entries, steps).is_err()
+    }
+}
+
+/// Cuts the holes that end the data off and compacts the rest (at most `steps` writes:
+/// tests stop there, as a kill would), leaving `entries` in file order.
+fn settle(
+    file: &File,
+    header: FileHeader,
+    st: &mut State,
+    entries: &mut [IndexEntry],
+    steps: usize,
+) -> std::io::Result<()> {
+    // Room reserved last and never filled (producers' prefetched rooms, mostly) ends the
+    // file for nothing: cut it off.
+    st.holes.sort_unstable();
+    while let Some(&(start, end)) = st.holes.last() {
+        if end != st.next {
+            break;
+        }
+        st.next = start;
+        st.holes.pop();
+    }
+    entries.sort_by_key(|e| e.offset);
+    let mut w = Steps {
+        file,
+        align: header.align,
+        left: steps,
+    };
+    compact(&mut w, header, entries, &st.holes, &st.pinned, &mut st.next)
+}
+
+/// The writes of a compaction, counted: tests stop one after any number of them.
+struct Steps<'a> {
+    file: &'a File,
+    align: u32,
+    left: usize,
+}
+
+impl Steps<'_> {
+    fn step(&mut self) -> std::io::Result<()> {
+        if self.left == 0 {
+            return Err(std::io::Error::other("compaction stopped"));
+        }
+        self.left -= 1;
+        Ok(())
+    }
+
+    fn write(&mut self, bytes: &[u8], at: u64) -> std::io::Result<()> {
+        self.step()?;
+        self.file.write_all_at(bytes, at)
+    }
+
+    /// A hole header over `start..end`.
+    fn hole(&mut self, start: u64, end: u64) -> std::io::Result<()> {
+        self.step()?;
+        write_space_at(self.file, self.align, start, end)
+    }
+
+    fn copy(&mut self, from: u64, to: u64, len: u64) -> std::io::Result<()> {
+        self.step()?;
+        copy_within(self.file, from, to, len)
+    }
+}
+
 /// Compacts the file at close: moves the blocks after the first hole down over the
 /// holes, so that the file holds its data and the container's own overhead only
 /// (`docs/FORMAT.md`, "Size"). `entries` (in file order) and `next` (the end of the
@@ -540,7 +595,7 @@ impl ContainerWriter {
 /// write (`pinned`). The file header says blocks moved ([`FILE_MOVED`]) before the
 /// first one does, so a follower goes by the index.
 fn compact(
-    file: &File,
+    w: &mut Steps<'_>,
     header: FileHeader,
     entries: &mut [IndexEntry],
     holes: &[(u64, u64)],
@@ -554,8 +609,7 @@ fn compact(
     };
     let mut header = header;
     header.flags |= FILE_MOVED;
-    file.write_all_at(&header.encode(), 0)?;
-    let space = |start, end| write_space_at(file, align, start, end);
+    w.write(&header.encode(), 0)?;
     let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
     let spare = *next; // room past the data, for blocks larger than their hole
     let mut dst = first;
@@ -568,43 +622,41 @@ fn compact(
         let hb = e.header.encode();
         // Nothing lives in dst..s: one hole over all of it, so that the copy below
         // lands inside a hole whatever headers lay there.
-        space(dst, s)?;
+        w.hole(dst, s)?;
         let from = if s - dst >= ext {
             s
         } else {
             // Overlapping: the block goes past the data first (a second copy, which
             // a scan takes for one), then its old place and the hole before it are
             // one hole.
-            copy_within(
-                file,
+            w.copy(
                 s + HEADER_BYTES as u64,
                 spare + HEADER_BYTES as u64,
                 ext - 64,
             )?;
-            file.write_all_at(&hb, spare)?;
-            space(dst, s + ext)?;
+            w.write(&hb, spare)?;
+            w.hole(dst, s + ext)?;
             spare
         };
-        copy_within(
-            file,
+        w.copy(
             from + HEADER_BYTES as u64,
             dst + HEADER_BYTES as u64,
             ext - 64,
         )?;
         if dst + ext < s || from == spare {
             // Inside the hole over dst..s (or dst..s + ext): nobody sees it yet.
-            space(dst + ext, s + ext)?;
-            file.write_all_at(&hb, dst)?;
+            w.hole(dst + ext, s + ext)?;
+            w.write(&hb, dst)?;
         } else {
             // The old header is where the hole after the new copy starts: the new
             // header first (the block is there twice for a moment), then the old
             // place becomes a hole.
-            file.write_all_at(&hb, dst)?;
-            space(s, s + ext)?;
+            w.write(&hb, dst)?;
+            w.hole(s, s + ext)?;
         }
         if from == spare {
             // The copy past the data is a copy no more.
-            file.write_all_at(&[0u8; HEADER_BYTES], spare)?;
+            w.write(&[0u8; HEADER_BYTES], spare)?;
         }
         e.offset = dst;
         dst += ext;

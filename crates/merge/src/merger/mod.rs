@@ -44,14 +44,14 @@
 //! # Write modes: in place (one copy) or through slots (two)
 //!
 //! With [`WriteMode::Direct`] the budget is not slot memory but *room in the output file*:
-//! an acquire reserves `slot_bytes` of room (a reserved header marks it), the producer
-//! opens the file by the path the merger sent it and writes its payload there itself (for
-//! `write_block` one `pwrite`, or on tmpfs while other producers are connected, pages
-//! inserted with `UFFDIO_COPY`, which takes no inode lock, and alone a `pwrite` of part of
-//! a large block beside a helper thread inserting the rest: `crate::insert`,
-//! `crate::helper`; for `buffer()`
-//! a shared writable mapping, claimed with `fallocate` and faulted in with
-//! `MADV_POPULATE_WRITE`), then commits; the merger writes the block's header over the
+//! an acquire reserves the room asked for, up to `slot_bytes` (a reserved header marks
+//! it), the producer writes its payload there itself through the file the merger lent it,
+//! once the block's length is known (`write_block` from the caller's bytes, a buffer or the
+//! record packer from a staging buffer at commit): one `pwrite`, or on tmpfs while other
+//! producers are connected, pages inserted with `UFFDIO_COPY`, which takes no inode lock,
+//! and alone a `pwrite` of part of a large block beside a helper thread inserting the
+//! rest (`crate::insert`, `crate::helper`); then it commits; the merger writes the block's
+//! header over the
 //! reserved one and acknowledges. The bytes are copied once,
 //! by the producers, in parallel; the merger thread writes 64-byte headers and holds no
 //! slot memory, so its memory is its rings whatever the budget. It stores those headers
@@ -61,11 +61,14 @@
 //! merger thread, which grants room and acknowledges commits, waited with it
 //! (`container/headers.rs` has the measurement, and why faults do not replace
 //! `fallocate` there). The budget bounds the
-//! rooms in flight (granted, not committed). Room never committed becomes a hole
-//! (`docs/FORMAT.md`): a producer's unused prefetched room at its goodbye, a buffer given
-//! back, the room of a producer that died, and the tail of a room whose block is shorter
-//! than a slot (so blocks much smaller than the slot size waste file space: size slots
-//! to the blocks, or copy). A producer killed mid-block leaves its room reserved, never a
+//! rooms in flight (granted, not committed). A producer asks for room its blocks will fill
+//! (as many blocks of its last one's size as fit a slot) and keeps what a short block
+//! leaves of a room for its next blocks, so blocks lie one after the other in the file;
+//! room never committed becomes a hole (`docs/FORMAT.md`): a producer's unused prefetched
+//! room at its goodbye, room too small for the block at hand, the room of a producer that
+//! died. At close the writer compacts the file over its holes (`docs/FORMAT.md`, "Size"):
+//! a closed file is its data and the container's overhead, whatever the block sizes. A
+//! producer killed mid-block leaves its room reserved, never a
 //! torn block: the header that makes a block visible is written only after the commit,
 //! over a payload whose CRC the producer computed from the bytes it wrote (or, on tmpfs
 //! while the merger has a CPU to itself, the merger from the file after the commit:
