@@ -28,6 +28,7 @@ use accio_results::model::{Figure, Report};
 use accio_results::num::median_range;
 
 use crate::text::table::render_fit;
+use crate::text::wrap::wrap;
 
 /// The smallest gap between two runs' ranges that counts: 10% (see the module docs).
 pub const DEFAULT_THRESHOLD: f64 = 0.10;
@@ -213,6 +214,7 @@ impl Comparison<'_> {
                  ranges are more than {pct}% apart"
             ),
             width,
+            "",
         ));
         let machine = self.count(Verdict::Better, true) + self.count(Verdict::Worse, true);
         if machine > 0 {
@@ -220,6 +222,7 @@ impl Comparison<'_> {
                 "(machine): memcpy and the latency floor measure the machine, not accio; \
                  a change of theirs is not counted",
                 width,
+                "",
             ));
         }
         let mut total = format!(
@@ -239,32 +242,9 @@ impl Comparison<'_> {
                 self.only_new.len()
             ));
         }
-        out.push_str(&wrap(&total, width));
+        out.push_str(&wrap(&total, width, ""));
         out
     }
-}
-
-/// `text` as lines of at most `width` columns, broken at spaces (a word longer than the
-/// width gets a line of its own), each ending in a newline.
-fn wrap(text: &str, width: usize) -> String {
-    let mut out = String::new();
-    let mut line = String::new();
-    for word in text.split_whitespace() {
-        if !line.is_empty() && line.chars().count() + 1 + word.chars().count() > width {
-            out.push_str(&line);
-            out.push('\n');
-            line.clear();
-        }
-        if !line.is_empty() {
-            line.push(' ');
-        }
-        line.push_str(word);
-    }
-    if !line.is_empty() {
-        out.push_str(&line);
-        out.push('\n');
-    }
-    out
 }
 
 #[cfg(test)]
@@ -372,13 +352,6 @@ mod tests {
         let t = c.text_fit(50);
         assert!(t.lines().all(|l| l.chars().count() <= 50), "{t}");
         assert!(t.contains("change: 1.79× slower"), "{t}");
-    }
-
-    #[test]
-    fn wrap_breaks_at_spaces() {
-        assert_eq!(wrap("aa bb cc dd", 5), "aa bb\ncc dd\n");
-        assert_eq!(wrap("aaaaaaa b", 5), "aaaaaaa\nb\n");
-        assert_eq!(wrap("", 5), "");
     }
 
     #[test]

@@ -263,7 +263,7 @@ fn noisy_text(report: &Report, bench: &str, idx: &[usize]) -> String {
     format!(
         "{bench}: {} a min–max spread over {:.0}% of the median: {items}. The machine was \
          noisy: stop other load, and rerun with more repetitions (accio bench --full, or the \
-         bench's --repetitions / --repeats / --samples)",
+         bench's --reps)",
         plural(idx.len(), "figure has", "figures have"),
         NOISY_SPREAD * 100.0
     )

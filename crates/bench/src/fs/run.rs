@@ -226,7 +226,7 @@ impl FsBench {
             let (list, figures) = items(&hz.noisy);
             let w = format!(
                 "fs {p}: noisy figures (min-max spread over {:.0}% of the median): {list}; use \
-                 more --repeats, larger --file-size or a quieter machine",
+                 more --reps, larger --file-size or a quieter machine",
                 NOISY * 100.0,
             );
             let h = Hazard {

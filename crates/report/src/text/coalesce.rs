@@ -8,7 +8,8 @@ use accio_results::model::{Figure, Report};
 use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
-use super::table::render;
+use super::table::render_fit;
+use super::wrap::wrap;
 use crate::doc::ratio_x;
 
 use accio_results::metric::coalesce::{self as metric, BENCH};
@@ -91,6 +92,12 @@ fn backends(r: &Report) -> Vec<String> {
 /// One table per backend (items into a window) and one of message aggregation, with the
 /// large-message ceiling above each; empty if the report has no coalesce figures.
 pub fn render_tables(r: &Report) -> String {
+    render_tables_fit(r, usize::MAX)
+}
+
+/// [`render_tables`] within `width` columns: tables stacked where they would be wider (see
+/// [`render_fit`]), the other lines wrapped at spaces.
+pub fn render_tables_fit(r: &Report, width: usize) -> String {
     let mut out = String::new();
     for backend in backends(r) {
         // The best measure: the one the items are read against (a ceiling that an item
@@ -99,16 +106,20 @@ pub fn render_tables(r: &Report) -> String {
             .select(BENCH, metric::LARGE_MSG_BW)
             .filter(|f| f.param_str("backend") == backend)
             .max_by(|a, b| a.summary.median.total_cmp(&b.summary.median));
-        out.push_str(&format!(
-            "coalesce, {backend}: small items into a peer window; large-message bandwidth {}\n",
-            large.map_or_else(
-                || "not measured".to_string(),
-                |f| format!(
-                    "{} GB/s ({} write_to)",
-                    median_range(&f.summary),
-                    format_size(f.param_str("size").parse().unwrap_or(0))
+        out.push_str(&wrap(
+            &format!(
+                "coalesce, {backend}: small items into a peer window; large-message bandwidth {}",
+                large.map_or_else(
+                    || "not measured".to_string(),
+                    |f| format!(
+                        "{} GB/s ({} write_to)",
+                        median_range(&f.summary),
+                        format_size(f.param_str("size").parse().unwrap_or(0))
+                    )
                 )
-            )
+            ),
+            width,
+            "  ",
         ));
         let mut rows = Vec::new();
         for f in r
@@ -140,7 +151,7 @@ pub fn render_tables(r: &Report) -> String {
                 speedup,
             ]);
         }
-        out.push_str(&render(
+        out.push_str(&render_fit(
             &[
                 "pattern",
                 "item",
@@ -157,14 +168,18 @@ pub fn render_tables(r: &Report) -> String {
                 "vs direct",
             ],
             &rows,
+            width,
         ));
         let msgs: Vec<&Figure> = r
             .select(BENCH, metric::MSG_RATE)
             .filter(|f| f.param_str("backend") == backend)
             .collect();
         if !msgs.is_empty() {
-            out.push_str(&format!(
-                "\ncoalesce, {backend}: small messages to one destination\n"
+            out.push('\n');
+            out.push_str(&wrap(
+                &format!("coalesce, {backend}: small messages to one destination"),
+                width,
+                "  ",
             ));
             let rows: Vec<Vec<String>> = msgs
                 .iter()
@@ -186,7 +201,7 @@ pub fn render_tables(r: &Report) -> String {
                     ]
                 })
                 .collect();
-            out.push_str(&render(
+            out.push_str(&render_fit(
                 &[
                     "item",
                     "mode",
@@ -196,10 +211,11 @@ pub fn render_tables(r: &Report) -> String {
                     "vs send",
                 ],
                 &rows,
+                width,
             ));
         }
         for l in summary_lines(r).iter().filter(|l| l.starts_with(&backend)) {
-            out.push_str(&format!("{l}\n"));
+            out.push_str(&wrap(l, width, "  "));
         }
         out.push('\n');
     }

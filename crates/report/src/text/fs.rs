@@ -7,7 +7,8 @@ use accio_results::model::{Figure, Report};
 use accio_results::num::fmt3;
 use accio_results::size::format_size;
 
-use super::table::render;
+use super::table::render_fit;
+use super::wrap::wrap;
 use crate::doc::{fs_capacity as capacity, fs_path_row, ratio_cell, FsSummary, FS_PATH_HEADERS};
 
 use accio_results::metric::fs::Mode;
@@ -39,18 +40,28 @@ fn ceiling_part(f: &Figure) -> Option<String> {
 /// The table for one path: every mode and thread count, with ceilings and the cache-drop
 /// method of the cold reads below it.
 pub fn path_table(report: &Report, path: &str) -> String {
+    path_table_fit(report, path, usize::MAX)
+}
+
+/// [`path_table`] within `width` columns: the table stacked where it would be wider (see
+/// [`render_fit`]), the lines around it wrapped at spaces.
+pub fn path_table_fit(report: &Report, path: &str, width: usize) -> String {
     let figs: Vec<&Figure> = of_path(report, path).collect();
     let Some(first) = figs.first() else {
         return format!("{path}: no figures\n");
     };
-    let mut out = format!(
-        "{path}: {} ({}-backed), {}, mounted at {} from {} ({})\n",
-        first.param_str("fs_type"),
-        first.param_str("backing"),
-        capacity(first),
-        first.param_str("mount_point"),
-        first.param_str("mount_source"),
-        first.param_str("mount_options"),
+    let mut out = wrap(
+        &format!(
+            "{path}: {} ({}-backed), {}, mounted at {} from {} ({})",
+            first.param_str("fs_type"),
+            first.param_str("backing"),
+            capacity(first),
+            first.param_str("mount_point"),
+            first.param_str("mount_source"),
+            first.param_str("mount_options"),
+        ),
+        width,
+        "  ",
     );
     let mut rows = Vec::new();
     let mut notes: Vec<String> = Vec::new();
@@ -77,12 +88,17 @@ pub fn path_table(report: &Report, path: &str) -> String {
         .get("file_size")
         .and_then(|v| v.as_u64())
         .map_or(String::new(), format_size);
-    out.push_str(&format!(
-        "one {fsz} file per thread, {rec} records, GB/s = total bytes / (last finish - first start)\n"
+    out.push_str(&wrap(
+        &format!(
+            "one {fsz} file per thread, {rec} records, GB/s = total bytes / (last finish - first \
+             start)"
+        ),
+        width,
+        "  ",
     ));
-    out.push_str(&render(&FS_PATH_HEADERS, &rows));
+    out.push_str(&render_fit(&FS_PATH_HEADERS, &rows, width));
     for n in notes {
-        out.push_str(&format!("  {n}\n"));
+        out.push_str(&wrap(&format!("  {n}"), width, "    "));
     }
     out
 }
@@ -90,6 +106,12 @@ pub fn path_table(report: &Report, path: &str) -> String {
 /// The Colfax-style summary: one column per path; properties rows, then for each mode its
 /// single-thread figure and its best multi-thread figure with the thread count.
 pub fn summary_table(report: &Report) -> String {
+    summary_table_fit(report, usize::MAX)
+}
+
+/// [`summary_table`] within `width` columns: stacked where it would be wider (see
+/// [`render_fit`]), the notes wrapped at spaces.
+pub fn summary_table_fit(report: &Report, width: usize) -> String {
     let paths = fs_paths(report);
     if paths.is_empty() {
         return "no file-system figures\n".into();
@@ -108,16 +130,28 @@ pub fn summary_table(report: &Report) -> String {
     }
     let mut headers: Vec<&str> = vec!["GB/s"];
     headers.extend(paths.iter().map(String::as_str));
-    let mut out = render_left(&headers, &rows);
-    out.push_str(
-        "GB/s = 10^9 B/s, median (min–max) over the repeats; N=: the best thread count.\n\
+    let left = render_left(&headers, &rows);
+    let mut out = if left.lines().all(|l| l.chars().count() <= width) {
+        left
+    } else {
+        render_fit(&headers, &rows, width)
+    };
+    // Off a terminal, the notes as they always were (broken near 100 columns); on one, each
+    // note one paragraph wrapped to its width.
+    let notes = "GB/s = 10^9 B/s, median (min–max) over the repeats; N=: the best thread count.\n\
          x% of C: the median as a share of C (GB/s), the copy of the same work measured in this \
          run: record-sized\n  copies into (writes) or out of (reads) as many bytes per thread, \
          at the same thread count: the ceiling\n  of memory-backed file systems and of \
          page-cache modes (docs/CEILINGS.md).\n  write+sync and cold read on block or network file \
          systems have no ceiling here: their limit is\n  the device or network bandwidth, \
-         which this bench does not measure.\n",
-    );
+         which this bench does not measure.\n";
+    if width == usize::MAX {
+        out.push_str(notes);
+    } else {
+        for note in notes.split("\n  ").collect::<Vec<_>>().join(" ").lines() {
+            out.push_str(&wrap(note, width, "  "));
+        }
+    }
     out
 }
 

@@ -7,7 +7,12 @@ pub use crate::doc::{cpu, cpu_details, huge_pages, link, link_name};
 
 /// Everything `accio info` prints: the node section of the pages, as text.
 pub fn node(n: &NodeInfo) -> String {
-    super::blocks(&crate::doc::node_blocks(n))
+    node_fit(n, usize::MAX)
+}
+
+/// [`node`] within `width` columns (see [`super::blocks_fit`]).
+pub fn node_fit(n: &NodeInfo, width: usize) -> String {
+    super::blocks_fit(&crate::doc::node_blocks(n), width)
 }
 
 #[cfg(test)]

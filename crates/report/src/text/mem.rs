@@ -2,12 +2,17 @@
 
 use accio_results::model::Report;
 
-use super::table::table;
+use super::table::table_fit;
 
 /// The `mem` figures as a table: one row per size, one column per thread count, each cell
 /// `median (min–max)` in GB/s of bytes copied (the table of the pages' Memory section).
 pub fn mem_table(report: &Report) -> String {
-    crate::doc::mem_table(report).map_or_else(String::new, |t| table(&t))
+    mem_table_fit(report, usize::MAX)
+}
+
+/// [`mem_table`] within `width` columns (see [`table_fit`]).
+pub fn mem_table_fit(report: &Report, width: usize) -> String {
+    crate::doc::mem_table(report).map_or_else(String::new, |t| table_fit(&t, width))
 }
 
 #[cfg(test)]

@@ -6,13 +6,19 @@ use accio_results::model::Report;
 use accio_results::num::{fmt3, median_range};
 use accio_results::size::format_size;
 
-use super::table::render;
+use super::table::render_fit;
 use crate::doc::ratio_cell;
 
 /// The merge figures of `report` as a table: throughput beside the ceiling, the share of
 /// the time the merger thread spent writing (and its rate meanwhile), the naive
 /// alternative, and the merger's peak RSS against its budget.
 pub fn render_table(report: &Report) -> String {
+    render_table_fit(report, usize::MAX)
+}
+
+/// [`render_table`] within `width` columns (rows stacked where it would be wider, see
+/// [`render_fit`]).
+pub fn render_table_fit(report: &Report, width: usize) -> String {
     let mut rows = Vec::new();
     for f in report.select("merge", "merge") {
         let c = f.ceiling.as_ref();
@@ -57,7 +63,7 @@ pub fn render_table(report: &Report) -> String {
     if rows.is_empty() {
         return String::new();
     }
-    render(
+    render_fit(
         &[
             "path",
             "sync",
@@ -75,5 +81,6 @@ pub fn render_table(report: &Report) -> String {
             "budget MiB",
         ],
         &rows,
+        width,
     )
 }

@@ -9,6 +9,9 @@ pub mod mem;
 pub mod merge;
 pub mod table;
 pub mod transport;
+pub mod wrap;
+
+pub use wrap::{fit, wrap};
 
 use accio_results::event::Event;
 use accio_results::model::Figure;
@@ -50,22 +53,43 @@ pub fn event_line(e: &Event<'_>) -> Option<String> {
 /// list items as lines, tables through [`table::table`] (a table without headers, such as
 /// a list of facts, prints without its header rule), plots left out.
 pub fn blocks(blocks: &[Block]) -> String {
+    blocks_fit(blocks, usize::MAX)
+}
+
+/// [`blocks`] within `width` columns: paragraphs and list items wrapped at spaces (an item's
+/// continuation lines under its text), tables through [`table::table_fit`], and a list of
+/// facts with its values continued under the value column.
+pub fn blocks_fit(blocks: &[Block], width: usize) -> String {
     let mut out = String::new();
     for b in blocks {
         match b {
-            Block::Heading(h) => out.push_str(&format!("\n{h}\n")),
-            Block::Para(p) => out.push_str(&format!("{p}\n")),
+            Block::Heading(h) => out.push_str(&format!("\n{}", wrap(h, width, ""))),
+            Block::Para(p) => out.push_str(&wrap(p, width, "")),
             Block::List(items) => {
                 for i in items {
-                    out.push_str(&format!("- {i}\n"));
+                    out.push_str(&wrap(&format!("- {i}"), width, "  "));
                 }
             }
             Block::Table(t) if t.headers.iter().all(String::is_empty) => {
-                let text = table::table(t);
-                // Header and rule lines are blank and dashes only: drop them.
-                out.extend(text.lines().skip(2).map(|l| format!("{l}\n")));
+                let headers: Vec<&str> = t.headers.iter().map(String::as_str).collect();
+                let text = table::render(&headers, &t.rows);
+                // Header and rule lines are blank and dashes only: drop them. The values
+                // continue under their column.
+                let key = t
+                    .rows
+                    .iter()
+                    .map(|r| r.first().map_or(0, |c| c.chars().count()))
+                    .max()
+                    .unwrap_or(0);
+                let indent = " ".repeat(key + 2);
+                for l in text.lines().skip(2) {
+                    out.push_str(&wrap(l, width, &indent));
+                }
+                for note in &t.notes {
+                    out.push_str(&wrap(note, width, ""));
+                }
             }
-            Block::Table(t) => out.push_str(&table::table(t)),
+            Block::Table(t) => out.push_str(&table::table_fit(t, width)),
             Block::Plot(_) => {}
         }
     }

@@ -1,5 +1,6 @@
 //! Plain-text tables with aligned columns (numbers right-aligned).
 
+use super::wrap::wrap;
 use crate::doc::types::Table;
 
 /// Renders `rows` under left-aligned `headers`. A column whose cells all read as numbers
@@ -45,29 +46,20 @@ pub fn render(headers: &[&str], rows: &[Vec<String>]) -> String {
 
 /// [`render`] within `width` columns: the table as it is when it fits; otherwise each row
 /// stacked, its first cell on a line of its own and the other cells below it, indented, as
-/// `header: cell`, as many to a line as fit. A terminal then never wraps a row into noise
-/// (the headline table is about 180 columns wide, a terminal often 80).
+/// `header: cell`, as many to a line as fit, every line broken at spaces where it is still
+/// too long (see [`wrap`]). A terminal then never wraps a row into noise (the headline
+/// table is about 180 columns wide, a terminal often 80), and no cell is cut short.
 pub fn render_fit(headers: &[&str], rows: &[Vec<String>], width: usize) -> String {
     let plain = render(headers, rows);
     if plain.lines().all(|l| l.chars().count() <= width) {
         return plain;
     }
-    let cut = |s: &str, w: usize| -> String {
-        if s.chars().count() <= w {
-            s.to_string()
-        } else {
-            let mut t: String = s.chars().take(w.saturating_sub(1)).collect();
-            t.push('…');
-            t
-        }
-    };
     let mut out = String::new();
     for row in rows {
         let Some((first, rest)) = row.split_first() else {
             continue;
         };
-        out.push_str(&cut(first, width));
-        out.push('\n');
+        out.push_str(&wrap(first, width, "  "));
         let mut line = String::new();
         for (h, c) in headers.iter().skip(1).zip(rest) {
             if c.is_empty() || c == "-" {
@@ -79,8 +71,7 @@ pub fn render_fit(headers: &[&str], rows: &[Vec<String>], width: usize) -> Strin
                 format!("{h}: {c}")
             };
             if !line.is_empty() && 4 + line.chars().count() + 3 + item.chars().count() > width {
-                out.push_str(&cut(&format!("    {line}"), width));
-                out.push('\n');
+                out.push_str(&wrap(&format!("    {line}"), width, "      "));
                 line.clear();
             }
             if !line.is_empty() {
@@ -89,8 +80,7 @@ pub fn render_fit(headers: &[&str], rows: &[Vec<String>], width: usize) -> Strin
             line.push_str(&item);
         }
         if !line.is_empty() {
-            out.push_str(&cut(&format!("    {line}"), width));
-            out.push('\n');
+            out.push_str(&wrap(&format!("    {line}"), width, "      "));
         }
     }
     out
@@ -99,11 +89,16 @@ pub fn render_fit(headers: &[&str], rows: &[Vec<String>], width: usize) -> Strin
 /// A document table as text: [`render`] of its headers and rows, then its notes, one line
 /// each. This is how the text exporter shows every table the pages show too.
 pub fn table(t: &Table) -> String {
+    table_fit(t, usize::MAX)
+}
+
+/// [`table`] within `width` columns: the rows through [`render_fit`], the notes wrapped at
+/// spaces.
+pub fn table_fit(t: &Table, width: usize) -> String {
     let headers: Vec<&str> = t.headers.iter().map(String::as_str).collect();
-    let mut out = render(&headers, &t.rows);
+    let mut out = render_fit(&headers, &t.rows, width);
     for note in &t.notes {
-        out.push_str(note);
-        out.push('\n');
+        out.push_str(&wrap(note, width, ""));
     }
     out
 }
@@ -176,9 +171,10 @@ mod tests {
              median (min–max): 108 (107–110) Mop/s\n    ceiling: large-message bw / 64 B = \
              687 Mop/s | of ceiling: 16%\nshm latency, 8 B\n    median (min–max): 0.130 us\n"
         );
-        // Very narrow: lines are cut, never wrapped.
-        assert!(render_fit(&h, &rows, 20)
-            .lines()
-            .all(|l| l.chars().count() <= 20));
+        // Very narrow: long cells continue on the next line, indented, and keep every word.
+        let t = render_fit(&h, &rows, 20);
+        assert!(t.lines().all(|l| l.chars().count() <= 20), "{t}");
+        assert!(t.starts_with("coalesce shm\n  item_rate\n"), "{t}");
+        assert!(t.contains("\n      Mop/s"), "{t}");
     }
 }

@@ -69,7 +69,7 @@ pub fn hazards(f: &Figure) -> Vec<Hazard> {
     if steady && f.summary.n >= 3 && spread > 0.5 {
         let text = format!(
             "{what}: noisy, (max-min)/median = {}; rerun when the machine is quiet or with \
-             more --repetitions",
+             more --reps",
             fmt3(spread)
         );
         w.push(Hazard::new(HazardKind::Noisy, BENCH, text).about([f]));
