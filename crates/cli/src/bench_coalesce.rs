@@ -19,8 +19,6 @@ use crate::common::{self, CommonArgs};
 /// to 4096 bytes) [default: 8,64,256; with --quick: 64].
 #[derive(clap::Args, Debug)]
 pub struct CoalesceArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
     /// Access patterns, comma-separated: random (independent uniform slots), permutation
     /// (every slot once per pass, random order), streaming (in order), repeated (a hot set
     /// of 512 slots) [default: all four].
@@ -48,7 +46,7 @@ pub struct CoalesceArgs {
     #[arg(long, value_name = "N", value_parser = parse_size)]
     items: Option<u64>,
     /// Measured samples per figure [default: 5; with --quick: 3].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
     /// Time budget of one sample of one RMA per item, in milliseconds [default: 100; with
     /// --quick: 50].
@@ -63,6 +61,31 @@ pub struct CoalesceArgs {
     /// Skip the message aggregation figures.
     #[arg(long)]
     no_aggregate: bool,
+    /// Backends to measure, comma-separated (known: shm, tcp) [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = common::parse_backend)]
+    backend: Option<Vec<String>>,
+    /// Item sizes in bytes, comma-separated, powers of two from 8 to 4096 [default: 8,64,256; with --quick: 64].
+    #[arg(long, value_parser = common::parse_size_list)]
+    sizes: Option<common::SizeList>,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
+    pub(crate) common: CommonArgs,
+}
+
+impl CoalesceArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common =
+            self.flags
+                .common(self.backend.clone(), self.sizes.clone(), self.quick, parent);
+    }
 }
 
 fn parse_pattern(s: &str) -> Result<Pattern, String> {
@@ -86,6 +109,11 @@ impl CoalesceArgs {
     /// with `--full`.
     pub fn default_suite(common: &CommonArgs) -> CoalesceArgs {
         CoalesceArgs {
+            // The suite sets `common` itself; the flags as parsed stay empty.
+            backend: None,
+            sizes: None,
+            quick: false,
+            flags: Default::default(),
             common: CommonArgs {
                 quick: !common.full,
                 ..common.clone()
@@ -176,11 +204,14 @@ pub(crate) fn run_with(
     let result = coalesce::run(&opts, rec, events);
     if standalone {
         // Tables of whatever was measured, also when the run failed part-way.
-        let tables = accio_report::text::coalesce::render_tables(rec.report());
+        let tables = accio_report::text::coalesce::render_tables_fit(
+            rec.report(),
+            crate::term::stdout_width(),
+        );
         if !tables.is_empty() {
             print!("\n{tables}");
         }
-        if let Some(p) = &args.common.json {
+        if let Some(p) = &args.common.flags.json {
             eprintln!("coalesce: results written to {}", p.display());
         }
     }
@@ -196,9 +227,12 @@ mod tests {
         let cli = crate::Cli::try_parse_from(argv)?;
         match cli.command {
             crate::Command::Bench(crate::BenchArgs {
-                which: Some(crate::BenchCommand::Coalesce(a)),
-                ..
-            }) => Ok(a),
+                which: Some(crate::BenchCommand::Coalesce(mut a)),
+                common,
+            }) => {
+                a.resolve(&common);
+                Ok(a)
+            }
             other => panic!("parsed as {other:?}"),
         }
     }

@@ -61,7 +61,7 @@ pub struct FsArgs {
     #[arg(long, value_parser = parse_size)]
     record_size: Option<u64>,
     /// Samples per figure; each figure quotes median, min and max [default: 3].
-    #[arg(long)]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N")]
     repeats: Option<usize>,
     /// Open every file with O_DIRECT (bypasses the page cache in every mode).
     #[arg(long)]
@@ -75,8 +75,23 @@ pub struct FsArgs {
     /// How to empty the page cache before cold reads (the method used is recorded).
     #[arg(long = "drop", value_enum, default_value_t = DropArg::Auto)]
     cache_drop: DropArg,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long)]
+    quick: bool,
     #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
     pub(crate) common: CommonArgs,
+}
+
+impl FsArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common = self.flags.common(None, None, self.quick, parent);
+    }
 }
 
 impl FsArgs {
@@ -92,6 +107,9 @@ impl FsArgs {
             paths.push(shm);
         }
         FsArgs {
+            // The suite sets `common` itself; the flags as parsed stay empty.
+            quick: false,
+            flags: Default::default(),
             paths,
             modes: None,
             threads: None,
@@ -168,16 +186,40 @@ pub struct MemArgs {
     #[arg(long, value_delimiter = ',')]
     threads: Option<Vec<usize>>,
     /// Samples per figure [default: 5; with --quick: 3].
-    #[arg(long)]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N")]
     samples: Option<usize>,
+    /// Buffer sizes, comma-separated, binary suffixes [default: 64K to 256M in x4 steps; with --quick: 64K,1M,16M,256M].
+    #[arg(long, value_parser = common::parse_size_list)]
+    sizes: Option<common::SizeList>,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long)]
+    quick: bool,
     #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
     pub(crate) common: CommonArgs,
+}
+
+impl MemArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common = self
+            .flags
+            .common(None, self.sizes.clone(), self.quick, parent);
+    }
 }
 
 impl MemArgs {
     /// The quick variant run by plain `accio bench`.
     pub fn default_suite(common: &CommonArgs) -> MemArgs {
         MemArgs {
+            // The suite sets `common` itself; the flags as parsed stay empty.
+            sizes: None,
+            quick: false,
+            flags: Default::default(),
             threads: None,
             samples: None,
             common: CommonArgs {
@@ -219,12 +261,19 @@ pub(crate) fn run_fs_with(
     let report = rec.report();
     let paths = accio_report::text::fs::fs_paths(report);
     if tables {
+        let width = crate::term::stdout_width();
         for p in &paths {
-            println!("{}", accio_report::text::fs::path_table(report, p));
+            println!(
+                "{}",
+                accio_report::text::fs::path_table_fit(report, p, width)
+            );
         }
         if !paths.is_empty() {
             println!("Summary (after Colfax 2014, Table 1)");
-            println!("{}", accio_report::text::fs::summary_table(report));
+            println!(
+                "{}",
+                accio_report::text::fs::summary_table_fit(report, width)
+            );
         }
     }
     match result {
@@ -281,7 +330,10 @@ pub(crate) fn run_mem_with(
         .run(rec, events)
         .context("measuring memcpy bandwidth")?;
     if tables {
-        println!("{}", accio_report::text::mem::mem_table(rec.report()));
+        println!(
+            "{}",
+            accio_report::text::mem::mem_table_fit(rec.report(), crate::term::stdout_width())
+        );
     }
     Ok(())
 }

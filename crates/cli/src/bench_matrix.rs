@@ -22,7 +22,7 @@ use crate::common::{self, CommonArgs};
 #[derive(clap::Args, Debug, Clone)]
 pub struct MatrixArgs {
     /// Samples per figure.
-    #[arg(long, default_value_t = 5)]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N", default_value_t = 5)]
     reps: usize,
     /// Writes the measured choice of every pair (bandwidth at the largest size: the backend
     /// whose worse direction is closest to the best in that direction) as a per-pair config
@@ -32,10 +32,26 @@ pub struct MatrixArgs {
     write_config: Option<std::path::PathBuf>,
     /// Measures only these backends (comma-separated, e.g. `mpi`); default: every backend
     /// that can serve a pair.
-    #[arg(long, value_delimiter = ',', value_name = "SCHEMES")]
+    #[arg(long, alias = "backend", value_delimiter = ',', value_name = "SCHEMES")]
     backends: Vec<String>,
+    /// Message sizes, comma-separated, binary suffixes; bandwidth decides at the largest
+    /// [default: 8,4K,64K,2M,4M].
+    #[arg(long, value_parser = common::parse_size_list)]
+    sizes: Option<common::SizeList>,
     #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
     pub(crate) common: CommonArgs,
+}
+
+impl MatrixArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common = self.flags.common(None, self.sizes.clone(), false, parent);
+    }
 }
 
 const DEFAULT_SIZES: &[u64] = &[8, 4096, 65536, 2 << 20, 4 << 20];

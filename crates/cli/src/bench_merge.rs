@@ -20,8 +20,6 @@ const PRODUCER_SUBCOMMAND: &str = "__merge-producer";
 /// Arguments of `accio bench merge`.
 #[derive(clap::Args, Debug)]
 pub struct MergeArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
     /// Directories to write the merged file in [default: /dev/shm and the temporary
     /// directory, i.e. one memory-backed and one disk file system].
     #[arg(value_name = "DIR")]
@@ -35,14 +33,16 @@ pub struct MergeArgs {
     /// Where producers run, comma-separated: threads, processes [default: both].
     #[arg(long, value_delimiter = ',', value_parser = parse_placement)]
     placement: Option<Vec<Placement>>,
-    /// The seed's figure: 60 producers x 100 buffers x 2 MiB (12 GiB per run).
+    /// The reference workload of the merging file service (the parallel merge server
+    /// it follows: 60 workers of a coprocessor): 60 producers x 100 buffers x 2 MiB (12 GiB
+    /// per run).
     #[arg(long)]
     seed: bool,
     /// The merger's memory budget in bytes (suffixes allowed) [default: 256M].
     #[arg(long, value_parser = parse_size)]
     budget: Option<u64>,
     /// Samples per figure [default: 3; --quick 1].
-    #[arg(long, value_parser = clap::value_parser!(u32).range(1..=100))]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
     repetitions: Option<u32>,
     /// Do not sync the file at close on persistent file systems.
     #[arg(long)]
@@ -52,7 +52,7 @@ pub struct MergeArgs {
     no_naive: bool,
     /// CPU priority (nice, 0-19) of the producers [default: 0, the merger's]. With more
     /// producers than cores the merger thread gets one CPU share among P + 1; 19 models
-    /// producers that never take the merger's CPU (the seed's coprocessor workers).
+    /// producers that never take the merger's CPU (as workers on a coprocessor never did).
     #[arg(long, value_name = "NICE", value_parser = clap::value_parser!(i32).range(0..=19))]
     producer_nice: Option<i32>,
     /// How block bytes reach the file, comma-separated: direct (producers write in place,
@@ -60,6 +60,31 @@ pub struct MergeArgs {
     /// by side; tcp measures copy only]. Each figure says which it used (`write_mode`).
     #[arg(long, value_delimiter = ',', value_name = "MODE")]
     write_mode: Option<Vec<merge::service::WriteMode>>,
+    /// Backends producers reach the merger over, comma-separated (known: shm, tcp) [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = common::parse_backend)]
+    backend: Option<Vec<String>>,
+    /// Buffer sizes S (bytes per block a producer hands over), comma-separated, binary suffixes; one sweep each [default: 2M].
+    #[arg(long, value_parser = common::parse_size_list)]
+    sizes: Option<common::SizeList>,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
+    pub(crate) common: CommonArgs,
+}
+
+impl MergeArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common =
+            self.flags
+                .common(self.backend.clone(), self.sizes.clone(), self.quick, parent);
+    }
 }
 
 fn parse_placement(s: &str) -> Result<Placement, String> {
@@ -81,6 +106,11 @@ impl MergeArgs {
     /// or the full sweep under `accio bench --full`.
     pub fn default_suite(common: &CommonArgs) -> MergeArgs {
         MergeArgs {
+            // The suite sets `common` itself; the flags as parsed stay empty.
+            backend: None,
+            sizes: None,
+            quick: false,
+            flags: Default::default(),
             common: CommonArgs {
                 quick: !common.full,
                 ..common.clone()
@@ -216,14 +246,15 @@ pub(crate) fn run_with(
         }
     }
     if standalone {
-        let table = accio_report::text::merge::render_table(rec.report());
+        let table =
+            accio_report::text::merge::render_table_fit(rec.report(), crate::term::stdout_width());
         if !table.is_empty() {
             print!("\n{table}");
             for line in merge::checks(rec.report()) {
-                println!("{line}");
+                crate::term::print_para(&line, "  ");
             }
         }
-        if let Some(p) = &args.common.json {
+        if let Some(p) = &args.common.flags.json {
             eprintln!("merge: results written to {}", p.display());
         }
     }
@@ -267,12 +298,13 @@ mod tests {
         ])
         .unwrap();
         let crate::Command::Bench(crate::BenchArgs {
-            which: Some(crate::BenchCommand::Merge(a)),
-            ..
+            which: Some(crate::BenchCommand::Merge(mut a)),
+            common,
         }) = cli.command
         else {
             panic!("not parsed as bench merge");
         };
+        a.resolve(&common);
         assert_eq!(a.producers, Some(vec![1, 60]));
         assert_eq!(a.placement, Some(vec![Placement::Processes]));
         assert_eq!(a.budget, Some(64 << 20));

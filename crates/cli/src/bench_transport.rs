@@ -18,11 +18,9 @@ const PEER_SUBCOMMAND: &str = "__transport-peer";
 /// Arguments of `accio bench transport`.
 #[derive(clap::Args, Debug)]
 pub struct TransportArgs {
-    #[command(flatten)]
-    pub(crate) common: CommonArgs,
     /// Samples per figure: latency batches, streaming and RMA passes, memcpy batches
     /// [default: 11 latency batches and 5 passes; with --quick 5 and 3].
-    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
+    #[arg(long = "reps", aliases = ["repetitions", "repeats", "samples"], value_name = "N", value_parser = clap::value_parser!(u32).range(1..=1000))]
     repetitions: Option<u32>,
     /// Do not pin the bench and its peer process to different CPUs.
     #[arg(long)]
@@ -31,12 +29,42 @@ pub struct TransportArgs {
     /// and the latency floor), setup (connect, register) [default: all]
     #[arg(long, value_name = "FIGURES")]
     only: Option<String>,
+    /// Backends to measure, comma-separated (known: shm, tcp) [default: all].
+    #[arg(long, value_delimiter = ',', value_parser = common::parse_backend)]
+    backend: Option<Vec<String>>,
+    /// Message sizes, comma-separated, binary suffixes (e.g. 8,4K,2M) [default: 8 B to 64M; with --quick fewer].
+    #[arg(long, value_parser = common::parse_size_list)]
+    sizes: Option<common::SizeList>,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long)]
+    quick: bool,
+    #[command(flatten)]
+    flags: common::BenchFlags,
+    /// What the bench runs with: the flags above and those given before the subcommand
+    /// (see [`Self::resolve`]).
+    #[arg(skip)]
+    pub(crate) common: CommonArgs,
+}
+
+impl TransportArgs {
+    /// Fills [`Self::common`] from this subcommand's flags and those given before it
+    /// (`accio bench --quick SUBCOMMAND`).
+    pub(crate) fn resolve(&mut self, parent: &CommonArgs) {
+        self.common =
+            self.flags
+                .common(self.backend.clone(), self.sizes.clone(), self.quick, parent);
+    }
 }
 
 impl TransportArgs {
     /// The quick variant run by plain `accio bench`.
     pub fn default_suite(common: &CommonArgs) -> TransportArgs {
         TransportArgs {
+            // The suite sets `common` itself; the flags as parsed stay empty.
+            backend: None,
+            sizes: None,
+            quick: false,
+            flags: Default::default(),
             common: CommonArgs {
                 quick: true,
                 ..common.clone()
@@ -116,12 +144,14 @@ pub(crate) fn run_with(
         program,
         args: vec![OsString::from(PEER_SUBCOMMAND)],
     })?;
-    let json = args.common.json.as_deref();
+    let json = args.common.flags.json.as_deref();
     let result = transport::run(&opts, rec, events);
     if standalone {
         // Tables of whatever was measured, also when the run failed part-way.
-        let tables =
-            accio_report::text::transport::render_tables_fit(rec.report(), common::stdout_width());
+        let tables = accio_report::text::transport::render_tables_fit(
+            rec.report(),
+            crate::term::stdout_width(),
+        );
         if !tables.is_empty() {
             print!("\n{tables}");
         }
@@ -148,9 +178,12 @@ mod tests {
         let cli = crate::Cli::try_parse_from(argv)?;
         match cli.command {
             crate::Command::Bench(crate::BenchArgs {
-                which: Some(crate::BenchCommand::Transport(a)),
-                ..
-            }) => Ok(a),
+                which: Some(crate::BenchCommand::Transport(mut a)),
+                common,
+            }) => {
+                a.resolve(&common);
+                Ok(a)
+            }
             other => panic!("parsed as {other:?}"),
         }
     }
@@ -180,12 +213,12 @@ mod tests {
             "--quick",
             "--json",
             "out.json",
-            "--repetitions",
+            "--reps",
             "4",
         ])
         .unwrap();
         assert_eq!(
-            a.common.json.as_deref(),
+            a.common.flags.json.as_deref(),
             Some(std::path::Path::new("out.json"))
         );
         let o = a.options(peer()).unwrap();
@@ -227,10 +260,10 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("size \"4Q\" has unknown suffix \"Q\""), "{e}");
-        let e = transport_args(&["accio", "bench", "transport", "--repetitions", "0"])
+        let e = transport_args(&["accio", "bench", "transport", "--reps", "0"])
             .unwrap_err()
             .to_string();
-        assert!(e.contains("--repetitions"), "{e}");
+        assert!(e.contains("--reps"), "{e}");
     }
 
     #[test]

@@ -8,15 +8,37 @@ use accio_results::model::{Recorder, Report};
 use accio_results::size::parse_sizes;
 use anyhow::Context as _;
 
-/// Flags shared by every `accio bench` subcommand.
+/// The flags of plain `accio bench` (the default suite), also taken before a subcommand
+/// (`accio bench --quick transport`); each subcommand's own flags are declared with it (see
+/// [`BenchFlags`]), and what it runs with is this struct, filled from both.
 #[derive(clap::Args, Debug, Clone, Default)]
 pub struct CommonArgs {
-    /// Backends to measure, comma-separated (known: shm, tcp).
+    /// Backends the transport, merge and coalesce benches use, comma-separated (known: shm,
+    /// tcp).
     #[arg(long, value_delimiter = ',', value_parser = parse_backend)]
     pub backend: Option<Vec<String>>,
-    /// Message, record or buffer sizes, comma-separated, binary suffixes (e.g. 8,4K,2M).
+    /// Sizes for the benches that take them: memcpy buffers and transport messages,
+    /// comma-separated, binary suffixes (e.g. 8,4K,2M).
     #[arg(long, value_parser = parse_size_list)]
     pub sizes: Option<SizeList>,
+    #[command(flatten)]
+    pub flags: BenchFlags,
+    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
+    #[arg(long, conflicts_with = "full")]
+    pub quick: bool,
+    /// Every size, thread count and repetition of each bench: the thorough picture
+    /// (several minutes).
+    #[arg(long)]
+    pub full: bool,
+    /// Folder for the report: results.json (written as figures arrive), info.json,
+    /// report.md, report.html [default: ./accio-report-<UTC time>/].
+    #[arg(long, value_name = "DIR")]
+    pub out: Option<PathBuf>,
+}
+
+/// Where the figures go, for `accio bench` and every one of its subcommands.
+#[derive(clap::Args, Debug, Clone, Default)]
+pub struct BenchFlags {
     /// Also write the results as JSON to FILE (rewritten as figures arrive), or to stdout
     /// at the end with `-`.
     #[arg(long, value_name = "FILE")]
@@ -31,28 +53,41 @@ pub struct CommonArgs {
     /// ceiling, something skipped): for CI jobs that must not pass on doubtful figures.
     #[arg(long)]
     pub strict: bool,
-    /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
-    #[arg(long, conflicts_with = "full")]
-    pub quick: bool,
-    /// Every size, thread count and repetition of each bench: the thorough picture (plain
-    /// `accio bench`: several minutes).
-    #[arg(long)]
-    pub full: bool,
-    /// Folder for the report of plain `accio bench`: results.json (written as figures
-    /// arrive), info.json, report.md, report.html [default: ./accio-report-<UTC time>/].
-    #[arg(long, value_name = "DIR")]
-    pub out: Option<PathBuf>,
+}
+
+impl BenchFlags {
+    /// A subcommand's flags as the shared arguments: its own `--backend`, `--sizes` and
+    /// `--quick` (`None`/`false` where it has none), then what was given before the
+    /// subcommand ([`CommonArgs::inherit`]).
+    pub fn common(
+        &self,
+        backend: Option<Vec<String>>,
+        sizes: Option<SizeList>,
+        quick: bool,
+        parent: &CommonArgs,
+    ) -> CommonArgs {
+        let mut c = CommonArgs {
+            backend,
+            sizes,
+            flags: self.clone(),
+            quick,
+            full: false,
+            out: None,
+        };
+        c.inherit(parent);
+        c
+    }
 }
 
 /// A parsed `--sizes` list (a newtype so clap treats the whole list as one value).
 #[derive(Debug, Clone)]
 pub struct SizeList(pub Vec<u64>);
 
-fn parse_size_list(s: &str) -> Result<SizeList, String> {
+pub(crate) fn parse_size_list(s: &str) -> Result<SizeList, String> {
     parse_sizes(s).map(SizeList)
 }
 
-fn parse_backend(s: &str) -> Result<String, String> {
+pub(crate) fn parse_backend(s: &str) -> Result<String, String> {
     if accio::backend(s).is_some() {
         Ok(s.to_string())
     } else {
@@ -84,7 +119,7 @@ fn is_stdout(p: &Path) -> bool {
 /// The recorder for a run: figures kept in memory and, with `--json FILE`, rewritten to FILE
 /// as they arrive (`--json -` prints them at the end instead, see [`finish`]).
 pub fn recorder(common: &CommonArgs) -> anyhow::Result<Recorder> {
-    let json = common.json.as_deref().filter(|p| !is_stdout(p));
+    let json = common.flags.json.as_deref().filter(|p| !is_stdout(p));
     Recorder::new(json).with_context(|| match json {
         Some(p) => format!("creating the results file {}", p.display()),
         None => "creating the results".into(),
@@ -97,22 +132,24 @@ impl CommonArgs {
     pub fn inherit(&mut self, parent: &CommonArgs) {
         self.backend = self.backend.take().or_else(|| parent.backend.clone());
         self.sizes = self.sizes.take().or_else(|| parent.sizes.clone());
-        self.json = self.json.take().or_else(|| parent.json.clone());
         self.quick |= parent.quick;
         self.full |= parent.full;
         self.out = self.out.take().or_else(|| parent.out.clone());
-        self.export_csv = self.export_csv.take().or_else(|| parent.export_csv.clone());
-        self.export_markdown = self
+        let (f, p) = (&mut self.flags, &parent.flags);
+        f.json = f.json.take().or_else(|| p.json.clone());
+        f.export_csv = f.export_csv.take().or_else(|| p.export_csv.clone());
+        f.export_markdown = f
             .export_markdown
             .take()
-            .or_else(|| parent.export_markdown.clone());
-        self.strict |= parent.strict;
+            .or_else(|| p.export_markdown.clone());
+        f.strict |= p.strict;
     }
 
     /// Whether an export goes to stdout (`-`): then stdout carries only that export, and
     /// the tables a bench prints there are left out.
     pub fn stdout_taken(&self) -> bool {
-        [&self.json, &self.export_csv, &self.export_markdown]
+        let f = &self.flags;
+        [&f.json, &f.export_csv, &f.export_markdown]
             .into_iter()
             .flatten()
             .any(|p| is_stdout(p))
@@ -130,15 +167,15 @@ impl CommonArgs {
                 std::fs::write(path, text).with_context(|| format!("writing {}", path.display()))
             }
         };
-        if let Some(p) = self.json.as_deref().filter(|p| is_stdout(p)) {
+        if let Some(p) = self.flags.json.as_deref().filter(|p| is_stdout(p)) {
             let mut text = serde_json::to_string_pretty(report).context("encoding the results")?;
             text.push('\n');
             write(p, text)?;
         }
-        if let Some(p) = &self.export_csv {
+        if let Some(p) = &self.flags.export_csv {
             write(p, accio_report::csv(report))?;
         }
-        if let Some(p) = &self.export_markdown {
+        if let Some(p) = &self.flags.export_markdown {
             write(p, accio_report::markdown(report))?;
         }
         Ok(())
@@ -148,7 +185,7 @@ impl CommonArgs {
     pub fn check_strict(&self, report: &Report) -> anyhow::Result<()> {
         let n = report.warnings.len();
         anyhow::ensure!(
-            !self.strict || n == 0,
+            !self.flags.strict || n == 0,
             "{n} warning(s) and --strict: the figures are doubtful (see the warnings above)"
         );
         Ok(())
@@ -176,10 +213,11 @@ pub(crate) fn print_event(bench: &str, e: Event<'_>) {
         let named = line
             .strip_prefix(bench)
             .is_some_and(|rest| rest.starts_with([' ', ':']));
+        // Within the terminal: a long figure line continues below, indented.
         if named {
-            eprintln!("{line}");
+            crate::term::eprint_para(&line, "  ");
         } else {
-            eprintln!("{bench}: {line}");
+            crate::term::eprint_para(&format!("{bench}: {line}"), "  ");
         }
     }
 }
@@ -189,31 +227,9 @@ pub(crate) fn print_event(bench: &str, e: Event<'_>) {
 pub(crate) fn post_run_warnings(bench: &str, rec: &mut Recorder) -> anyhow::Result<()> {
     let before = rec.report().warnings.len();
     accio_report::warnings::apply(rec).context("recording the warnings")?;
+    // One paragraph per warning, wrapped at spaces within the terminal.
     for w in &rec.report().warnings[before..] {
-        eprintln!("{bench}: warning: {w}");
+        crate::term::eprint_para(&format!("{bench}: warning: {w}"), "  ");
     }
     Ok(())
-}
-
-/// Columns to fit tables printed on stdout into: `COLUMNS` when set, else the width of the
-/// terminal on stdout; unlimited when stdout is not a terminal (a file or a pipe keeps
-/// whole rows).
-pub(crate) fn stdout_width() -> usize {
-    if let Some(c) = std::env::var("COLUMNS")
-        .ok()
-        .and_then(|v| v.trim().parse::<usize>().ok())
-        .filter(|&c| c > 0)
-    {
-        return c;
-    }
-    // SAFETY: an all-zero winsize is a valid value for the kernel to overwrite.
-    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
-    // SAFETY: TIOCGWINSZ writes one winsize into the valid, exclusively borrowed `ws`;
-    // on a descriptor that is not a terminal it fails and writes nothing.
-    let rc = unsafe { libc::ioctl(libc::STDOUT_FILENO, libc::TIOCGWINSZ, &mut ws) };
-    if rc == 0 && ws.ws_col > 0 {
-        usize::from(ws.ws_col)
-    } else {
-        usize::MAX
-    }
 }

@@ -53,8 +53,8 @@ pub struct LaplaceArgs {
     /// MiB or more, which its sweep evicts from the caches anyway).
     #[arg(long, default_value = "auto", value_parser = ["auto", "streaming", "cached"])]
     stores: String,
-    /// Carry each cell's owner and global coordinates and verify every ghost (seed 001,
-    /// section 6.2); slower.
+    /// Carry each cell's owner and global coordinates and verify every ghost: a halo sent
+    /// to the wrong rank or region becomes a clear error; slower.
     #[arg(long)]
     checked: bool,
     /// After the run, compute the same grid on one rank and check that the result is the
@@ -483,13 +483,20 @@ fn report(
     } else {
         backends.join("+")
     };
-    println!(
-        "accio demo laplace: grid {} f64, {n} rank(s) as {dims}, halo {}, path {}, backend {backend}, {} iterations{}",
-        decomp.grid_name(),
-        a.halo,
-        a.path.name(),
-        a.iters,
-        if a.checked { ", checked" } else { "" }
+    // Off a terminal the lines below are whole (scripts/compare-laplace.sh reads them); on
+    // a terminal narrower than a table, its rows are stacked and long lines wrapped.
+    let width = crate::term::stdout_width();
+    crate::term::print_para(
+        &format!(
+            "accio demo laplace: grid {} f64, {n} rank(s) as {dims}, halo {}, path {}, backend \
+             {backend}, {} iterations{}",
+            decomp.grid_name(),
+            a.halo,
+            a.path.name(),
+            a.iters,
+            if a.checked { ", checked" } else { "" }
+        ),
+        "  ",
     );
     let (cm, cx) = stats(all.iter().flat_map(|s| s.compute.clone()));
     let (sm, sx) = stats(all.iter().flat_map(|s| s.sync.clone()));
@@ -510,9 +517,15 @@ fn report(
     } else {
         String::new()
     };
-    println!(
-        "time per iteration (ms)   median        max   over {n} rank(s) x {counted} iterations{probed}"
-    );
+    let head = "time per iteration (ms)   median        max";
+    let over = format!("over {n} rank(s) x {counted} iterations{probed}");
+    if head.len() + 3 + over.chars().count() <= width {
+        println!("{head}   {over}");
+    } else {
+        // The column heads stay above their columns; what they are over follows.
+        println!("{head}");
+        crate::term::print_para(&format!("  ({over})"), "   ");
+    }
     for (name, med, max) in [
         ("compute", cm, cx),
         ("synchronize", sm, sx),
@@ -522,10 +535,27 @@ fn report(
         println!("  {name:<22} {med:>9.4} {max:>10.4}");
     }
     println!();
-    println!(
-        "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>15} {:>22}  faces (side peer backend elems runs)",
-        "rank", "node", "cells", "compute", "sync", "comm", "comm/1-way", "comm/swept", "comm/in-run", "comm/both", "sweep/ceiling GB/s"
-    );
+    const RANK_HEADERS: [&str; 12] = [
+        "rank",
+        "node",
+        "cells",
+        "compute",
+        "sync",
+        "comm",
+        "comm/1-way",
+        "comm/swept",
+        "comm/in-run",
+        "comm/both",
+        "sweep/ceiling GB/s",
+        "faces (side peer backend elems runs)",
+    ];
+    let rank_line = |c: &[String]| {
+        format!(
+            "{:<5} {:<36} {:>10} {:>9} {:>9} {:>9} {:>15} {:>15} {:>15} {:>15} {:>22}  {}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], c[9], c[10], c[11]
+        )
+    };
+    let mut rank_rows: Vec<Vec<String>> = Vec::new();
     let mut rec = Recorder::new(a.json.as_deref()).with_context(|| {
         format!(
             "creating {}",
@@ -558,14 +588,13 @@ fn report(
             .iter()
             .map(|f| format!("{} {} {} {} {}", f.0, f.1, f.2, f.3, f.4))
             .collect();
-        println!(
-            "{:<5} {:<36} {:>10} {:>9.4} {:>9.4} {:>9.4} {:>15} {:>15} {:>15} {:>15} {:>22}  {}",
-            s.rank,
+        rank_rows.push(vec![
+            s.rank.to_string(),
             truncate(&s.node, 36),
-            s.cells,
-            median(s.compute.clone()),
-            median(s.sync.clone()),
-            comm_med,
+            s.cells.to_string(),
+            format!("{:.4}", median(s.compute.clone())),
+            format!("{:.4}", median(s.sync.clone())),
+            format!("{comm_med:.4}"),
             vs_one_way,
             vs_swept,
             vs_in_run,
@@ -576,21 +605,31 @@ fn report(
                 s.sweep_gbps,
                 100.0 * sweep_med / s.sweep_gbps
             ),
-            faces.join(", ")
-        );
+            faces.join(", "),
+        ]);
         record_rank(&mut rec, a, decomp, &backend, s, pair)?;
     }
-    print_halo_rates(all);
+    let header: Vec<String> = RANK_HEADERS.iter().map(|h| h.to_string()).collect();
+    print_table(&RANK_HEADERS, &header, &rank_rows, &rank_line, width);
+    print_halo_rates(all, width);
     let digest = all.iter().fold(0u64, |acc, s| acc.wrapping_add(s.digest));
     println!();
     match verified {
-        Some(one) if one == digest => {
-            println!("verified: the final grid equals a 1-rank run bit for bit (digest {digest:#018x})")
-        }
+        Some(one) if one == digest => crate::term::print_para(
+            &format!(
+                "verified: the final grid equals a 1-rank run bit for bit (digest {digest:#018x})"
+            ),
+            "  ",
+        ),
         Some(one) => bail!(
             "verification failed: the {n}-rank grid (digest {digest:#018x}) differs from the 1-rank grid ({one:#018x})"
         ),
-        None => println!("digest of the final grid: {digest:#018x} (--verify compares it with a 1-rank run)"),
+        None => crate::term::print_para(
+            &format!(
+                "digest of the final grid: {digest:#018x} (--verify compares it with a 1-rank run)"
+            ),
+            "  ",
+        ),
     }
     if let Some(p) = &a.json {
         println!("figures written to {}", p.display());
@@ -598,21 +637,69 @@ fn report(
     Ok(())
 }
 
+/// A per-rank table: each row as `line` makes it (the fixed columns that scripts read) when
+/// every line fits `width`; else [`render_fit`](accio_report::text::table::render_fit)'s
+/// stacked rows, each under `rank N`.
+fn print_table(
+    headers: &[&str],
+    header: &[String],
+    rows: &[Vec<String>],
+    line: &dyn Fn(&[String]) -> String,
+    width: usize,
+) {
+    let lines: Vec<String> = std::iter::once(header)
+        .chain(rows.iter().map(Vec::as_slice))
+        .map(line)
+        .collect();
+    if lines.iter().all(|l| l.chars().count() <= width) {
+        for l in lines {
+            println!("{l}");
+        }
+        return;
+    }
+    let stacked: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut r = r.clone();
+            r[0] = format!("rank {}", r[0]);
+            r
+        })
+        .collect();
+    print!(
+        "{}",
+        accio_report::text::table::render_fit(headers, &stacked, width)
+    );
+}
+
 /// The halo rates per rank: the bytes each rank sends per iteration over its median
 /// communicate time, beside the pair bandwidth of the same path from each probe (its
 /// largest face over the one-way time of its slowest side).
-fn print_halo_rates(all: &[RankSummary]) {
+fn print_halo_rates(all: &[RankSummary], width: usize) {
     if all.iter().all(|s| s.halo_bytes == 0) {
         return;
     }
     println!();
-    println!(
-        "halo per iteration, GB/s: the bytes each rank sends over its median communicate, beside the pair bandwidth of the same path (its largest face one way)"
+    crate::term::print_para(
+        "halo per iteration, GB/s: the bytes each rank sends over its median communicate, \
+         beside the pair bandwidth of the same path (its largest face one way)",
+        "  ",
     );
-    println!(
-        "{:<5} {:>10} {:>9} {:>15} {:>15} {:>15} {:>15}",
-        "rank", "bytes", "achieved", "pair: prepared", "after sweep", "in run", "both at once"
-    );
+    const HALO_HEADERS: [&str; 7] = [
+        "rank",
+        "bytes",
+        "achieved",
+        "pair: prepared",
+        "after sweep",
+        "in run",
+        "both at once",
+    ];
+    let halo_line = |c: &[String]| {
+        format!(
+            "{:<5} {:>10} {:>9} {:>15} {:>15} {:>15} {:>15}",
+            c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+        )
+    };
+    let mut rows: Vec<Vec<String>> = Vec::new();
     let gbps = |bytes: u64, us: Option<f64>| match us {
         Some(us) if us > 0.0 => format!("{:.3}", bytes as f64 / (us * 1e-6) / 1e9),
         _ => "-".to_string(),
@@ -626,17 +713,18 @@ fn print_halo_rates(all: &[RankSummary]) {
             .map(|f| (f.3 * 8) as u64)
             .max()
             .unwrap_or(0);
-        println!(
-            "{:<5} {:>10} {:>9} {:>15} {:>15} {:>15} {:>15}",
-            s.rank,
-            s.halo_bytes,
+        rows.push(vec![
+            s.rank.to_string(),
+            s.halo_bytes.to_string(),
             gbps(s.halo_bytes, Some(comm_us)),
             gbps(face, slowest_side_us(s, all, |s| &s.probes)),
             gbps(face, slowest_side_us(s, all, |s| &s.swept)),
             gbps(face, slowest_side_us(s, all, |s| &s.in_run)),
             gbps(face, slowest_side_us(s, all, |s| &s.both)),
-        );
+        ]);
     }
+    let header: Vec<String> = HALO_HEADERS.iter().map(|h| h.to_string()).collect();
+    print_table(&HALO_HEADERS, &header, &rows, &halo_line, width);
 }
 
 fn truncate(s: &str, n: usize) -> String {

@@ -11,11 +11,12 @@ mod demo_laplace;
 mod files;
 mod report_cmd;
 mod suite;
+mod term;
 mod world_cmd;
 
 use std::process::ExitCode;
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory as _, FromArgMatches as _, Parser, Subcommand};
 
 /// accio: concurrent, high-throughput data movement on accelerator and HPC nodes.
 #[derive(Parser, Debug)]
@@ -70,8 +71,9 @@ struct DemoArgs {
 
 #[derive(Subcommand, Debug)]
 enum DemoCommand {
-    /// Seed 001's distributed Jacobi/Laplacian: halo exchange over the rank world, with
-    /// compute / synchronize / communicate time per iteration and rank. Starts `accio run
+    /// A distributed Jacobi/Laplacian (a streaming stencil on a 2D or 3D grid split across
+    /// ranks): halo exchange over the rank world, with compute / synchronize / communicate
+    /// time per iteration and rank. Starts `accio run
     /// -n RANKS` itself when not run inside a world.
     Laplace(demo_laplace::LaplaceArgs),
 }
@@ -107,7 +109,12 @@ enum BenchCommand {
 const INTERRUPTED: u8 = 130;
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    // `--help` within the terminal (see `term`), as every other line accio prints.
+    let cli = Cli::command().term_width(term::help_width()).get_matches();
+    let cli = match Cli::from_arg_matches(&cli) {
+        Ok(c) => c,
+        Err(e) => e.exit(),
+    };
     // Every bench stops at its next step on Ctrl-C, keeping what it measured and removing
     // its test files (see `accio_bench::cancel`); a second Ctrl-C kills at once.
     let _sigint = match &cli.command {
@@ -123,9 +130,12 @@ fn main() -> ExitCode {
     let result = run(cli);
     if accio_bench::cancel::interrupted() {
         if let Err(e) = &result {
-            eprintln!("error: {}", one_line(e));
+            term::eprint_para(&format!("error: {}", one_line(e)), "  ");
         }
-        eprintln!("accio: interrupted; the results hold what was measured, test files removed");
+        term::eprint_para(
+            "accio: interrupted; the results hold what was measured, test files removed",
+            "  ",
+        );
         return ExitCode::from(INTERRUPTED);
     }
     match result {
@@ -133,7 +143,7 @@ fn main() -> ExitCode {
         Err(e) => {
             // One line with the whole context chain; no backtrace for a user error even
             // when RUST_BACKTRACE is set.
-            eprintln!("error: {}", one_line(&e));
+            term::eprint_para(&format!("error: {}", one_line(&e)), "  ");
             if e.downcast_ref::<world_cmd::UsageError>().is_some() {
                 // A usage error, as clap's own (README: exit status 2).
                 return ExitCode::from(2);
@@ -160,49 +170,65 @@ fn one_line(e: &anyhow::Error) -> String {
     out
 }
 
+/// Runs `accio bench SUBCOMMAND`, with the flags given before the subcommand in `parent`.
+fn run_bench(b: BenchCommand, parent: &common::CommonArgs) -> anyhow::Result<()> {
+    match b {
+        BenchCommand::Transport(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_transport::run(a, &mut rec)
+        }
+        BenchCommand::Fs(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_fs::run_fs(a, &mut rec)
+        }
+        BenchCommand::Mem(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_fs::run_mem(a, &mut rec)
+        }
+        BenchCommand::Coalesce(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_coalesce::run(a, &mut rec)
+        }
+        BenchCommand::Matrix(mut a) => {
+            a.resolve(parent);
+            // Every rank parses the same command line; only rank 0 writes the results
+            // file (ranks writing and renaming one file at once lost the race).
+            let mut rec = if common::launched_rank().unwrap_or(0) == 0 {
+                common::recorder(&a.common)?
+            } else {
+                accio_results::model::Recorder::new(None)?
+            };
+            bench_matrix::run_cmd(a, &mut rec)
+        }
+        BenchCommand::Merge(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_merge::run(a, &mut rec)
+        }
+    }
+}
+
 fn run(cli: Cli) -> anyhow::Result<()> {
     match cli.command {
         Command::Bench(BenchArgs {
             which: Some(b),
             common: parent,
-        }) => match b {
-            BenchCommand::Transport(mut a) => {
-                a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
-                bench_transport::run(a, &mut rec)
+        }) => {
+            // The report folder and the thorough preset are the suite's.
+            if parent.out.is_some() || parent.full {
+                return Err(world_cmd::UsageError(
+                    "--out and --full are for plain `accio bench` (the suite); a bench on its \
+                     own writes its figures with --json, --export-csv or --export-markdown"
+                        .into(),
+                )
+                .into());
             }
-            BenchCommand::Fs(mut a) => {
-                a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
-                bench_fs::run_fs(a, &mut rec)
-            }
-            BenchCommand::Mem(mut a) => {
-                a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
-                bench_fs::run_mem(a, &mut rec)
-            }
-            BenchCommand::Coalesce(mut a) => {
-                a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
-                bench_coalesce::run(a, &mut rec)
-            }
-            BenchCommand::Matrix(mut a) => {
-                a.common.inherit(&parent);
-                // Every rank parses the same command line; only rank 0 writes the results
-                // file (ranks writing and renaming one file at once lost the race).
-                let mut rec = if common::launched_rank().unwrap_or(0) == 0 {
-                    common::recorder(&a.common)?
-                } else {
-                    accio_results::model::Recorder::new(None)?
-                };
-                bench_matrix::run_cmd(a, &mut rec)
-            }
-            BenchCommand::Merge(mut a) => {
-                a.common.inherit(&parent);
-                let mut rec = common::recorder(&a.common)?;
-                bench_merge::run(a, &mut rec)
-            }
-        },
+            run_bench(b, &parent)
+        }
         Command::Bench(BenchArgs {
             which: None,
             common,
@@ -239,5 +265,72 @@ mod error_tests {
         let io = std::io::Error::new(std::io::ErrorKind::NotFound, "no such file");
         let e = anyhow::Error::new(Embeds { source: io }).context("loading results");
         assert_eq!(one_line(&e), "loading results: reading /x: no such file");
+    }
+}
+
+#[cfg(test)]
+mod vocabulary_tests {
+    use clap::{CommandFactory as _, Parser as _};
+
+    /// The long flags `accio bench SUBCOMMAND --help` lists (hidden aliases left out).
+    fn listed(sub: &str) -> Vec<String> {
+        let mut cli = super::Cli::command();
+        let bench = cli.find_subcommand_mut("bench").unwrap();
+        let cmd = bench.find_subcommand_mut(sub).unwrap();
+        cmd.get_arguments()
+            .filter(|a| !a.is_hide_set())
+            .filter_map(|a| a.get_long().map(str::to_string))
+            .collect()
+    }
+
+    #[test]
+    fn each_bench_lists_only_its_own_flags_and_counts_repetitions_with_reps() {
+        for sub in ["transport", "fs", "mem", "coalesce", "merge", "matrix"] {
+            let l = listed(sub);
+            assert!(l.contains(&"reps".to_string()), "{sub}: {l:?}");
+            for other in ["out", "full", "repetitions", "repeats", "samples"] {
+                assert!(
+                    !l.contains(&other.to_string()),
+                    "{sub} lists --{other}: {l:?}"
+                );
+            }
+        }
+        for sub in ["fs", "mem", "matrix"] {
+            assert!(!listed(sub).contains(&"backend".to_string()), "{sub}");
+        }
+        assert!(!listed("fs").contains(&"sizes".to_string()));
+        assert!(listed("matrix").contains(&"backends".to_string()));
+    }
+
+    #[test]
+    fn the_old_repetition_flags_and_matrix_backend_still_parse() {
+        for (sub, old) in [
+            ("transport", "--repetitions"),
+            ("coalesce", "--repetitions"),
+            ("merge", "--repetitions"),
+            ("fs", "--repeats"),
+            ("mem", "--samples"),
+            ("matrix", "--samples"),
+        ] {
+            let mut argv = vec!["accio", "bench", sub, old, "2"];
+            if sub == "fs" {
+                argv.push("/tmp");
+            }
+            assert!(super::Cli::try_parse_from(&argv).is_ok(), "{argv:?}");
+        }
+        assert!(
+            super::Cli::try_parse_from(["accio", "bench", "matrix", "--backend", "tcp"]).is_ok()
+        );
+        assert!(super::Cli::try_parse_from(["accio", "bench", "mem", "--backend", "tcp"]).is_err());
+    }
+
+    #[test]
+    fn out_and_full_before_a_bench_are_usage_errors() {
+        let cli = super::Cli::try_parse_from(["accio", "bench", "--out", "r", "mem"]).unwrap();
+        let e = super::run(cli).unwrap_err();
+        assert!(
+            e.downcast_ref::<crate::world_cmd::UsageError>().is_some(),
+            "{e}"
+        );
     }
 }

@@ -52,7 +52,7 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         args.old.display(),
         args.new.display()
     );
-    print!("{}", c.text_fit(crate::common::stdout_width()));
+    print!("{}", c.text_fit(crate::term::stdout_width()));
     // Short, so that it fits a terminal: the rows above name the figures.
     anyhow::ensure!(
         !args.fail_on_regression || c.regressions().is_empty(),
@@ -65,7 +65,10 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
 /// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
 pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {
     let info = NodeInfo::detect();
-    print!("{}", accio_report::text::info::node(&info));
+    print!(
+        "{}",
+        accio_report::text::info::node_fit(&info, crate::term::stdout_width())
+    );
     if let Some(p) = &args.json {
         write_json(p, &info)?;
         eprintln!("info: written to {}", p.display());
@@ -98,12 +101,15 @@ pub fn run_report(args: ReportArgs) -> anyhow::Result<()> {
     let written = accio_report::write(&report, &dir)?;
     print!(
         "{}",
-        accio_report::summary::text_fit(&report, crate::common::stdout_width())
+        accio_report::summary::text_fit(&report, crate::term::stdout_width())
     );
-    println!(
-        "report: {} (also {})",
-        written.html.display(),
-        written.markdown.display()
+    crate::term::print_para(
+        &format!(
+            "report: {} (also {})",
+            written.html.display(),
+            written.markdown.display()
+        ),
+        "  ",
     );
     Ok(())
 }

@@ -136,8 +136,17 @@ impl Progress {
             }
             // Warnings, skips and notes stay on screen above the bar.
             Event::Warning(_) | Event::Skipped(_) | Event::Note(_) => {
+                // One paragraph each, wrapped at spaces within the terminal.
                 if let Some(line) = accio_report::text::event_line(&e) {
-                    b.println(format!("{}: {line}", self.name));
+                    let text = accio_report::text::wrap(
+                        &format!("{}: {line}", self.name),
+                        crate::term::stderr_width(),
+                        "  ",
+                    );
+                    // Printed with the bar cleared, not through `println`: indicatif pads
+                    // the last line it prints to the terminal's edge, and the terminal then
+                    // takes the next line for a continuation of that one.
+                    b.suspend(|| eprint!("{text}"));
                 }
             }
             // Steps and figures become the bar's message.
@@ -204,10 +213,13 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     .with_context(|| format!("writing {}", info_path.display()))?;
     rec.set_info(info)
         .with_context(|| format!("writing {}", results.display()))?;
-    eprintln!(
-        "accio bench ({} preset): mem, fs, transport, merge, coalesce; report folder {}",
-        preset.name(),
-        dir.display()
+    crate::term::eprint_para(
+        &format!(
+            "accio bench ({} preset): mem, fs, transport, merge, coalesce; report folder {}",
+            preset.name(),
+            dir.display()
+        ),
+        "  ",
     );
 
     // Each bench's arguments: its own default-suite variant, adjusted by the preset. The
@@ -299,6 +311,7 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", results.display()))?;
     let written = accio_report::write(rec.report(), &dir)?;
     if let Some(json) = common
+        .flags
         .json
         .as_deref()
         .filter(|p| *p != std::path::Path::new("-"))
@@ -325,9 +338,9 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         report.host.cpu
     )?;
     let width = if common.stdout_taken() {
-        usize::MAX
+        crate::term::stderr_width()
     } else {
-        crate::common::stdout_width()
+        crate::term::stdout_width()
     };
     write!(out, "{}", accio_report::summary::text_fit(report, width))?;
     if !report.warnings.is_empty() {
@@ -337,13 +350,21 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
             report.warnings.len()
         )?;
     }
-    writeln!(
+    write!(
         out,
-        "report: {} (with report.md, results.json, info.json in {})",
-        written.html.display(),
-        dir.display()
+        "{}",
+        accio_report::text::wrap(
+            &format!(
+                "report: {} (with report.md, results.json, info.json in {})",
+                written.html.display(),
+                dir.display()
+            ),
+            width,
+            "  ",
+        )
     )?;
     if let Some(json) = common
+        .flags
         .json
         .as_deref()
         .filter(|p| *p != std::path::Path::new("-"))
@@ -382,7 +403,7 @@ fn finish(p: Progress, name: &'static str, r: anyhow::Result<()>, rec: &Recorder
         }
         Err(e) => {
             p.finish(&format!("FAILED after {figures} figures"));
-            eprintln!("error: bench {name}: {e:#}");
+            crate::term::eprint_para(&format!("error: bench {name}: {e:#}"), "  ");
             Outcome {
                 name,
                 error: Some(e),
