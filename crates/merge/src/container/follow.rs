@@ -407,9 +407,10 @@ impl Follower {
         if size < self.header.first_block() + HEADER_BYTES as u64 {
             return Ok(None);
         }
-        self.file
-            .read_exact_at(&mut tb, size - HEADER_BYTES as u64)
-            .map_err(|e| MergeError::file("reading the trailer of", &self.path, e))?;
+        // Cut since its size was read (a file being compacted shrinks): look again later.
+        if !self.read_at(&mut tb, size - HEADER_BYTES as u64)? {
+            return Ok(None);
+        }
         Ok(Trailer::decode(&tb).ok().filter(|t| {
             t.index_offset
                 .checked_add(t.index_len + HEADER_BYTES as u64)

@@ -468,7 +468,14 @@ impl ContainerWriter {
         let mut entries = std::mem::take(&mut st.entries);
         if st.failed.is_none() {
             // A failure leaves the file as it was at that step: whole, with its holes.
-            let _ = settle(&self.file, self.header, &mut st, &mut entries, usize::MAX);
+            let _ = settle(
+                &self.file,
+                self.header,
+                &mut st,
+                &mut entries,
+                usize::MAX,
+                true,
+            );
         }
         let index = encode_index(&entries);
         let trailer = Trailer {
@@ -510,10 +517,18 @@ impl ContainerWriter {
     /// write, then stops as a killed writer would (no index); true when it stopped before
     /// the compaction was done.
     #[cfg(test)]
-    pub(crate) fn stop_compacting_after(self, steps: usize) -> bool {
+    pub(crate) fn stop_compacting_after(self, steps: usize, collapse: bool) -> bool {
         let mut st = self.state.into_inner().expect("container writer lock");
         let mut entries = std::mem::take(&mut st.entries);
-        settle(&self.file, self.header, &mut st, &mut entries, steps).is_err()
+        settle(
+            &self.file,
+            self.header,
+            &mut st,
+            &mut entries,
+            steps,
+            collapse,
+        )
+        .is_err()
     }
 }
 
@@ -525,6 +540,7 @@ fn settle(
     st: &mut State,
     entries: &mut [IndexEntry],
     steps: usize,
+    collapse: bool,
 ) -> std::io::Result<()> {
     // Room reserved last and never filled (producers' prefetched rooms, mostly) ends the
     // file for nothing: cut it off.
@@ -541,8 +557,9 @@ fn settle(
         file,
         align: header.align,
         left: steps,
+        collapse: collapse && std::env::var("ACCIO_MERGE_COMPACT").as_deref() != Ok("copy"),
     };
-    compact(&mut w, header, entries, &st.holes, &st.pinned, &mut st.next)
+    compact(&mut w, header, entries, &st.pinned, &mut st.next)
 }
 
 /// The writes of a compaction, counted: tests stop one after any number of them.
@@ -550,6 +567,8 @@ struct Steps<'a> {
     file: &'a File,
     align: u32,
     left: usize,
+    /// Gaps may be cut out with `FALLOC_FL_COLLAPSE_RANGE` (until it is refused).
+    collapse: bool,
 }
 
 impl Steps<'_> {
@@ -576,6 +595,30 @@ impl Steps<'_> {
         self.step()?;
         copy_within(self.file, from, to, len)
     }
+
+    /// Cuts `offset..offset + len` out of the file, shifting what follows down.
+    fn collapse_range(&mut self, offset: u64, len: u64) -> std::io::Result<()> {
+        self.step()?;
+        let (off, len) = (offset as libc::off_t, len as libc::off_t);
+        loop {
+            // SAFETY: a plain system call on our own descriptor.
+            let r = unsafe {
+                libc::fallocate(
+                    self.file.as_raw_fd(),
+                    libc::FALLOC_FL_COLLAPSE_RANGE,
+                    off,
+                    len,
+                )
+            };
+            if r == 0 {
+                return Ok(());
+            }
+            let e = std::io::Error::last_os_error();
+            if e.kind() != std::io::ErrorKind::Interrupted {
+                return Err(e);
+            }
+        }
+    }
 }
 
 /// Compacts the file at close: moves the blocks after the first hole down over the
@@ -598,19 +641,53 @@ fn compact(
     w: &mut Steps<'_>,
     header: FileHeader,
     entries: &mut [IndexEntry],
-    holes: &[(u64, u64)],
     pinned: &[(u64, u64)],
     next: &mut u64,
 ) -> std::io::Result<()> {
     let align = header.align;
-    let after = pinned.iter().map(|p| p.1).max().unwrap_or(0);
-    let Some(first) = holes.iter().map(|h| h.0).filter(|&h| h >= after).min() else {
-        return Ok(());
+    let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
+    // The space between blocks, from past the last room someone may still write.
+    let gaps = |entries: &[IndexEntry]| {
+        let after = pinned.iter().map(|p| p.1).max().unwrap_or(0);
+        let start = after.max(header.first_block());
+        let mut end = start;
+        let mut gaps = Vec::new();
+        for e in entries.iter().filter(|e| e.offset >= start) {
+            if e.offset > end {
+                gaps.push((end, e.offset));
+            }
+            end = e.offset + extent(e);
+        }
+        gaps
     };
+    let mut todo = gaps(entries);
+    if todo.is_empty() {
+        return Ok(());
+    }
     let mut header = header;
     header.flags |= FILE_MOVED;
     w.write(&header.encode(), 0)?;
-    let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
+    // Where the file system shifts the file's extents (ext4, xfs), no byte moves: each
+    // gap is cut out of the file, the last first, so the others stay where they are.
+    while let Some(&(a, b)) = todo.last().filter(|_| w.collapse) {
+        match w.collapse_range(a, b - a) {
+            Ok(()) => {
+                for e in entries.iter_mut().filter(|e| e.offset >= b) {
+                    e.offset -= b - a;
+                }
+                *next -= b - a;
+                todo.pop();
+            }
+            // Not this file system, or not at this alignment: copy instead.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::EOPNOTSUPP | libc::EINVAL)) => {
+                w.collapse = false;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    let Some(&(first, _)) = todo.first() else {
+        return Ok(());
+    };
     let spare = *next; // room past the data, for blocks larger than their hole
     let mut dst = first;
     for e in entries.iter_mut().filter(|e| e.offset >= first) {
