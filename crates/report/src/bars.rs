@@ -3,7 +3,7 @@
 
 use std::fmt::Write as _;
 
-use crate::svg::{esc, tick_label};
+use crate::svg::{esc, text_width, tick_label, FONT};
 
 /// Okabe–Ito colours, as the line plots use: compute, synchronize, communicate, ...
 const PALETTE: [&str; 4] = ["#0072B2", "#E69F00", "#D55E00", "#009E73"];
@@ -47,22 +47,29 @@ impl StackedBars {
             + self
                 .bars
                 .iter()
-                .map(|l| l.chars().count())
-                .max()
-                .unwrap_or(4) as f64
-                * 7.0;
+                .map(|l| text_width(l, FONT))
+                .fold(text_width("rank", FONT), f64::max);
         let (width, bar, gap, top) = (420.0, 22.0, 8.0, 48.0);
         let n = self.bars.len() as f64;
         let axis_y = top + n * (bar + gap);
-        let (w, h) = (left + width + 30.0, axis_y + 60.0);
+        // As wide as the bars, or as the legend above them where that is wider.
+        let legend_w: f64 = self
+            .segments
+            .iter()
+            .map(|(name, _)| 24.0 + text_width(name, FONT))
+            .sum();
+        let (w, h) = (
+            (left + width + 30.0).max(left + legend_w + 10.0).ceil(),
+            axis_y + 60.0,
+        );
         let max = self.max_total();
         let scale = if max > 0.0 { width / max } else { 0.0 };
         let mut s = String::new();
         let _ = write!(
             s,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot bars\" id=\"{}\" viewBox=\"0 0 {} {}\" \
-             width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" font-size=\"11\">\
-             <title>{}</title><text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
+             width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" font-size=\"{FONT}\">\
+             <title>{}</title><text x=\"10\" y=\"18\" font-size=\"15\" font-weight=\"bold\">{}</text>",
             esc(&self.id),
             px(w),
             px(h),
@@ -145,7 +152,7 @@ impl StackedBars {
                 px(x + 14.0),
                 esc(name)
             );
-            x += 24.0 + name.chars().count() as f64 * 7.0;
+            x += 24.0 + text_width(name, FONT);
         }
         s.push_str("</svg>");
         s

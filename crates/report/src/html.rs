@@ -2,11 +2,13 @@
 //! themselves (a JSON `<script>` block) are all in the file, so it opens anywhere with no
 //! network access. A few lines of script count the plots and write a marker into the page
 //! (`#accio-rendered`), which the headless-browser test reads to know that the page's
-//! script ran without error.
+//! script ran without error. The marker also says how the browser drew the plots' text:
+//! the smallest text in pixels (`data-min-font`, after the plot is scaled to the page) and
+//! how many text elements reach outside their plot (`data-clipped`, a cut label).
 
 use accio_results::model::Report;
 
-use crate::doc::{document, Block, Table};
+use crate::doc::{document, Block, Plot, PlotRef, Table};
 use crate::svg::esc;
 
 const STYLE: &str = "\
@@ -23,21 +25,29 @@ white-space:nowrap}tr:nth-child(even) td{background:#fafafa}\
 .note{font-size:12px;color:#555;margin:4px 0 14px;max-width:900px}\
 figure.plot-box{margin:14px 0;padding:8px;border:1px solid #e3e3e3;border-radius:6px;\
 display:inline-block;background:#fff;vertical-align:top}\
-figure.plot-box svg{max-width:100%;height:auto}#summary figure.plot-box svg{width:520px}\
-figcaption{font-size:12px;color:#555}\
+figure.plot-box svg{max-width:100%;height:auto;display:block}\
+figcaption{font-size:12px;color:#555}p.plot-ref{font-size:14px}p.plot-ref a{color:#0072B2}\
 ul.warnings li{margin:5px 0;background:#fff6e0;border-left:4px solid #E69F00;padding:3px 8px;\
 list-style:none;font-size:13px}ul{padding-left:20px}\
 code{background:#f3f3f3;padding:0 3px;border-radius:3px}\
 footer{margin-top:40px;font-size:12px;color:#777}";
 
-/// Runs after the page has loaded: counts the plots and the embedded figures and writes the
-/// result into `#accio-rendered`. A script error leaves the marker empty.
+/// Runs after the page has loaded: counts the plots and the embedded figures, measures
+/// the plots' text as drawn, and writes the result into `#accio-rendered`. A script error
+/// leaves the marker empty.
 const SCRIPT: &str = "(function(){\
-var plots=document.querySelectorAll('svg.plot').length;\
+var svgs=document.querySelectorAll('svg.plot'),plots=svgs.length,min=1e9,clipped=0;\
+svgs.forEach(function(s){var b=s.getBoundingClientRect(),k=b.width/s.viewBox.baseVal.width;\
+s.querySelectorAll('text').forEach(function(t){\
+min=Math.min(min,parseFloat(getComputedStyle(t).fontSize)*k);\
+var r=t.getBoundingClientRect();\
+if(r.left<b.left-0.5||r.right>b.right+0.5||r.top<b.top-0.5||r.bottom>b.bottom+0.5)clipped++;});});\
 var data=JSON.parse(document.getElementById('accio-results').textContent);\
 var m=document.getElementById('accio-rendered');\
 m.textContent='rendered: '+plots+' plots, '+data.figures.length+' figures';\
 m.setAttribute('data-plots',String(plots));\
+m.setAttribute('data-min-font',plots?min.toFixed(1):'-');\
+m.setAttribute('data-clipped',String(clipped));\
 m.setAttribute('data-ok','1');\
 })();";
 
@@ -131,7 +141,7 @@ pub fn html(report: &Report) -> String {
             esc(&s.id),
             esc(&s.title)
         ));
-        for b in &s.blocks {
+        for (i, b) in s.blocks.iter().enumerate() {
             match b {
                 Block::Heading(h) => out.push_str(&format!("<h3>{}</h3>\n", esc(h))),
                 Block::Para(p) => out.push_str(&format!("<p>{}</p>\n", inline(p))),
@@ -148,6 +158,34 @@ pub fn html(report: &Report) -> String {
                     out.push_str("</ul>\n");
                 }
                 Block::Table(t) => table(&mut out, t),
+                // A run of references is one line of links, written at its first.
+                Block::Plot(Plot::Ref(_))
+                    if i > 0 && matches!(s.blocks[i - 1], Block::Plot(Plot::Ref(_))) => {}
+                Block::Plot(Plot::Ref(_)) => {
+                    let refs: Vec<&PlotRef> = s.blocks[i..]
+                        .iter()
+                        .map_while(|b| match b {
+                            Block::Plot(Plot::Ref(r)) => Some(r),
+                            _ => None,
+                        })
+                        .collect();
+                    let links: Vec<String> = refs
+                        .iter()
+                        .map(|r| {
+                            format!(
+                                "<a href=\"#{}\">{}</a> (in {})",
+                                esc(&r.id),
+                                esc(&r.title),
+                                esc(&r.section)
+                            )
+                        })
+                        .collect();
+                    out.push_str(&format!(
+                        "<p class=\"plot-ref\">Plot{}: {}</p>\n",
+                        if refs.len() == 1 { "" } else { "s" },
+                        links.join(", ")
+                    ));
+                }
                 Block::Plot(p) => {
                     out.push_str(&format!(
                         "<figure class=\"plot-box\">{}<figcaption>{}</figcaption></figure>\n",

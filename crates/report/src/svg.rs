@@ -8,16 +8,77 @@
 //! min–max whiskers, a tooltip (`<title>`) on every point with its median, range and
 //! ceiling. The whole of that is a few hundred lines here, with no dependency, and the
 //! output is byte-stable, which snapshot tests rely on.
+//!
+//! Layout. Text is [`FONT`] units high in a [`WIDTH`]-unit-wide view box, and the page
+//! shows a plot at that natural width (a browser shrinks it only on screens narrower than
+//! about 760 px), so axis text reads at 13 px: a report at 1400 px once showed it at about
+//! 7 px, because its summary drew the plots at 520 px. The legend is under the plot, in as
+//! many columns as fit, each entry wrapped at word boundaries and never cut: a ceiling's
+//! name says what it is, and the cut `ceiling: fs write of 2M recor…` did not.
+//!
+//! Colours. Each backend has one colour of the Okabe–Ito palette in every plot
+//! ([`BackendColors`]); series of one colour differ by marker shape (and past six, by a
+//! dotted line), so colour is never the only thing that tells two series apart.
 
 use std::fmt::Write as _;
 
 use accio_results::size::format_size;
 
 /// Okabe–Ito colours (distinguishable with every common colour-vision deficiency), the
-/// yellow left out for contrast on white.
-const PALETTE: [&str; 7] = [
+/// yellow left out for contrast on white: blue, vermillion, bluish green, reddish purple,
+/// orange, sky blue, black.
+pub const PALETTE: [&str; 7] = [
     "#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#000000",
 ];
+
+/// [`PALETTE`] index of black: a ceiling shared by series of several colours.
+pub const BLACK: usize = 6;
+
+/// Backends with a colour of their own, the same in every report: shm blue, tcp
+/// vermillion, mpi bluish green, cuda reddish purple (the two far apart for the two
+/// backends every run has).
+const BACKEND_COLORS: [(&str, usize); 4] = [("shm", 0), ("tcp", 1), ("mpi", 2), ("cuda", 3)];
+
+/// Colours left for backends not in [`BACKEND_COLORS`], in the order first met.
+const OTHER_BACKEND_COLORS: [usize; 2] = [4, 5];
+
+/// The [`PALETTE`] index of each backend of a report: a backend has the same colour in
+/// every plot of the page, and two backends of a report never share one (up to six
+/// backends; a seventh would reuse a colour, its series still told apart by marker).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct BackendColors {
+    /// Backends without a fixed colour, in the order first met.
+    others: Vec<String>,
+}
+
+impl BackendColors {
+    /// Colours for `backends` (every backend of the report, in any order; repeats are
+    /// fine).
+    pub fn new<'a>(backends: impl IntoIterator<Item = &'a str>) -> BackendColors {
+        let mut others: Vec<String> = Vec::new();
+        for b in backends {
+            if !b.is_empty()
+                && !BACKEND_COLORS.iter().any(|(k, _)| *k == b)
+                && !others.iter().any(|o| o == b)
+            {
+                others.push(b.to_string());
+            }
+        }
+        BackendColors { others }
+    }
+
+    /// The palette index of `backend`.
+    pub fn of(&self, backend: &str) -> usize {
+        if let Some((_, c)) = BACKEND_COLORS.iter().find(|(k, _)| *k == backend) {
+            return *c;
+        }
+        let i = self.others.iter().position(|o| o == backend).unwrap_or(0);
+        OTHER_BACKEND_COLORS
+            .get(i)
+            .copied()
+            .unwrap_or(OTHER_BACKEND_COLORS[i % OTHER_BACKEND_COLORS.len()])
+    }
+}
 
 /// Escapes text for XML content and attribute values.
 pub fn esc(s: &str) -> String {
@@ -54,6 +115,75 @@ pub fn tick_label(v: f64) -> String {
     }
 }
 
+/// Size of axis, legend and label text, in view-box units (pixels at natural width).
+pub const FONT: f64 = 13.0;
+/// Size of a plot's title.
+const TITLE_FONT: f64 = 15.0;
+/// Distance between two lines of legend text.
+const LINE_H: f64 = 17.0;
+
+/// How wide `s` is drawn at `size` px, estimated from the advance widths of DejaVu Sans
+/// (the widest common `sans-serif`: Liberation Sans and Arial are narrower), so that a
+/// layout made with it leaves room on every usual font. SVG has no text measurement
+/// before drawing; the browser test checks the estimate against the drawn boxes.
+pub fn text_width(s: &str, size: f64) -> f64 {
+    let em: f64 = s
+        .chars()
+        .map(|c| match c {
+            ' ' | '.' | ',' | ':' | ';' | '\'' | '!' | '|' | 'i' | 'j' | 'l' | 'I' => 0.34,
+            '(' | ')' | '[' | ']' | 'f' | 'r' | 't' | '-' | '/' | '\\' => 0.43,
+            'm' | 'w' | 'M' | 'W' | '@' | '%' | '—' | '…' => 1.0,
+            '=' | '+' | '<' | '>' | '×' | '→' | '~' => 0.84,
+            'A'..='Z' => 0.76,
+            _ => 0.64,
+        })
+        .sum();
+    em * size
+}
+
+/// `s` in lines of at most `max` px at `size` px, broken at spaces; a word wider than a
+/// line is broken where it must be. Joined with spaces, the lines are `s` again (when it
+/// had single spaces and no such word).
+pub fn wrap(s: &str, max: f64, size: f64) -> Vec<String> {
+    let mut lines: Vec<String> = Vec::new();
+    let mut cur = String::new();
+    for word in s.split(' ') {
+        let joined = if cur.is_empty() {
+            word.to_string()
+        } else {
+            format!("{cur} {word}")
+        };
+        if text_width(&joined, size) <= max || cur.is_empty() && word.is_empty() {
+            cur = joined;
+            continue;
+        }
+        if !cur.is_empty() {
+            lines.push(std::mem::take(&mut cur));
+        }
+        // A word wider than a whole line: as much of it per line as fits.
+        let mut rest = word;
+        while text_width(rest, size) > max {
+            let mut cut = 0;
+            for (i, c) in rest.char_indices() {
+                if text_width(&rest[..i + c.len_utf8()], size) > max {
+                    break;
+                }
+                cut = i + c.len_utf8();
+            }
+            if cut == 0 {
+                cut = rest.chars().next().map_or(rest.len(), char::len_utf8);
+            }
+            lines.push(rest[..cut].to_string());
+            rest = &rest[cut..];
+        }
+        cur = rest.to_string();
+    }
+    if !cur.is_empty() || lines.is_empty() {
+        lines.push(cur);
+    }
+    lines
+}
+
 /// One point: a median and its min–max, with a tooltip.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Point {
@@ -72,15 +202,19 @@ pub struct Point {
 /// A line of points.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
-    /// Legend text.
+    /// Legend text, shown whole (wrapped when long).
     pub name: String,
     /// The points, in any order (drawn sorted by x).
     pub points: Vec<Point>,
     /// A ceiling: drawn dashed, without markers or whiskers.
     pub dashed: bool,
-    /// Palette index; series with the same index share a colour (a series and its
-    /// ceiling).
+    /// [`PALETTE`] index; series with the same index share a colour (a backend's series
+    /// and its ceiling).
     pub color: usize,
+    /// What tells this series apart from others of its colour: its marker shape (circle,
+    /// square, triangle, diamond, triangle down, cross), and from the seventh on a dotted
+    /// line; for a ceiling, its dash pattern.
+    pub variant: usize,
 }
 
 /// How the x axis is scaled.
@@ -111,12 +245,23 @@ pub struct LinePlot {
     pub series: Vec<Series>,
 }
 
-const W: f64 = 720.0;
-const H: f64 = 380.0;
-const LEFT: f64 = 64.0;
-const RIGHT: f64 = 210.0;
-const TOP: f64 = 34.0;
-const BOTTOM: f64 = 48.0;
+/// Width of a plot's view box, and the width the page shows it at.
+pub const WIDTH: f64 = 720.0;
+/// Height of the plot area (the frame inside the axes).
+const PLOT_H: f64 = 280.0;
+/// Margin to the right of the frame (room for the last x tick label).
+const RIGHT: f64 = 20.0;
+/// Margin around the title and the legend.
+const PAD: f64 = 12.0;
+/// Width of a legend entry's line sample and the gap after it.
+const SWATCH: f64 = 34.0;
+/// Gap between legend columns.
+const COL_GAP: f64 = 20.0;
+
+/// Dash patterns of ceilings, by [`Series::variant`].
+const CEILING_DASHES: [&str; 3] = ["7 4", "12 4", "7 3 2 3"];
+/// Marker shapes, by [`Series::variant`].
+const MARKERS: usize = 6;
 
 /// An axis: maps values to [0, 1] and lists ticks.
 struct Axis {
@@ -212,6 +357,135 @@ fn fmt_px(v: f64) -> String {
     format!("{v:.1}")
 }
 
+/// The dash attribute of a series' line (empty for a solid one).
+fn dash(series: &Series) -> String {
+    if series.dashed {
+        format!(
+            " stroke-dasharray=\"{}\"",
+            CEILING_DASHES[series.variant % CEILING_DASHES.len()]
+        )
+    } else if series.variant / MARKERS % 2 == 1 {
+        " stroke-dasharray=\"2 3\"".into()
+    } else {
+        String::new()
+    }
+}
+
+/// A marker of `series.variant`'s shape at (`x`, `y`), with `tip` on hover.
+fn marker(s: &mut String, variant: usize, x: f64, y: f64, color: &str, tip: &str) {
+    let tip = format!("<title>{}</title>", esc(tip));
+    let (cx, cy) = (fmt_px(x), fmt_px(y));
+    let path = |d: String| format!("<path d=\"{d}\" fill=\"{color}\">{tip}</path>");
+    let shape = match variant % MARKERS {
+        0 => format!("<circle cx=\"{cx}\" cy=\"{cy}\" r=\"3.5\" fill=\"{color}\">{tip}</circle>"),
+        1 => format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"7\" height=\"7\" fill=\"{color}\">{tip}</rect>",
+            fmt_px(x - 3.5),
+            fmt_px(y - 3.5)
+        ),
+        2 => path(format!(
+            "M{cx},{}L{},{}L{},{}Z",
+            fmt_px(y - 4.5),
+            fmt_px(x + 4.5),
+            fmt_px(y + 3.5),
+            fmt_px(x - 4.5),
+            fmt_px(y + 3.5)
+        )),
+        3 => path(format!(
+            "M{cx},{}L{},{cy}L{cx},{}L{},{cy}Z",
+            fmt_px(y - 4.5),
+            fmt_px(x + 4.5),
+            fmt_px(y + 4.5),
+            fmt_px(x - 4.5)
+        )),
+        4 => path(format!(
+            "M{cx},{}L{},{}L{},{}Z",
+            fmt_px(y + 4.5),
+            fmt_px(x + 4.5),
+            fmt_px(y - 3.5),
+            fmt_px(x - 4.5),
+            fmt_px(y - 3.5)
+        )),
+        _ => format!(
+            "<path d=\"M{},{}L{},{}M{},{}L{},{}\" stroke=\"{color}\" stroke-width=\"2.2\">{tip}</path>",
+            fmt_px(x - 4.0),
+            fmt_px(y - 4.0),
+            fmt_px(x + 4.0),
+            fmt_px(y + 4.0),
+            fmt_px(x - 4.0),
+            fmt_px(y + 4.0),
+            fmt_px(x + 4.0),
+            fmt_px(y - 4.0)
+        ),
+    };
+    s.push_str(&shape);
+}
+
+/// One legend entry, placed: its series, the lines of its text and its top-left corner.
+struct LegendEntry<'a> {
+    series: &'a Series,
+    lines: Vec<String>,
+    x: f64,
+    y: f64,
+}
+
+/// The legend laid out under the plot from `top`, in series order: entries in as many
+/// equal columns as the widest of those no wider than half the plot allows, row by row;
+/// an entry wider than a column takes a row of its own, wrapped to the plot's width.
+/// Returns the entries and the height used.
+fn legend_layout(series: &[Series], top: f64) -> (Vec<LegendEntry<'_>>, f64) {
+    let avail = WIDTH - 2.0 * PAD;
+    let width = |s: &Series| SWATCH + text_width(&s.name, FONT);
+    let half = (avail - COL_GAP) / 2.0;
+    let col = series
+        .iter()
+        .map(width)
+        .filter(|w| *w <= half)
+        .fold(0.0, f64::max);
+    let cols = if col > 0.0 {
+        (((avail + COL_GAP) / (col + COL_GAP)).floor() as usize).max(1)
+    } else {
+        1
+    };
+    let col_w = (avail - COL_GAP * (cols - 1) as f64) / cols as f64;
+    // Rows first: full rows of columns, and a row of its own for each wide entry.
+    let mut rows: Vec<Vec<&Series>> = Vec::new();
+    let mut open = false;
+    for s in series {
+        if width(s) > col_w {
+            rows.push(vec![s]);
+            open = false;
+        } else if open && rows.last().is_some_and(|r| r.len() < cols) {
+            rows.last_mut().expect("an open row").push(s);
+        } else {
+            rows.push(vec![s]);
+            open = true;
+        }
+    }
+    let mut entries = Vec::new();
+    let mut y = top;
+    for row in rows {
+        let w = if row.len() == 1 && width(row[0]) > col_w {
+            avail
+        } else {
+            col_w
+        };
+        let mut tallest = 1;
+        for (i, s) in row.into_iter().enumerate() {
+            let lines = wrap(&s.name, w - SWATCH, FONT);
+            tallest = tallest.max(lines.len());
+            entries.push(LegendEntry {
+                series: s,
+                lines,
+                x: PAD + i as f64 * (col_w + COL_GAP),
+                y,
+            });
+        }
+        y += tallest as f64 * LINE_H + 3.0;
+    }
+    (entries, y - top)
+}
+
 impl LinePlot {
     /// Every point's y and range, and x: the data bounds.
     fn bounds(&self) -> Option<((f64, f64), (f64, f64))> {
@@ -275,63 +549,87 @@ impl LinePlot {
                 hi: (hi / step).ceil() * step,
             }
         };
-        let pw = W - LEFT - RIGHT;
-        let ph = H - TOP - BOTTOM;
-        let px = |x: f64| LEFT + x_axis.t(x) * pw;
-        let py = |y: f64| TOP + (1.0 - y_axis.t(y)) * ph;
+        let x_ticks = match (x_log, self.x_scale) {
+            (true, _) => log2_ticks(x_axis.lo, x_axis.hi),
+            (false, XScale::Linear) => linear_ticks(x_axis.lo, x_axis.hi, false),
+            (false, _) => linear_ticks(x_axis.lo, x_axis.hi, true),
+        };
+        let y_ticks: Vec<(f64, String)> = if y_log {
+            log10_ticks(y_axis.lo, y_axis.hi)
+        } else {
+            linear_ticks(y_axis.lo, y_axis.hi, false)
+        }
+        .into_iter()
+        .map(|t| (t, tick_label(t)))
+        .collect();
+        // Room on the left for the rotated y label and the widest y tick label.
+        let widest_tick = y_ticks
+            .iter()
+            .map(|(_, l)| text_width(l, FONT))
+            .fold(0.0, f64::max);
+        let left = (FONT + 14.0 + widest_tick + 8.0).max(56.0);
+        let title = wrap(&self.title, WIDTH - 2.0 * PAD, TITLE_FONT * 1.08);
+        let top = PAD + title.len() as f64 * (TITLE_FONT + 4.0) + 10.0;
+        let pw = WIDTH - left - RIGHT;
+        let ph = PLOT_H;
+        let px = |x: f64| left + x_axis.t(x) * pw;
+        let py = |y: f64| top + (1.0 - y_axis.t(y)) * ph;
+        let legend_top = top + ph + 2.0 * FONT + 28.0;
+        let (legend, legend_h) = legend_layout(&self.series, legend_top);
+        let h = (legend_top + legend_h + PAD).round();
 
         let mut s = String::new();
         let _ = write!(
             s,
-            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"{}\" viewBox=\"0 0 {W} {H}\" \
-             width=\"{W}\" height=\"{H}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" \
-             font-size=\"11\">",
+            "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot\" id=\"{}\" viewBox=\"0 0 {WIDTH} {h}\" \
+             width=\"{WIDTH}\" height=\"{h}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" \
+             font-size=\"{FONT}\">",
             esc(&self.id),
             esc(&self.title)
         );
         let _ = write!(s, "<title>{}</title>", esc(&self.title));
         let _ = write!(
             s,
-            "<text x=\"{}\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
-            fmt_px(LEFT),
-            esc(&self.title)
+            "<text class=\"title\" x=\"{}\" y=\"{}\" font-size=\"{TITLE_FONT}\" font-weight=\"bold\">",
+            fmt_px(PAD),
+            fmt_px(PAD + TITLE_FONT)
         );
+        for (i, l) in title.iter().enumerate() {
+            let _ = write!(
+                s,
+                "<tspan x=\"{}\" dy=\"{}\">{}</tspan>",
+                fmt_px(PAD),
+                if i == 0 { 0.0 } else { TITLE_FONT + 4.0 },
+                esc(l)
+            );
+        }
+        s.push_str("</text>");
         // Grid and ticks.
-        let x_ticks = match (x_log, self.x_scale) {
-            (true, _) => log2_ticks(x_axis.lo, x_axis.hi),
-            (false, XScale::Linear) => linear_ticks(x_axis.lo, x_axis.hi, false),
-            (false, _) => linear_ticks(x_axis.lo, x_axis.hi, true),
-        };
-        let y_ticks = if y_log {
-            log10_ticks(y_axis.lo, y_axis.hi)
-        } else {
-            linear_ticks(y_axis.lo, y_axis.hi, false)
-        };
         s.push_str("<g class=\"grid\" stroke=\"#ddd\" stroke-width=\"1\">");
         for &t in &x_ticks {
             let x = fmt_px(px(t));
             let _ = write!(
                 s,
                 "<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{}\"/>",
-                fmt_px(TOP),
-                fmt_px(TOP + ph)
+                fmt_px(top),
+                fmt_px(top + ph)
             );
         }
-        for &t in &y_ticks {
-            let y = fmt_px(py(t));
+        for (t, _) in &y_ticks {
+            let y = fmt_px(py(*t));
             let _ = write!(
                 s,
                 "<line x1=\"{}\" y1=\"{y}\" x2=\"{}\" y2=\"{y}\"/>",
-                fmt_px(LEFT),
-                fmt_px(LEFT + pw)
+                fmt_px(left),
+                fmt_px(left + pw)
             );
         }
         s.push_str("</g>");
         let _ = write!(
             s,
             "<rect x=\"{}\" y=\"{}\" width=\"{}\" height=\"{}\" fill=\"none\" stroke=\"#444\"/>",
-            fmt_px(LEFT),
-            fmt_px(TOP),
+            fmt_px(left),
+            fmt_px(top),
             fmt_px(pw),
             fmt_px(ph)
         );
@@ -345,31 +643,32 @@ impl LinePlot {
                 s,
                 "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
                 fmt_px(px(t)),
-                fmt_px(TOP + ph + 15.0),
+                fmt_px(top + ph + FONT + 5.0),
                 esc(&label)
             );
         }
-        for &t in &y_ticks {
+        for (t, label) in &y_ticks {
             let _ = write!(
                 s,
                 "<text x=\"{}\" y=\"{}\" text-anchor=\"end\">{}</text>",
-                fmt_px(LEFT - 5.0),
-                fmt_px(py(t) + 4.0),
-                esc(&tick_label(t))
+                fmt_px(left - 6.0),
+                fmt_px(py(*t) + FONT * 0.35),
+                esc(label)
             );
         }
         s.push_str("</g>");
         let _ = write!(
             s,
             "<text x=\"{}\" y=\"{}\" text-anchor=\"middle\">{}</text>",
-            fmt_px(LEFT + pw / 2.0),
-            fmt_px(H - 10.0),
+            fmt_px(left + pw / 2.0),
+            fmt_px(top + ph + 2.0 * FONT + 12.0),
             esc(&self.x_label)
         );
         let _ = write!(
             s,
-            "<text transform=\"translate(14 {}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
-            fmt_px(TOP + ph / 2.0),
+            "<text transform=\"translate({} {}) rotate(-90)\" text-anchor=\"middle\">{}</text>",
+            fmt_px(PAD + FONT - 2.0),
+            fmt_px(top + ph / 2.0),
             esc(&self.y_label)
         );
         // Series: ceilings first, so that measured lines are drawn over them.
@@ -397,11 +696,7 @@ impl LinePlot {
                 s,
                 "<polyline fill=\"none\" stroke=\"{color}\" stroke-width=\"{}\"{} points=\"{}\"/>",
                 if series.dashed { "1.5" } else { "2" },
-                if series.dashed {
-                    " stroke-dasharray=\"6 4\""
-                } else {
-                    ""
-                },
+                dash(series),
                 line.join(" ")
             );
             for p in &pts {
@@ -423,46 +718,48 @@ impl LinePlot {
                         "<path class=\"whisker\" stroke=\"{color}\" d=\"M{x},{ylo}V{yhi}M{xa},{ylo}H{xb}M{xa},{yhi}H{xb}\"/>"
                     );
                 }
-                let _ = write!(
-                    s,
-                    "<circle cx=\"{x}\" cy=\"{y}\" r=\"3\" fill=\"{color}\"><title>{}</title></circle>",
-                    esc(&p.tip)
-                );
+                marker(&mut s, series.variant, px(p.x), py(p.y), color, &p.tip);
             }
             s.push_str("</g>");
         }
-        // Legend.
-        let lx = W - RIGHT + 14.0;
+        // Legend: each entry whole, its line sample (and marker) then its text.
         s.push_str("<g class=\"legend\">");
-        for (i, series) in self.series.iter().enumerate() {
-            let color = PALETTE[series.color % PALETTE.len()];
-            let y = TOP + 8.0 + i as f64 * 17.0;
-            let name: String = if series.name.chars().count() > 30 {
-                series.name.chars().take(29).chain(['…']).collect()
-            } else {
-                series.name.clone()
-            };
+        for e in &legend {
+            let color = PALETTE[e.series.color % PALETTE.len()];
+            let mid = e.y + LINE_H / 2.0;
             let _ = write!(
                 s,
-                "<line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" stroke=\"{color}\" stroke-width=\"2\"{}/>",
-                fmt_px(lx),
-                fmt_px(y),
-                fmt_px(lx + 22.0),
-                fmt_px(y),
-                if series.dashed {
-                    " stroke-dasharray=\"6 4\""
-                } else {
-                    ""
-                }
+                "<g class=\"legend-entry\" data-name=\"{}\"><line x1=\"{}\" y1=\"{}\" x2=\"{}\" y2=\"{}\" \
+                 stroke=\"{color}\" stroke-width=\"2\"{}/>",
+                esc(&e.series.name),
+                fmt_px(e.x),
+                fmt_px(mid),
+                fmt_px(e.x + SWATCH - 8.0),
+                fmt_px(mid),
+                dash(e.series)
             );
-            let _ = write!(
-                s,
-                "<text x=\"{}\" y=\"{}\"><title>{}</title>{}</text>",
-                fmt_px(lx + 28.0),
-                fmt_px(y + 4.0),
-                esc(&series.name),
-                esc(&name)
-            );
+            if !e.series.dashed {
+                let tip = e.series.name.clone();
+                marker(
+                    &mut s,
+                    e.series.variant,
+                    e.x + (SWATCH - 8.0) / 2.0,
+                    mid,
+                    color,
+                    &tip,
+                );
+            }
+            let _ = write!(s, "<text y=\"{}\">", fmt_px(e.y + FONT));
+            for (i, l) in e.lines.iter().enumerate() {
+                let _ = write!(
+                    s,
+                    "<tspan x=\"{}\" dy=\"{}\">{}</tspan>",
+                    fmt_px(e.x + SWATCH),
+                    if i == 0 { 0.0 } else { LINE_H },
+                    esc(l)
+                );
+            }
+            s.push_str("</text></g>");
         }
         s.push_str("</g></svg>");
         s
@@ -508,15 +805,21 @@ impl Heatmap {
         let widest = self
             .labels
             .iter()
-            .map(|l| l.chars().count())
-            .max()
-            .unwrap_or(4) as f64
-            * 7.0;
+            .map(|l| text_width(l, FONT))
+            .fold(text_width("cpu0", FONT), f64::max);
         let left = 10.0 + widest;
         // Column labels wider than a cell are slanted, so neighbours do not overlap.
         let slant = widest > cell - 8.0;
         let top = if slant { 34.0 + widest * 0.72 } else { 56.0 };
-        let w = left + cell * n as f64 + 20.0;
+        // As wide as the cells, or as the title and the key under the map where wider.
+        let key = format!(
+            "rows: from, columns: to, {}; darker is better (log shading)",
+            self.unit
+        );
+        let w = (left + cell * n as f64 + 20.0)
+            .max(20.0 + text_width(&key, FONT))
+            .max(20.0 + text_width(&self.title, TITLE_FONT * 1.08))
+            .ceil();
         let h = top + cell * n as f64 + 40.0;
         let values: Vec<f64> = self.cells.iter().flatten().flatten().copied().collect();
         let (lo, hi) = values
@@ -544,7 +847,7 @@ impl Heatmap {
         let _ = write!(
             s,
             "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"plot heatmap\" id=\"{}\" viewBox=\"0 0 {} {}\" \
-             width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" font-size=\"11\">",
+             width=\"{}\" height=\"{}\" role=\"img\" aria-label=\"{}\" font-family=\"sans-serif\" font-size=\"{FONT}\">",
             esc(&self.id),
             fmt_px(w),
             fmt_px(h),
@@ -554,7 +857,7 @@ impl Heatmap {
         );
         let _ = write!(
             s,
-            "<title>{}</title><text x=\"10\" y=\"18\" font-size=\"13\" font-weight=\"bold\">{}</text>",
+            "<title>{}</title><text x=\"10\" y=\"18\" font-size=\"{TITLE_FONT}\" font-weight=\"bold\">{}</text>",
             esc(&self.title),
             esc(&self.title)
         );
@@ -691,12 +994,14 @@ mod tests {
                     points: vec![pt(8.0, 0.01), pt(4096.0, 3.0), pt(2097152.0, 9.0)],
                     dashed: false,
                     color: 0,
+                    variant: 0,
                 },
                 Series {
                     name: "ceiling: memcpy".into(),
                     points: vec![pt(8.0, 1.0), pt(2097152.0, 12.0)],
                     dashed: true,
                     color: 0,
+                    variant: 0,
                 },
             ],
         };
@@ -739,6 +1044,7 @@ mod tests {
                 points: vec![pt(1.0, 1.0)],
                 dashed: false,
                 color: 1,
+                variant: 0,
             }],
         };
         assert!(!p.is_useful());

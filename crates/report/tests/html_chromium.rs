@@ -2,8 +2,9 @@
 //! loads each fixture's page from a file, with networking features off, dumps the DOM
 //! after its script ran, and takes a screenshot. The test checks that the page rendered
 //! (the script's marker is in the DOM and counts every plot and figure), that the plots are
-//! there, and that the browser logged no console message (an uncaught script error would
-//! be one).
+//! there, that their text is drawn at 12 px or more and none of it outside its plot (at
+//! 1400 and 800 px wide), and that the browser logged no console message (an uncaught
+//! script error would be one).
 //!
 //! Without `chromium` on `PATH` the test prints why and passes, unless
 //! `ACCIO_REQUIRE_PEER_TOOLS=1` (set by CI, which installs it with
@@ -84,38 +85,74 @@ fn png_size(bytes: &[u8]) -> (u32, u32) {
     (be(&bytes[16..20]), be(&bytes[20..24]))
 }
 
+/// The value of `name="..."` in the DOM's `#accio-rendered` element.
+fn marker_attr<'a>(dom: &'a str, name: &str) -> Option<&'a str> {
+    let start = dom.find("<p id=\"accio-rendered\"")?;
+    let tag = &dom[start..start + dom[start..].find('>')?];
+    let at = tag.find(&format!(" {name}=\""))? + name.len() + 3;
+    Some(&tag[at..at + tag[at..].find('"')?])
+}
+
 fn check_page(browser: &Path, fixture: &str, plots: usize, screenshot: Option<&Path>) {
     let data = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/data");
     let report = Report::read(&data.join(fixture)).unwrap();
     let dir = TempDir::new("page");
     let written = accio_report::write(&report, &dir.0).unwrap();
 
-    let (dom, log) = run_chromium(browser, &written.html, &["--dump-dom".to_string()]);
-    // The script ran to its end: it wrote the marker with what it counted.
-    let marker = format!(
-        "<p id=\"accio-rendered\" data-plots=\"{plots}\" data-ok=\"1\">rendered: {plots} plots, {} figures</p>",
-        report.figures.len()
-    );
-    assert!(
-        dom.contains(&marker),
-        "{fixture}: no render marker {marker:?} in the DOM"
-    );
-    assert_eq!(
-        dom.matches("<svg ").count(),
-        plots,
-        "{fixture}: plots in the DOM"
-    );
-    assert!(dom.contains("<polyline") || dom.contains("class=\"cell\""));
-    // Console messages (uncaught errors among them) are logged as CONSOLE lines.
-    let console: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
-        .collect();
-    assert!(
-        console.is_empty(),
-        "{fixture}: console output:\n{}",
-        console.join("\n")
-    );
+    // A wide window and one about as narrow as a laptop's half screen.
+    for width in [1400, 800] {
+        let (dom, log) = run_chromium(
+            browser,
+            &written.html,
+            &[
+                "--dump-dom".to_string(),
+                format!("--window-size={width},1000"),
+            ],
+        );
+        // The script ran to its end: it wrote the marker with what it counted.
+        let text = format!(
+            ">rendered: {plots} plots, {} figures</p>",
+            report.figures.len()
+        );
+        assert!(
+            dom.contains(&text) && marker_attr(&dom, "data-ok") == Some("1"),
+            "{fixture}: no render marker {text:?} in the DOM"
+        );
+        assert_eq!(
+            marker_attr(&dom, "data-plots"),
+            Some(plots.to_string().as_str())
+        );
+        // Plot text as the browser drew it: at least 12 px once the plot is scaled to the
+        // page, and none of it (a legend entry, a tick label, a title) outside its plot.
+        let min_font: f64 = marker_attr(&dom, "data-min-font")
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{fixture}: no data-min-font"));
+        assert!(
+            min_font >= 12.0,
+            "{fixture} at {width} px: text of {min_font} px"
+        );
+        assert_eq!(
+            marker_attr(&dom, "data-clipped"),
+            Some("0"),
+            "{fixture} at {width} px: text outside its plot"
+        );
+        assert_eq!(
+            dom.matches("<svg ").count(),
+            plots,
+            "{fixture}: plots in the DOM"
+        );
+        assert!(dom.contains("<polyline") || dom.contains("class=\"cell\""));
+        // Console messages (uncaught errors among them) are logged as CONSOLE lines.
+        let console: Vec<&str> = log
+            .lines()
+            .filter(|l| l.contains(":CONSOLE") || l.contains("Uncaught"))
+            .collect();
+        assert!(
+            console.is_empty(),
+            "{fixture}: console output:\n{}",
+            console.join("\n")
+        );
+    }
 
     if let Some(png) = screenshot {
         let _ = std::fs::remove_file(png);
@@ -147,6 +184,6 @@ fn report_pages_render_in_headless_chromium_with_plots_and_no_console_errors() {
         return;
     };
     let shot = Path::new(env!("CARGO_TARGET_TMPDIR")).join("accio-report-quick-run.png");
-    check_page(&browser, "quick-run.json", 13, Some(&shot));
+    check_page(&browser, "quick-run.json", 11, Some(&shot));
     check_page(&browser, "seed003-matrix.json", 2, None);
 }

@@ -107,7 +107,7 @@ fn matrix_markdown_is_seed_003s_table() {
 
 #[test]
 fn html_is_self_contained_and_has_the_plots() {
-    for (name, plots) in [("quick-run.json", 13), ("seed003-matrix.json", 2)] {
+    for (name, plots) in [("quick-run.json", 11), ("seed003-matrix.json", 2)] {
         let r = fixture(name);
         let html = accio_report::html(&r);
         assert!(html.starts_with("<!DOCTYPE html>"));

@@ -8,7 +8,7 @@ use accio_results::size::human_bytes;
 
 use serde_json::Value;
 
-use crate::svg::Point;
+use crate::svg::{BackendColors, Point};
 
 use super::types::Table;
 
@@ -125,6 +125,16 @@ pub(super) fn measured_for(f: &Figure, bench: &str) -> bool {
         .split_whitespace()
         .next()
         .is_some_and(|b| b == bench)
+}
+
+/// The colour of each backend of `report`, the same in every plot of its page.
+pub(super) fn backend_colors(report: &Report) -> BackendColors {
+    BackendColors::new(
+        report
+            .figures
+            .iter()
+            .filter_map(|f| f.params.get("backend").and_then(Value::as_str)),
+    )
 }
 
 pub(super) fn has_matrix_params(f: &Figure) -> bool {

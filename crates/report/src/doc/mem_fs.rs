@@ -9,7 +9,7 @@ use accio_results::size::format_size;
 
 use serde_json::Value;
 
-use crate::svg::{LinePlot, Point, Series, XScale};
+use crate::svg::{LinePlot, Point, Series, XScale, BLACK};
 
 use super::cells::{ceiling_point, is_fs_bench, med_range, point, ratio_cell, u64_param};
 use super::{Block, Plot, Section, Table};
@@ -97,6 +97,7 @@ pub(super) fn mem_section(report: &Report) -> Option<Section> {
                 .collect(),
             dashed: false,
             color: i,
+            variant: i,
         })
         .collect();
     let plot = LinePlot {
@@ -318,6 +319,7 @@ pub(super) fn fs_section(report: &Report) -> Option<Section> {
                     .collect(),
                 dashed: false,
                 color: mi,
+                variant: mi,
             });
         }
         if !ceiling_pts.is_empty() {
@@ -325,7 +327,8 @@ pub(super) fn fs_section(report: &Report) -> Option<Section> {
                 name: "ceiling: the same copy, same threads".into(),
                 points: ceiling_pts.into_values().collect(),
                 dashed: true,
-                color: 6,
+                color: BLACK,
+                variant: 0,
             });
         }
         let plot = LinePlot {

@@ -10,6 +10,8 @@ mod laplace;
 mod mem_fs;
 mod overview;
 #[cfg(test)]
+mod plot_tests;
+#[cfg(test)]
 mod tests;
 mod transport;
 pub(crate) mod types;
@@ -27,7 +29,7 @@ use mem_fs::{fs_section, mem_section};
 pub use overview::node_blocks;
 use overview::{node_section, summary_section};
 use transport::{matrix_section, transport_section};
-pub use types::{Block, Plot, Section, Table};
+pub use types::{Block, Plot, PlotRef, Section, Table};
 
 /// The whole report.
 #[derive(Clone, Debug, PartialEq)]

@@ -6,8 +6,8 @@ use accio_results::num::fmt3;
 
 use crate::summary;
 
-use super::transport::transport_plots;
-use super::{Block, Plot, Section, Table};
+use super::transport::{transport_plots, SECTION_TITLE};
+use super::{Block, Plot, PlotRef, Section, Table};
 
 pub(super) fn summary_section(report: &Report) -> Section {
     let heads = summary::headlines(report);
@@ -28,10 +28,13 @@ pub(super) fn summary_section(report: &Report) -> Section {
                 .into(),
         ));
         blocks.push(Block::Table(summary::table(&heads)));
-        // At a glance: the transport plots again, next to the numbers they come from.
-        for mut p in transport_plots(report) {
-            p.id = format!("glance-{}", p.id);
-            blocks.push(Block::Plot(Plot::Line(p)));
+        // The transport plots are drawn in their section: here, where to find them.
+        for p in transport_plots(report) {
+            blocks.push(Block::Plot(Plot::Ref(PlotRef {
+                id: p.id,
+                title: p.title,
+                section: SECTION_TITLE.into(),
+            })));
         }
     }
     Section {

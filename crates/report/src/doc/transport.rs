@@ -9,8 +9,13 @@ use serde_json::Value;
 
 use crate::svg::{Heatmap, LinePlot, Point, Series, XScale};
 
-use super::cells::{ceiling_point, has_matrix_params, med_range, point, ratio_cell, u64_param};
+use super::cells::{
+    backend_colors, ceiling_point, has_matrix_params, med_range, point, ratio_cell, u64_param,
+};
 use super::{Block, Plot, Section, Table};
+
+/// The transport section's title (the summary names it where it points at its plots).
+pub(super) const SECTION_TITLE: &str = "Transports";
 
 fn transport_backends(report: &Report) -> Vec<String> {
     distinct_param(
@@ -35,64 +40,84 @@ fn transport_figures<'a>(report: &'a Report, backend: &str, metric: &str) -> Vec
     v
 }
 
+/// What a latency floor is, without its numbers: `cache-line hop` of `cache-line hop
+/// 0.263 us + one memcpy of 8` (the words before the first number).
+fn floor_kind(name: &str) -> String {
+    let words: Vec<&str> = name
+        .split(' ')
+        .take_while(|w| !w.starts_with(|c: char| c.is_ascii_digit()))
+        .collect();
+    words.join(" ")
+}
+
 /// Bandwidth and latency against message size, one line per backend (and per streaming
-/// and RMA), the memcpy ceiling (or, for latency, the one-copy floor) dashed.
+/// and RMA), the memcpy ceiling (or, for latency, the one-copy floor) dashed: each
+/// backend in its own colour, streaming and RMA told apart by marker.
 pub(super) fn transport_plots(report: &Report) -> Vec<LinePlot> {
     let backends = transport_backends(report);
+    let colors = backend_colors(report);
     let of = |b: &str, m: &str| transport_figures(report, b, m);
+    let at_size = |f: &Figure| point(f, u64_param(f, "size").unwrap_or(0) as f64);
     let mut plots = Vec::new();
     // Bandwidth vs size: stream and RMA per backend, the memcpy ceiling dashed.
     let mut bw = Vec::new();
     let mut lat = Vec::new();
-    for (bi, b) in backends.iter().enumerate() {
-        for (m, what) in [("stream_bw", "stream"), ("rma_write_bw", "RMA write")] {
+    for b in &backends {
+        let color = colors.of(b);
+        for (variant, (m, what)) in [("stream_bw", "stream"), ("rma_write_bw", "RMA write")]
+            .into_iter()
+            .enumerate()
+        {
             let figs = of(b, m);
             if figs.is_empty() {
                 continue;
             }
             bw.push(Series {
                 name: format!("{b} {what}"),
-                points: figs
-                    .iter()
-                    .map(|f| point(f, u64_param(f, "size").unwrap_or(0) as f64))
-                    .collect(),
+                points: figs.iter().map(|f| at_size(f)).collect(),
                 dashed: false,
-                color: bi * 2 + usize::from(m == "rma_write_bw"),
+                color,
+                variant,
             });
         }
         let mem = of(b, "memcpy");
         if !mem.is_empty() {
             bw.push(Series {
-                name: format!("{b} ceiling: memcpy"),
-                points: mem
-                    .iter()
-                    .map(|f| point(f, u64_param(f, "size").unwrap_or(0) as f64))
-                    .collect(),
+                name: format!("ceiling: memcpy of the same size, 1 thread ({b} run)"),
+                points: mem.iter().map(|f| at_size(f)).collect(),
                 dashed: true,
-                color: bi * 2,
+                color,
+                variant: 0,
             });
         }
         let l = of(b, "latency");
         if !l.is_empty() {
             lat.push(Series {
                 name: format!("{b} latency"),
-                points: l
-                    .iter()
-                    .map(|f| point(f, u64_param(f, "size").unwrap_or(0) as f64))
-                    .collect(),
+                points: l.iter().map(|f| at_size(f)).collect(),
                 dashed: false,
-                color: bi * 2,
+                color,
+                variant: 0,
             });
             let floor: Vec<Point> = l
                 .iter()
                 .filter_map(|f| ceiling_point(f, u64_param(f, "size").unwrap_or(0) as f64))
                 .collect();
+            let kind = l
+                .iter()
+                .find_map(|f| f.ceiling.as_ref())
+                .map_or(String::new(), |c| floor_kind(&c.name));
             if !floor.is_empty() {
                 lat.push(Series {
-                    name: format!("{b} floor: one memcpy"),
+                    name: if kind.is_empty() {
+                        format!("floor: one memcpy ({b})")
+                    } else {
+                        format!("floor: {kind} + one memcpy ({b})")
+                    },
                     points: floor,
                     dashed: true,
-                    color: bi * 2,
+                    color,
+                    variant: 0,
                 });
             }
         }
@@ -242,7 +267,7 @@ pub(super) fn transport_section(report: &Report) -> Option<Section> {
     }
     Some(Section {
         id: "transport".into(),
-        title: "Transports".into(),
+        title: SECTION_TITLE.into(),
         blocks,
     })
 }

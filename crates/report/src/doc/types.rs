@@ -39,6 +39,21 @@ pub enum Plot {
     Heatmap(Heatmap),
     /// Stacked bars (phases per rank).
     Bars(StackedBars),
+    /// A plot drawn in full in another section, named here (the summary's pointers to the
+    /// transport plots): the page links to it rather than drawing it twice, and the text
+    /// exporters leave it out.
+    Ref(PlotRef),
+}
+
+/// Where a plot drawn elsewhere on the page is.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PlotRef {
+    /// The plot's element id.
+    pub id: String,
+    /// The plot's title.
+    pub title: String,
+    /// Title of the section it is drawn in.
+    pub section: String,
 }
 
 impl Plot {
@@ -48,6 +63,7 @@ impl Plot {
             Plot::Line(p) => &p.title,
             Plot::Heatmap(h) => &h.title,
             Plot::Bars(b) => &b.title,
+            Plot::Ref(r) => &r.title,
         }
     }
 
@@ -57,21 +73,23 @@ impl Plot {
             Plot::Line(p) => &p.id,
             Plot::Heatmap(h) => &h.id,
             Plot::Bars(b) => &b.id,
+            Plot::Ref(r) => &r.id,
         }
     }
 
-    /// Whether this is a repeat of a plot shown in full further down (the summary's "at a
-    /// glance" copies), which text exporters leave out.
+    /// Whether this only points at a plot shown in full elsewhere ([`Plot::Ref`]), which
+    /// text exporters leave out.
     pub fn is_glance(&self) -> bool {
-        self.id().starts_with("glance-")
+        matches!(self, Plot::Ref(_))
     }
 
-    /// The plot as an `<svg>` element.
+    /// The plot as an `<svg>` element (empty for a [`Plot::Ref`], which draws nothing).
     pub fn svg(&self) -> String {
         match self {
             Plot::Line(p) => p.svg(),
             Plot::Heatmap(h) => h.svg(),
             Plot::Bars(b) => b.svg(),
+            Plot::Ref(_) => String::new(),
         }
     }
 }
