@@ -198,7 +198,7 @@ fn summary(v: &Verification) -> String {
     } else {
         // Room reserved for producers that did not fill it: not data, not damage.
         format!(
-            ", {} hole(s) of {} (room left unfilled by producers that died, gave it back or wrote short blocks)",
+            ", {} hole(s) of {} (room a producer that died or was cut off never filled, or a file not closed)",
             v.holes.len(),
             human_bytes(v.holes.iter().map(|h| h.len).sum())
         )
