@@ -40,9 +40,10 @@
 //!
 //! **Fences.** [`Endpoint::fence_mark`] returns a [`Mark`] naming every RMA whose call
 //! returned before it (on any thread); [`Endpoint::fence_wait`] blocks until those have
-//! completed at the peer. [`Endpoint::fence_signal`] writes 8-byte values into a local
-//! and/or a remote window word only after every earlier RMA completed, so a peer that sees
-//! the value (with [`crate::MemView::load_u64`] / `wait_u64`) also sees the data.
+//! completed at the peer, and refuses a mark the endpoint never issued.
+//! [`Endpoint::fence_signal`] writes 8-byte values into a local and/or a remote window word
+//! only after every earlier RMA completed, so a peer that sees the value (with
+//! [`crate::MemView::load_u64`] / `wait_u64`) also sees the data.
 //!
 //! **Direct mapping.** [`Endpoint::map_remote`] gives load/store access to a peer window on
 //! backends that can (`shm`); others return [`crate::Error::Unsupported`].
@@ -151,7 +152,12 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// Marks all RMAs issued so far.
     fn fence_mark(&self) -> Result<Mark>;
 
-    /// Waits until every RMA named by `mark` has completed.
+    /// Waits until every RMA named by `mark` (a [`Endpoint::fence_mark`] result of this
+    /// endpoint) has completed. Marks are ordered: an older one than the latest is valid
+    /// and names fewer RMAs. A mark this endpoint never issued (above what `fence_mark`
+    /// would return now, e.g. any mark but 0 before the first RMA) fails with
+    /// [`crate::Error::InvalidArgument`] naming the mark and the latest one, having waited
+    /// for nothing.
     fn fence_wait(&self, mark: Mark) -> Result<()>;
 
     /// After every earlier RMA completed, stores `local = (offset, value)` into a local window

@@ -16,7 +16,8 @@
 //!   once, of one 1 GiB message, and with several sending and receiving threads on one
 //!   endpoint; `try_send`/`try_recv`/`recv_timeout` statuses and limits; a closed peer.
 //! - [`rma`]: `write_to`/`read_from`/`vwrite_to`/`vread_from` at odd offsets and lengths,
-//!   sync and async, transfers of 64 MiB, fences and `fence_signal` ordering.
+//!   sync and async, transfers of 64 MiB, fences (a mark never issued is refused) and
+//!   `fence_signal` ordering.
 //! - [`rejection`]: out-of-window and wrong-access RMA fail with precise errors and leave
 //!   every byte of the target untouched.
 //! - [`caps`]: advertised capabilities are honest (`map_remote`, `cpu_free_rma`).
@@ -68,7 +69,10 @@ pub use process::{
 };
 pub use registration::{registered_views, registration_layout, unregister_rules};
 pub use rejection::{access_is_enforced, fence_signal_arguments, out_of_window_is_rejected};
-pub use rma::{big_rma, fence_ordering, fence_signal_local_and_remote, rma_content};
+pub use rma::{
+    big_rma, fence_ordering, fence_signal_local_and_remote, fence_wait_of_an_unissued_mark,
+    rma_content,
+};
 
 /// How long a test waits for a connection to be set up.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -205,6 +209,7 @@ macro_rules! __with_suite_list {
             rma_content,
             big_rma,
             fence_ordering,
+            fence_wait_of_an_unissued_mark,
             fence_signal_local_and_remote,
             out_of_window_is_rejected,
             access_is_enforced,

@@ -4,11 +4,11 @@
 use std::sync::mpsc;
 use std::time::Duration;
 
-use accio::{Access, Endpoint, RmaFlags, Window, PAGE};
+use accio::{Access, Endpoint, ErrorKind, Mark, RmaFlags, Window, PAGE};
 
 use crate::harness::{
-    assert_window, fill_window, guarded, ok, recv_u64s, send_u64s, share_window, window_bytes,
-    Isolation,
+    assert_window, expect_err, expect_text, fill_window, guarded, ok, recv_u64s, send_u64s,
+    share_window, window_bytes, Isolation,
 };
 use crate::pattern;
 use crate::Backend;
@@ -313,6 +313,59 @@ pub fn fence_ordering(b: &Backend) {
             );
         }
     });
+}
+
+/// `fence_wait` of a mark the endpoint never issued (12345 right after connect, one past
+/// the latest mark, `u64::MAX`) fails with `InvalidArgument` naming the mark and the latest
+/// one, at once; the marks it did issue, the latest and older ones, still wait fine.
+pub fn fence_wait_of_an_unissued_mark(b: &Backend) {
+    let b = b.clone();
+    guarded(
+        "fence_wait_of_an_unissued_mark",
+        secs(30),
+        Isolation::Shared,
+        move || {
+            let (x, y) = b.pair();
+            let (x, y) = (&*x, &*y);
+            let refused = |ep: &dyn Endpoint, mark: u64, latest: u64, what: &str| {
+                let t = std::time::Instant::now();
+                let e = expect_err(ep.fence_wait(Mark(mark)), ErrorKind::InvalidArgument, what);
+                expect_text(
+                    &e,
+                    &[&format!("mark {mark} "), &format!("latest is {latest}")],
+                    what,
+                );
+                assert!(
+                    t.elapsed() < secs(1),
+                    "{what}: refusing took {:?}",
+                    t.elapsed()
+                );
+            };
+            // Nothing issued yet: 0 is the only mark.
+            let m0 = ok(x.fence_mark(), "fence_mark before any RMA");
+            assert_eq!(m0, Mark(0), "the mark before any RMA");
+            ok(x.fence_wait(m0), "fence_wait(0) before any RMA");
+            refused(x, 12345, 0, "fence_wait(12345) right after connect");
+
+            let w = ok(y.register(PAGE, Access::READ_WRITE), "register");
+            let r = share_window(y, x, &w);
+            let src = ok(x.register(PAGE, Access::READ), "register");
+            fill_window(&src, 9);
+            ok(
+                x.write_to(src.offset(), PAGE, r, RmaFlags::ASYNC),
+                "write_to",
+            );
+            let m = ok(x.fence_mark(), "fence_mark after one write");
+            assert!(m > m0, "the mark after a write ({m:?}) is above {m0:?}");
+            refused(x, m.0 + 1, m.0, "fence_wait(latest + 1)");
+            refused(x, u64::MAX, m.0, "fence_wait(u64::MAX)");
+            ok(x.fence_wait(m), "fence_wait(latest)");
+            assert_window(&w, 9, None, "the write after fence_wait(latest)");
+            ok(x.fence_wait(m0), "fence_wait of an older mark");
+            // The peer issued nothing: its own marks are its own.
+            refused(y, m.0, 0, "the peer's fence_wait of this side's mark");
+        },
+    );
 }
 
 /// `fence_signal` with a remote word (the peer waits on it, then sees every earlier write),

@@ -188,7 +188,17 @@ impl Endpoint for MockEp {
     fn fence_mark(&self) -> Result<Mark> {
         Ok(Mark(0))
     }
-    fn fence_wait(&self, _: Mark) -> Result<()> {
+    fn fence_wait(&self, mark: Mark) -> Result<()> {
+        // The mock issues no RMA, so its only mark is 0.
+        if mark.0 > 0 {
+            return Err(Error::invalid(
+                "fence_wait",
+                format!(
+                    "mark {} was not issued by this endpoint (its latest is 0)",
+                    mark.0
+                ),
+            ));
+        }
         Ok(())
     }
     fn fence_signal(&self, _: Option<(u64, u64)>, _: Option<(u64, u64)>) -> Result<()> {

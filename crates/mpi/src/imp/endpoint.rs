@@ -668,7 +668,17 @@ impl Endpoint for MpiEndpoint {
         Ok(Mark(self.issued.load(Ordering::Acquire)))
     }
 
-    fn fence_wait(&self, _mark: Mark) -> Result<()> {
+    fn fence_wait(&self, mark: Mark) -> Result<()> {
+        let latest = self.issued.load(Ordering::Acquire);
+        if mark.0 > latest {
+            return Err(Error::invalid(
+                "fence_wait",
+                format!(
+                    "mark {} was not issued by this endpoint (its latest is {latest})",
+                    mark.0
+                ),
+            ));
+        }
         // One flush completes every RMA issued to the peer, the marked ones included.
         self.flush()
     }

@@ -320,10 +320,26 @@ impl Endpoint for ShmEndpoint {
     fn fence_mark(&self) -> Result<Mark> {
         // Every RMA completes before its call returns, so a mark names completed work.
         fence(Ordering::SeqCst);
-        Ok(Mark(self.rma_issued.load(Ordering::Relaxed)))
+        let n = self.rma_issued.load(Ordering::Relaxed);
+        // Marks never step back, even when a racing `count_rma` stored a stale count.
+        let before = self.marked.fetch_max(n, Ordering::AcqRel);
+        Ok(Mark(n.max(before)))
     }
 
-    fn fence_wait(&self, _mark: Mark) -> Result<()> {
+    fn fence_wait(&self, mark: Mark) -> Result<()> {
+        let latest = self
+            .marked
+            .load(Ordering::Acquire)
+            .max(self.rma_issued.load(Ordering::Relaxed));
+        if mark.0 > latest {
+            return Err(Error::invalid(
+                "fence_wait",
+                format!(
+                    "mark {} was not issued by this endpoint (its latest is {latest})",
+                    mark.0
+                ),
+            ));
+        }
         fence(Ordering::SeqCst);
         self.check_alive()
     }

@@ -267,6 +267,10 @@ pub struct ShmEndpoint {
     watched: AtomicBool,
     watcher: Mutex<Option<JoinHandle<()>>>,
     rma_issued: AtomicU64,
+    /// The highest mark `fence_mark` returned: `rma_issued` is counted without a
+    /// read-modify-write and may step back under racing threads, so `fence_wait` checks a
+    /// mark against this too before calling it one never issued.
+    marked: AtomicU64,
     /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
 }
@@ -412,6 +416,7 @@ impl ShmEndpoint {
     pub fn set_stores(&mut self, stores: ShmStores) {
         self.opts.stores = stores;
         self.tx.get_mut().expect("send lock").set_stores(stores);
+            marked: AtomicU64::new(0),
     }
 
     /// The options in effect (ring geometry as agreed with the peer).
