@@ -112,7 +112,9 @@ pub fn listen_with(addr: &str, opts: &Options) -> Result<Box<dyn Listener>> {
 }
 
 /// Connects to the listener at `addr`, giving up after `timeout`, with every backend's
-/// default options ([`connect_with`] takes options).
+/// default options ([`connect_with`] takes options). A listener not bound yet is waited
+/// for (tried again from 1 ms to 50 ms apart), so processes may start in any order; after
+/// `timeout` with nobody listening the error is a [`ErrorKind::Timeout`] that says so.
 pub fn connect(addr: &str, timeout: Duration) -> Result<Box<dyn Endpoint>> {
     connect_with(addr, timeout, &Options::default())
 }

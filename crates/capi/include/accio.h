@@ -266,7 +266,8 @@ enum accio_status accio_listener_accept(const struct accio_listener *listener,
 enum accio_status accio_listener_destroy(struct accio_listener *listener);
 
 // Connects to the listener at `addr`, giving up after `timeout_ms` (negative: forever),
-// and stores the endpoint in `*out`.
+// and stores the endpoint in `*out`. A listener not bound yet is waited for, so the two
+// sides may start in any order; after the timeout with nobody listening: `ACCIO_TIMEOUT`.
 //
 // # Safety
 // `addr` is a NUL-terminated string; `out` is writable.
@@ -374,6 +375,9 @@ enum accio_status accio_endpoint_vread_from(const struct accio_endpoint *endpoin
 enum accio_status accio_endpoint_fence_mark(const struct accio_endpoint *endpoint, uint64_t *mark);
 
 // Waits until every RMA named by `mark` (from `accio_endpoint_fence_mark`) completed.
+// A mark this endpoint never issued (above its latest, e.g. any but 0 before the first
+// RMA) returns `ACCIO_INVALID_ARGUMENT`, naming the mark and the latest one, having waited
+// for nothing.
 //
 // # Safety
 // `endpoint` is a live endpoint.

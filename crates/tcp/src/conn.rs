@@ -249,17 +249,28 @@ pub(crate) fn connect(addr: &Addr, timeout: Duration, opts: TcpOptions) -> Resul
     }
     let mut last = None;
     let mut stream = None;
-    for sa in resolve(addr)? {
-        let left = deadline.saturating_duration_since(Instant::now());
-        if left.is_zero() {
-            break;
-        }
-        match TcpStream::connect_timeout(&sa, left) {
-            Ok(s) => {
-                stream = Some(s);
+    // Refused everywhere: nothing listens yet; try again until the deadline.
+    let mut wait = accio_core::ListenerWait::new(timeout);
+    loop {
+        for sa in resolve(addr)? {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
                 break;
             }
-            Err(e) => last = Some((sa, e)),
+            match TcpStream::connect_timeout(&sa, left) {
+                Ok(s) => {
+                    stream = Some(s);
+                    break;
+                }
+                Err(e) => last = Some((sa, e)),
+            }
+        }
+        let refused = matches!(&last, Some((_, e)) if e.kind() == io::ErrorKind::ConnectionRefused);
+        if stream.is_some() || !refused {
+            break;
+        }
+        if !wait.pause() {
+            return Err(wait.gave_up(&addr.to_string(), "nothing listened there"));
         }
     }
     let Some(stream) = stream else {

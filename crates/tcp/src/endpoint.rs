@@ -53,9 +53,12 @@ impl TcpEndpoint {
     /// Connects to the listener at `addr` (`tcp://HOST:PORT`) with default options.
     /// `timeout` covers the TCP connection and the accio greeting both ways.
     ///
-    /// Errors: [`Error::BadAddress`] if the address cannot be resolved or nothing
-    /// listens there (connection refused), [`Error::Timeout`] if the connection or the
-    /// greeting does not complete in time, [`Error::Protocol`] if the peer is not an
+    /// A listener not there yet (connection refused) is waited for, up to `timeout`: a
+    /// connect may start before its listener.
+    ///
+    /// Errors: [`Error::BadAddress`] if the address cannot be resolved or is unreachable,
+    /// [`Error::Timeout`] if nothing listened there within `timeout` (it says so), or the
+    /// connection or the greeting does not complete in time, [`Error::Protocol`] if the peer is not an
     /// accio tcp endpoint or speaks another protocol version, [`Error::Untrusted`] if the
     /// listener does not prove it holds this side's secret or refuses this side's proof
     /// (see [`crate::auth`]; nothing is sent to such a listener), or an error naming the

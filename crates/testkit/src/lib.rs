@@ -54,8 +54,9 @@ pub mod rma;
 
 pub use caps::{capabilities_are_honest, cpu_free_rma_needs_no_peer_cpu, map_remote};
 pub use connection::{
-    accept_times_out, bad_addresses_are_rejected, connect_to_nobody_fails_fast,
-    listen_twice_is_addr_in_use, local_and_peer_addrs, sixty_four_concurrent_endpoints,
+    accept_times_out, bad_addresses_are_rejected, connect_to_nobody_waits_for_its_timeout,
+    connect_waits_for_a_late_listener, listen_twice_is_addr_in_use, local_and_peer_addrs,
+    sixty_four_concurrent_endpoints,
 };
 pub use gone::{calls_after_peer_close_fail, calls_after_peer_exit_fail};
 pub use messages::{
@@ -221,7 +222,8 @@ macro_rules! __with_suite_list {
             unregister_rules,
             registered_views,
             local_and_peer_addrs,
-            connect_to_nobody_fails_fast,
+            connect_to_nobody_waits_for_its_timeout,
+            connect_waits_for_a_late_listener,
             accept_times_out,
             listen_twice_is_addr_in_use,
             bad_addresses_are_rejected,

@@ -59,7 +59,10 @@ def listen(addr: str) -> Listener:
     """Binds ``addr`` (``shm://NAME`` or ``tcp://HOST:PORT``) and returns a Listener."""
 
 def connect(addr: str, timeout: float = 10.0) -> Endpoint:
-    """Connects to the listener at ``addr``, giving up after ``timeout`` seconds."""
+    """Connects to the listener at ``addr``, giving up after ``timeout`` seconds.
+
+    A listener not bound yet is waited for, so the two sides may start in any order;
+    after ``timeout`` with nobody listening it raises ``Timeout``, saying so."""
 
 class Listener:
     """A bound address accepting connections."""

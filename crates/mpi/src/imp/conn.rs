@@ -3,6 +3,7 @@
 
 use super::endpoint::MpiEndpoint;
 use super::*;
+use accio_core::ListenerWait;
 
 // ---- listener -------------------------------------------------------------------------
 
@@ -176,15 +177,28 @@ pub(crate) fn connect(addr: &Addr, timeout: Duration) -> Result<Box<dyn Endpoint
     let t0 = Instant::now();
     let mut b = Backoff::new(Backoff::SPIN);
     let mut buf = Vec::new();
+    // Nobody listening on that port yet: ask again (same connection tag: a refusal leaves
+    // nothing behind on the other rank) until the timeout, pumping meanwhile so that this
+    // rank keeps serving the others.
+    let mut wait = ListenerWait::new(timeout);
     loop {
         m.pump()?;
         if try_take(peer, tag(conn, 1, KIND_SETUP), &mut buf)? == Some(16) {
             if u32::from_le_bytes(buf[0..4].try_into().expect("4")) != 1 {
-                ep.refused = true;
-                return Err(Error::BadAddress {
-                    addr: addr.to_string(),
-                    reason: format!("nobody listens on port {port} of rank {rank}"),
-                });
+                let Some(nap) = wait.next_pause() else {
+                    ep.refused = true;
+                    return Err(wait.gave_up(
+                        &addr.to_string(),
+                        &format!("nobody listened on port {port} of rank {rank}"),
+                    ));
+                };
+                let until = Instant::now() + nap;
+                while Instant::now() < until {
+                    m.pump()?;
+                    b.wait();
+                }
+                send_blocking(&req, peer, CONNECT_TAG)?;
+                continue;
             }
             ep.peer_table = u64::from_le_bytes(buf[8..16].try_into().expect("8"));
             return Ok(Box::new(ep));

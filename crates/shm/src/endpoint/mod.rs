@@ -276,7 +276,9 @@ pub struct ShmEndpoint {
 }
 
 impl ShmEndpoint {
-    /// Connects to the listener at `addr` with [`ShmOptions::from_env`].
+    /// Connects to the listener at `addr` with [`ShmOptions::from_env`]. A listener not
+    /// bound yet is waited for, up to `timeout` (then [`Error::Timeout`], saying nobody
+    /// listened): a connect may start before its listener.
     pub fn connect(addr: &Addr, timeout: Duration) -> Result<ShmEndpoint> {
         ShmEndpoint::connect_with(addr, timeout, ShmOptions::from_env())
     }
@@ -300,7 +302,18 @@ impl ShmEndpoint {
                 format!("ring of {} bytes with {}-byte chunks: the ring must be a power of two from 64 KiB to 1 GiB and chunks at most a quarter of it", opts.ring_bytes, opts.chunk_bytes),
             ));
         }
-        let stream = connect_socket(name, &opts.allow_uids, &what)?;
+        // A listener not bound yet is waited for, up to the timeout.
+        let mut wait = accio_core::ListenerWait::new(timeout);
+        let stream = loop {
+            match connect_socket(name, &opts.allow_uids, &what) {
+                Ok(s) => break s,
+                Err(Error::BadAddress { .. }) if wait.pause() => {}
+                Err(Error::BadAddress { .. }) => {
+                    return Err(wait.gave_up(&what, "no listener was bound to this name"))
+                }
+                Err(e) => return Err(e),
+            }
+        };
         // Anyone may bind any abstract name: before a byte (and the ring memory) goes out,
         // the listener must be a process of an admitted user.
         check_peer_uid(&stream, &opts.allow_uids, &what, "listener")?;
@@ -337,7 +350,7 @@ impl ShmEndpoint {
             return Err(Error::io("sendmsg", &*what, e));
         }
         stream
-            .set_read_timeout(Some(timeout.max(Duration::from_millis(1))))
+            .set_read_timeout(Some(wait.left().max(Duration::from_millis(1))))
             .map_err(|e| Error::io("setsockopt", &*what, e))?;
         let mut ok = [0u8; 1];
         let mut fds = Vec::new();
@@ -403,6 +416,7 @@ impl ShmEndpoint {
             watched: AtomicBool::new(false),
             watcher: Mutex::new(None),
             rma_issued: AtomicU64::new(0),
+            marked: AtomicU64::new(0),
             probed: AtomicU64::new(0),
         })
     }
@@ -416,7 +430,6 @@ impl ShmEndpoint {
     pub fn set_stores(&mut self, stores: ShmStores) {
         self.opts.stores = stores;
         self.tx.get_mut().expect("send lock").set_stores(stores);
-            marked: AtomicU64::new(0),
     }
 
     /// The options in effect (ring geometry as agreed with the peer).
