@@ -92,7 +92,7 @@ run_rust() {
     R_S+="$(echo "$out" | awk -F, '$1 == "merge" && $2 == "merge" { printf "%.4f", $5; exit }') "
 }
 
-echo "compare-c: $(uname -r), $(nproc) CPUs; $P producer threads x $F x $SIZE = $((BYTES >> 20)) MiB per run into $DIR, $REPS reps" >&2
+echo "compare-c: $(bash "$(dirname "$0")/host-line.sh"); $P producer threads x $F x $SIZE = $((BYTES >> 20)) MiB per run into $DIR, $REPS reps" >&2
 for rep in $(seq "$REPS"); do
     echo "compare-c: rep $rep/$REPS" >&2
     if [ $((rep % 2)) = 1 ]; then run_c; run_rust; else run_rust; run_c; fi

@@ -164,7 +164,7 @@ accio_run() {
     done
 }
 
-echo "compare-fs: $(uname -r), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg); file size $SIZE per thread, 4M records, $REPS reps; raw output in $OUT" >&2
+echo "compare-fs: $(bash "$(dirname "$0")/host-line.sh"); load $(cut -d' ' -f1-3 /proc/loadavg); file size $SIZE per thread, 4M records, $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     for fs in shm ext4; do
         dir=$SHM; [ $fs = ext4 ] && dir=$EXT4

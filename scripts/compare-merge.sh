@@ -111,7 +111,7 @@ warm() {
     rm -f "$SHM/warm"
 }
 
-echo "compare-merge: $(uname -r), $(nproc) CPUs; producers $PLIST, $MIB MiB per run, $REPS reps; raw output in $OUT" >&2
+echo "compare-merge: $(bash "$(dirname "$0")/host-line.sh"); producers $PLIST, $MIB MiB per run, $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     for fs in shm ext4; do
         dir=$SHM; fio_extra=(); [ $fs = ext4 ] && { dir=$EXT4; fio_extra=(--end_fsync=1); }

@@ -66,7 +66,7 @@ fi
 
 log() { echo "compare-python: $*" >&2; }
 P=8 F=64
-echo "compare-python: $(uname -r), $(nproc) CPUs, $REPS reps; raw output in $OUT" >&2
+echo "compare-python: $(bash "$(dirname "$0")/host-line.sh"); $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
     log "rep $rep/$REPS: rust transport (shm, 8 B and 2 MiB)"
     timeout 600 "$ACCIO" bench transport --backend shm --sizes 8,2M --json "$OUT/rust-transport.$rep.json" \

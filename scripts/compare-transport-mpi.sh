@@ -162,6 +162,8 @@ done
 
 # ---- the table -----------------------------------------------------------------------------
 OUT="$OUT" REPS="$REPS" T_RMA="$T_RMA" T_BW="$T_BW" T_BW_UCX="$T_BW_UCX" T_LAT="$T_LAT" T_TCP="$T_TCP" \
+# Which host the table is from: the lead over the peers depends on the CPU.
+bash "$(dirname "$0")/host-line.sh"
 HAVE_MPI="$HAVE_MPI" HAVE_UCX="$HAVE_UCX" HAVE_IPERF="$HAVE_IPERF" python3 - <<'PY'
 import json, os, re, statistics
 

@@ -205,6 +205,8 @@ for rep in $(seq 1 "$REPS"); do
 done
 log "done in $(( $(date +%s) - start )) s"
 
+# Which host the table is from: the lead over the peers depends on the CPU.
+bash "$(dirname "$0")/host-line.sh"
 OUT="$OUT" REPS="$REPS" SIZES="$SIZES" python3 - <<'PY'
 import json, os, statistics
 

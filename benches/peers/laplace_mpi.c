@@ -7,7 +7,13 @@
  *   - MPI_Cart_create over DIMS (row-major ranks, as accio's), uneven splits the same way
  *     (the first n % d ranks of an axis get one cell more), ghost layers only on axes with
  *     neighbours;
- *   - halos with MPI_Sendrecv of MPI_Type_create_subarray faces (MPI packs strided faces);
+ *   - halos of MPI_Type_create_subarray faces (MPI packs strided faces), exchanged one of
+ *     three ways (-x), so that accio is measured against the best of them:
+ *       sendrecv: two blocking MPI_Sendrecv shifts per axis (the textbook exchange);
+ *       isend:    every face at once, MPI_Irecv and MPI_Isend of all faces and one
+ *                 MPI_Waitall (what an expert writes: no shift waits for another);
+ *       rma:      MPI-3 one-sided, MPI_Put of each face into the neighbour's ghost cells
+ *                 of a window over the local array, between two MPI_Win_fence calls;
  *   - per iteration: compute (the stencil and the update, streamed over one slab buffer as
  *     accio's kernel is: Y of a slab computed in the loop that adds Y of the slab before to
  *     its X; same expression order), synchronize (MPI_Barrier), communicate
@@ -19,6 +25,7 @@
  *
  * Build: mpicc -O3 -ffp-contract=off -o laplace_mpi laplace_mpi.c
  * Usage: mpirun -np N laplace_mpi -g 4096x4096 [-i ITERS] [-d 2x1] [-p] [-h HALO]
+ *                                  [-x sendrecv|isend|rma]
  * Output (rank 0): "phase NAME MEDIAN_MS MAX_MS" for compute, synchronize, communicate and
  * total (over ranks x iterations), "halo_bytes B" (rank 0's per iteration), "digest 0x...".
  */
@@ -62,19 +69,30 @@ int main(int argc, char **argv) {
 
     long g[3] = {0}, d[3] = {0};
     int ng = 0, nd = 0, iters = 100, periodic = 0, halo = 1;
+    enum { SENDRECV, ISEND, RMA } how = SENDRECV;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "-g") && i + 1 < argc) ng = parse_list(argv[++i], g, 3);
         else if (!strcmp(argv[i], "-d") && i + 1 < argc) nd = parse_list(argv[++i], d, 3);
         else if (!strcmp(argv[i], "-i") && i + 1 < argc) iters = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-h") && i + 1 < argc) halo = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-p")) periodic = 1;
+        else if (!strcmp(argv[i], "-x") && i + 1 < argc) {
+            const char *x = argv[++i];
+            if (!strcmp(x, "sendrecv")) how = SENDRECV;
+            else if (!strcmp(x, "isend")) how = ISEND;
+            else if (!strcmp(x, "rma")) how = RMA;
+            else {
+                if (rank == 0) fprintf(stderr, "laplace_mpi: -x %s: sendrecv, isend or rma\n", x);
+                MPI_Abort(MPI_COMM_WORLD, 2);
+            }
+        }
         else {
             if (rank == 0) fprintf(stderr, "laplace_mpi: unknown argument %s\n", argv[i]);
             MPI_Abort(MPI_COMM_WORLD, 2);
         }
     }
     if (ng < 2 || ng > 3 || (nd && nd != ng) || iters < 1 || halo < 1) {
-        if (rank == 0) fprintf(stderr, "usage: laplace_mpi -g NYxNX|NZxNYxNX [-d DIMS] [-i ITERS] [-p] [-h HALO]\n");
+        if (rank == 0) fprintf(stderr, "usage: laplace_mpi -g NYxNX|NZxNYxNX [-d DIMS] [-i ITERS] [-p] [-h HALO] [-x sendrecv|isend|rma]\n");
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     /* Everything in 3 axes, the unused one of a 2D grid of extent 1 (as crates/grid). */
@@ -124,8 +142,10 @@ int main(int argc, char **argv) {
                     : (double)(mix(linear ^ mix(seed)) >> 11) / (double)(1ULL << 53);
             }
 
-    /* Face and ghost datatypes per side: subarrays of the local array. */
-    MPI_Datatype face[6], ghost[6];
+    /* Face and ghost datatypes per side: subarrays of the local array; and for RMA, where
+     * each face lands in the neighbour's array (its extent along the axis may differ by
+     * one cell: uneven splits). */
+    MPI_Datatype face[6], ghost[6], remote[6];
     int nbr[6];
     int asizes[3] = {(int)alloc[0], (int)alloc[1], (int)alloc[2]};
     long halo_bytes = 0;
@@ -135,7 +155,7 @@ int main(int argc, char **argv) {
         for (int up = 0; up < 2; up++) {
             int k = a * 2 + up;
             nbr[k] = h[a] ? (up ? hi_nbr : lo_nbr) : MPI_PROC_NULL;
-            face[k] = ghost[k] = MPI_DATATYPE_NULL;
+            face[k] = ghost[k] = remote[k] = MPI_DATATYPE_NULL;
             if (!h[a]) continue; /* no ghosts on this axis: nothing to exchange */
             int sub[3], fst[3], gst[3];
             for (int b = 0; b < 3; b++) {
@@ -149,6 +169,21 @@ int main(int argc, char **argv) {
             MPI_Type_create_subarray(3, asizes, sub, gst, MPI_ORDER_C, MPI_DOUBLE, &ghost[k]);
             MPI_Type_commit(&face[k]);
             MPI_Type_commit(&ghost[k]);
+            if (nbr[k] != MPI_PROC_NULL) {
+                /* My face k goes to neighbour k: into its ghost on the other side (its low
+                 * ghost at 0 when it is my high neighbour, its high ghost past its cells
+                 * when it is my low one). */
+                int nc[3];
+                MPI_Cart_coords(cart, nbr[k], 3, nc);
+                long base = shape[a] / dims[a], extra = shape[a] % dims[a];
+                long nlen = base + (nc[a] < extra);
+                int nsizes[3] = {asizes[0], asizes[1], asizes[2]}, rst[3];
+                nsizes[a] = (int)(nlen + 2 * h[a]);
+                for (int b = 0; b < 3; b++) rst[b] = (int)h[b];
+                rst[a] = up ? 0 : (int)(nlen + h[a]);
+                MPI_Type_create_subarray(3, nsizes, sub, rst, MPI_ORDER_C, MPI_DOUBLE, &remote[k]);
+                MPI_Type_commit(&remote[k]);
+            }
             if (nbr[k] != MPI_PROC_NULL && nbr[k] != rank)
                 halo_bytes += (long)sub[0] * sub[1] * sub[2] * (long)sizeof(double);
         }
@@ -174,6 +209,10 @@ int main(int argc, char **argv) {
         MPI_Abort(MPI_COMM_WORLD, 1);
     const size_t row = (size_t)alloc[2], plane = (size_t)(alloc[1] * alloc[2]);
 
+    MPI_Win win = MPI_WIN_NULL;
+    if (how == RMA)
+        MPI_Win_create(x, (MPI_Aint)(elems * sizeof(double)), sizeof(double), MPI_INFO_NULL, cart,
+                       &win);
     double *times = malloc(sizeof(double) * 3 * (size_t)iters);
     for (int it = -1; it < iters; it++) {
         double t0 = MPI_Wtime();
@@ -228,13 +267,38 @@ int main(int argc, char **argv) {
         double t1 = MPI_Wtime();
         MPI_Barrier(cart);
         double t2 = MPI_Wtime();
-        for (int a = 0; a < 3; a++) {
-            if (!h[a]) continue;
-            /* my +face to the +neighbour, the -neighbour's +face into my -ghost; then back. */
-            MPI_Sendrecv(x, 1, face[a * 2 + 1], nbr[a * 2 + 1], a * 2,
-                         x, 1, ghost[a * 2], nbr[a * 2], a * 2, cart, MPI_STATUS_IGNORE);
-            MPI_Sendrecv(x, 1, face[a * 2], nbr[a * 2], a * 2 + 1,
-                         x, 1, ghost[a * 2 + 1], nbr[a * 2 + 1], a * 2 + 1, cart, MPI_STATUS_IGNORE);
+        if (how == SENDRECV) {
+            for (int a = 0; a < 3; a++) {
+                if (!h[a]) continue;
+                /* my +face to the +neighbour, the -neighbour's +face into my -ghost; then back. */
+                MPI_Sendrecv(x, 1, face[a * 2 + 1], nbr[a * 2 + 1], a * 2,
+                             x, 1, ghost[a * 2], nbr[a * 2], a * 2, cart, MPI_STATUS_IGNORE);
+                MPI_Sendrecv(x, 1, face[a * 2], nbr[a * 2], a * 2 + 1,
+                             x, 1, ghost[a * 2 + 1], nbr[a * 2 + 1], a * 2 + 1, cart, MPI_STATUS_IGNORE);
+            }
+        } else if (how == ISEND) {
+            /* Every receive posted first, then every send, one wait: faces are owned cells
+             * only (no corners), so no exchange depends on another. Face k goes to
+             * neighbour k with tag k; the ghost on side k comes from neighbour k, which
+             * sent it as its face on the other side (tag k ^ 1). */
+            MPI_Request req[12];
+            int n = 0;
+            for (int k = 0; k < 6; k++)
+                if (ghost[k] != MPI_DATATYPE_NULL)
+                    MPI_Irecv(x, 1, ghost[k], nbr[k], k ^ 1, cart, &req[n++]);
+            for (int k = 0; k < 6; k++)
+                if (face[k] != MPI_DATATYPE_NULL)
+                    MPI_Isend(x, 1, face[k], nbr[k], k, cart, &req[n++]);
+            MPI_Waitall(n, req, MPI_STATUSES_IGNORE);
+        } else {
+            /* One access and exposure epoch: every face put into its neighbour's ghost.
+             * No RMA precedes the first fence; no local store and no RMA follow inside the
+             * epoch before the second. */
+            MPI_Win_fence(MPI_MODE_NOPRECEDE, win);
+            for (int k = 0; k < 6; k++)
+                if (remote[k] != MPI_DATATYPE_NULL)
+                    MPI_Put(x, 1, face[k], nbr[k], 0, 1, remote[k], win);
+            MPI_Win_fence(MPI_MODE_NOSTORE | MPI_MODE_NOSUCCEED, win);
         }
         double t3 = MPI_Wtime();
         if (it >= 0) {
@@ -244,6 +308,7 @@ int main(int argc, char **argv) {
         }
     }
 
+    if (win != MPI_WIN_NULL) MPI_Win_free(&win);
     uint64_t digest = 0, total_digest = 0;
     for (long z = h[0]; z < h[0] + len[0]; z++)
         for (long y = h[1]; y < h[1] + len[1]; y++)
