@@ -10,18 +10,30 @@ cd "$(dirname "$0")/.."
 if ! command -v python3 >/dev/null 2>&1 || ! python3 -m pip --version >/dev/null 2>&1; then
     (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3 python3-pip python3-dev) >/dev/null
 fi
-flags=(--quiet --disable-pip-version-check --no-input)
+flags=(--disable-pip-version-check --no-input)
 if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
     flags+=(--break-system-packages)
 fi
-python3 -m pip install "${flags[@]}" "maturin>=1.5,<2" numpy pyarrow pandas pytest
+python3 -m pip install --quiet "${flags[@]}" "maturin>=1.5,<2" numpy pyarrow pandas pytest
 
 # Share the workspace's target directory: the accio and Arrow crates built by
 # `cargo test --workspace --release` are reused instead of compiled a second time.
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}"
 start=$(date +%s)
-python3 -m pip install "${flags[@]}" --no-build-isolation --force-reinstall --no-deps ./bindings/python
+# -v streams cargo's "Compiling ..." lines (pip is silent for minutes without it), as the
+# README's install line does.
+python3 -m pip install -v "${flags[@]}" --no-build-isolation --force-reinstall --no-deps \
+    ./bindings/python
 echo "python-bindings: built and installed in $(( $(date +%s) - start )) s"
+
+# The wheel's extension is stripped (pyproject.toml: [tool.maturin] strip = true): no
+# debug sections, no symbol table beyond the dynamic one.
+so=$(python3 -c 'import accio._accio as m; print(m.__file__)')
+echo "python-bindings: $so is $(stat -c %s "$so") bytes"
+if readelf -S "$so" | grep -qE '\.debug_|\.symtab'; then
+    echo "python-bindings: $so is not stripped" >&2
+    exit 1
+fi
 
 # The crate is outside the workspace, so the workspace's fmt and clippy steps miss it; its
 # lints run here, on the stable-ABI build (one wheel for CPython >= 3.11), which must keep

@@ -8,7 +8,13 @@
 //! - a call that may wait forever waits in [`SLICE`]-long slices and checks for signals in
 //!   between, so Ctrl-C raises `KeyboardInterrupt` within about [`SLICE`];
 //! - every Rust error becomes an exception of the `accio.Error` hierarchy carrying the
-//!   Rust message, and a panic becomes `accio.Error` too (see [`guarded`]).
+//!   Rust message, and a panic becomes `accio.Error` too (see [`guarded`]);
+//! - an argument that is out of range (a negative size, offset or timeout) raises
+//!   `accio.InvalidArgument`, also a `ValueError`, naming the call and the argument (see
+//!   [`Int`] and [`secs`]);
+//! - every offset is one in an endpoint's registered address space (what `Window.offset`
+//!   returns and the peer names in RMA), the `Window` methods' included (see
+//!   [`Window::word`]).
 
 use std::ffi::{c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
@@ -21,9 +27,10 @@ use accio_merge::{ArrowIpcSink, ContainerSink, MergeError, ParquetOptions, Parqu
 use arrow_array::ffi::{from_ffi, FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::{Array, RecordBatch, StructArray};
 use arrow_schema::Schema;
-use pyo3::exceptions::{PyException, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyException, PyOverflowError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple, PyType};
 use pyo3::{create_exception, ffi};
 
 /// How long a blocking call waits before it checks for Ctrl-C (and other signals).
@@ -89,12 +96,38 @@ create_exception!(
     Error,
     "The peer broke the wire protocol."
 );
-create_exception!(
-    accio,
-    InvalidArgument,
-    Error,
-    "An argument is invalid (length, alignment, ...)."
-);
+/// `accio.InvalidArgument`: an `accio.Error` and a `ValueError` both, so that `except
+/// ValueError` catches a negative size as it would from any Python library, and `except
+/// accio.Error` still catches everything accio raises. `create_exception!` takes one base
+/// only, so the class is made by calling `type` once.
+fn invalid_argument_type(py: Python<'_>) -> PyResult<&Bound<'_, PyType>> {
+    static TYPE: PyOnceLock<Py<PyType>> = PyOnceLock::new();
+    TYPE.get_or_try_init(py, || {
+        let bases = PyTuple::new(py, [py.get_type::<Error>(), py.get_type::<PyValueError>()])?;
+        let ns = PyDict::new(py);
+        ns.set_item("__module__", "accio")?;
+        ns.set_item(
+            "__doc__",
+            "An argument is invalid: out of range (negative, too large), misaligned, or an \
+             option none of the listed ones. Also a ValueError.",
+        )?;
+        py.get_type::<PyType>()
+            .call1(("InvalidArgument", bases, ns))?
+            .cast_into::<PyType>()
+            .map(Bound::unbind)
+            .map_err(PyErr::from)
+    })
+    .map(|t| t.bind(py))
+}
+
+/// An `accio.InvalidArgument` carrying `msg`.
+fn invalid_arg(msg: impl Into<String>) -> PyErr {
+    let msg = msg.into();
+    Python::attach(|py| match invalid_argument_type(py) {
+        Ok(t) => PyErr::from_type(t.clone(), msg),
+        Err(e) => e,
+    })
+}
 create_exception!(accio, IoError, Error, "An operating-system call failed.");
 create_exception!(
     accio,
@@ -128,7 +161,7 @@ fn transport_err(e: &accio::Error) -> PyErr {
         ErrorKind::AccessDenied => AccessDenied::new_err(msg),
         ErrorKind::MessageTooLarge => MessageTooLarge::new_err(msg),
         ErrorKind::Protocol => ProtocolError::new_err(msg),
-        ErrorKind::InvalidArgument => InvalidArgument::new_err(msg),
+        ErrorKind::InvalidArgument => invalid_arg(msg),
         ErrorKind::Io => IoError::new_err(msg),
         ErrorKind::Untrusted => Untrusted::new_err(msg),
         ErrorKind::OutOfMemory => OutOfMemory::new_err(msg),
@@ -142,7 +175,7 @@ fn merge_err(e: &MergeError) -> PyErr {
         MergeError::Transport(t) => transport_err(t),
         MergeError::Timeout { .. } => Timeout::new_err(e.to_string()),
         MergeError::TooLarge { .. } => MessageTooLarge::new_err(e.to_string()),
-        MergeError::Config(_) => InvalidArgument::new_err(e.to_string()),
+        MergeError::Config(_) => invalid_arg(e.to_string()),
         _ => MergeFailed::new_err(e.to_string()),
     }
 }
@@ -200,14 +233,14 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
 }
 
 /// Calls `step(slice)` without the GIL until it returns something other than a timeout,
-/// checking for signals between slices; fails with `Timeout` once `timeout` has passed.
+/// checking for signals between slices; fails with `Timeout` once `total` has passed
+/// (`None`: never).
 fn sliced<T: Send>(
     py: Python<'_>,
     what: impl FnOnce() -> String,
-    timeout: Option<f64>,
+    total: Option<Duration>,
     mut step: impl FnMut(Duration) -> Result<T, Failure> + Send,
 ) -> PyResult<T> {
-    let total = timeout.map(secs).transpose()?;
     let start = Instant::now();
     loop {
         let slice = match total {
@@ -240,11 +273,86 @@ fn sliced<T: Send>(
     )))
 }
 
-/// Seconds (a Python float) as a duration, refusing negative and non-finite values.
-fn secs(s: f64) -> PyResult<Duration> {
+/// Argument `name` of `op`, seconds (a Python float), as a duration: a negative, NaN or
+/// infinite value raises `InvalidArgument` naming both (`None` is how a caller says
+/// "forever").
+fn secs(op: &str, name: &str, s: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(s).map_err(|_| {
-        InvalidArgument::new_err(format!("timeout {s} is not a number of seconds >= 0"))
+        invalid_arg(format!(
+            "{op}: {name}={s} is not a number of seconds >= 0 (None waits forever)"
+        ))
     })
+}
+
+/// [`secs`] of an optional timeout.
+fn opt_secs(op: &str, name: &str, s: Option<f64>) -> PyResult<Option<Duration>> {
+    s.map(|s| secs(op, name, s)).transpose()
+}
+
+/// A non-negative integer argument: a size, an offset, a count, a mark. PyO3's own
+/// conversion to `u64`/`usize` raises a bare `OverflowError` ("can't convert negative int
+/// to unsigned") that names neither the call nor the argument; this one keeps an
+/// out-of-range value, and [`Int::u64`] and friends raise `InvalidArgument` naming both. A
+/// value that is no integer at all still raises PyO3's `TypeError`, which names the
+/// argument ("argument 'length': 'float' object cannot be interpreted as an integer").
+struct Int(Result<u64, String>);
+
+impl<'a, 'py> FromPyObject<'a, 'py> for Int {
+    type Error = PyErr;
+
+    fn extract(obj: Borrowed<'a, 'py, PyAny>) -> PyResult<Int> {
+        match obj.extract::<u64>() {
+            Ok(v) => Ok(Int(Ok(v))),
+            Err(e) if e.is_instance_of::<PyOverflowError>(obj.py()) => {
+                Ok(Int(Err(obj.str()?.to_string())))
+            }
+            Err(e) => Err(e),
+        }
+    }
+}
+
+impl Int {
+    /// The value, at most `max` (`limit` says what bounds it), or `InvalidArgument`
+    /// naming `op`, `name` and the value.
+    fn at_most(self, op: &str, name: &str, max: u64, limit: &str) -> PyResult<u64> {
+        let bad = |v: &str, why: String| invalid_arg(format!("{op}: {name}={v} {why}"));
+        match self.0 {
+            Ok(v) if v <= max => Ok(v),
+            Ok(v) => Err(bad(
+                &v.to_string(),
+                format!("is larger than {max} ({limit})"),
+            )),
+            Err(v) if v.starts_with('-') => {
+                Err(bad(&v, "is negative; it must be 0 or more".into()))
+            }
+            Err(v) => Err(bad(&v, format!("is larger than {max} ({limit})"))),
+        }
+    }
+
+    fn u64(self, op: &str, name: &str) -> PyResult<u64> {
+        self.at_most(op, name, u64::MAX, "2**64 - 1")
+    }
+
+    fn usize(self, op: &str, name: &str) -> PyResult<usize> {
+        // usize is u64 on every target accio builds for; the bound keeps it honest elsewhere.
+        let max = u64::try_from(usize::MAX).unwrap_or(u64::MAX);
+        Ok(self.at_most(op, name, max, "the address space")? as usize)
+    }
+
+    fn u32(self, op: &str, name: &str) -> PyResult<u32> {
+        Ok(self.at_most(op, name, u64::from(u32::MAX), "2**32 - 1")? as u32)
+    }
+}
+
+/// An optional `(offset, value)` word of `fence_signal` on `side` ("local", "remote").
+fn signal_arg(side: &str, w: Option<(Int, Int)>) -> PyResult<Option<(u64, u64)>> {
+    w.map(|(off, value)| {
+        Ok((
+            off.u64("fence_signal", &format!("{side} offset"))?,
+            value.u64("fence_signal", &format!("{side} value"))?,
+        ))
+    })
+    .transpose()
 }
 
 /// A contiguous buffer of a Python object, held (exported) until dropped.
@@ -336,7 +444,7 @@ fn parse_access(s: &str) -> PyResult<Access> {
         "w" => Ok(Access::WRITE),
         "rw" | "wr" => Ok(Access::READ_WRITE),
         "" | "none" => Ok(Access::NONE),
-        _ => Err(InvalidArgument::new_err(format!(
+        _ => Err(invalid_arg(format!(
             "access {s:?} is none of \"r\", \"w\", \"rw\", \"none\""
         ))),
     }
@@ -368,6 +476,7 @@ impl Listener {
     /// Waits for the next connection, at most `timeout` seconds (None: forever).
     #[pyo3(signature = (timeout=None))]
     fn accept(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Endpoint> {
+        let timeout = opt_secs("accept", "timeout", timeout)?;
         let ep = sliced(
             py,
             || format!("accept on {}", self.inner.local_addr()),
@@ -393,7 +502,7 @@ fn listen(py: Python<'_>, addr: &str) -> PyResult<Listener> {
 #[pyfunction]
 #[pyo3(signature = (addr, timeout=10.0))]
 fn connect(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Endpoint> {
-    let t = secs(timeout)?;
+    let t = secs("connect", "timeout", timeout)?;
     // connect has no wait of its own that a slice could bound, so the deadline is handed to
     // the backend whole; Ctrl-C takes effect when it returns.
     let ep = guarded(py, || Ok(accio::connect(addr, t)?))?;
@@ -457,6 +566,7 @@ impl Endpoint {
     /// Receives the next message as bytes, waiting at most `timeout` seconds (None: forever).
     #[pyo3(signature = (timeout=None))]
     fn recv<'py>(&self, py: Python<'py>, timeout: Option<f64>) -> PyResult<Bound<'py, PyBytes>> {
+        let timeout = opt_secs("recv", "timeout", timeout)?;
         let ep = self.ep()?;
         // Never wait for this lock while holding the GIL: its holder needs the GIL back
         // between slices. A second concurrent receiver uses a buffer of its own.
@@ -480,6 +590,7 @@ impl Endpoint {
         buffer: &Bound<'_, PyAny>,
         timeout: Option<f64>,
     ) -> PyResult<usize> {
+        let timeout = opt_secs("recv_into", "timeout", timeout)?;
         let ep = self.ep()?;
         let dst = Buf::get(buffer, true)?;
         // Never wait for this lock while holding the GIL: its holder needs the GIL back
@@ -506,46 +617,56 @@ impl Endpoint {
     /// Registers `length` bytes of fresh zeroed memory as a window the peer may access
     /// with `access` ("r", "w", "rw", "none").
     #[pyo3(signature = (length, access="rw"))]
-    fn register(&self, py: Python<'_>, length: usize, access: &str) -> PyResult<Window> {
+    fn register(&self, py: Python<'_>, length: Int, access: &str) -> PyResult<Window> {
+        let length = length.usize("register", "length")?;
         let ep = self.ep()?;
         let a = parse_access(access)?;
         let w = guarded(py, || Ok(ep.register(length, a)?))?;
         Ok(Window { inner: w })
     }
 
-    /// Withdraws the window at `offset` (a Window or its offset).
+    /// Withdraws a window: a Window, or its offset (`Window.offset`).
     fn unregister(&self, py: Python<'_>, window: &Bound<'_, PyAny>) -> PyResult<()> {
         let off = window_offset(window)?;
         let ep = self.ep()?;
         guarded(py, || Ok(ep.unregister(off)?))
     }
 
-    /// Copies `length` bytes at local offset `local_offset` to the peer's `remote_offset`.
+    /// Copies `length` bytes at `local_offset` (in this endpoint's registered address space:
+    /// a local `Window.offset` plus a byte position in it) to the peer's `remote_offset` (a
+    /// peer window's offset plus a byte position in it).
     #[pyo3(signature = (local_offset, length, remote_offset, sync=false))]
     fn write_to(
         &self,
         py: Python<'_>,
-        local_offset: u64,
-        length: usize,
-        remote_offset: u64,
+        local_offset: Int,
+        length: Int,
+        remote_offset: Int,
         sync: bool,
     ) -> PyResult<()> {
+        let local_offset = local_offset.u64("write_to", "local_offset")?;
+        let length = length.usize("write_to", "length")?;
+        let remote_offset = remote_offset.u64("write_to", "remote_offset")?;
         let ep = self.ep()?;
         guarded(py, || {
             Ok(ep.write_to(local_offset, length, remote_offset, flags(sync))?)
         })
     }
 
-    /// Copies `length` bytes at the peer's `remote_offset` to local offset `local_offset`.
+    /// Copies `length` bytes at the peer's `remote_offset` to `local_offset` (both offsets
+    /// in registered address spaces, as in `write_to`).
     #[pyo3(signature = (local_offset, length, remote_offset, sync=false))]
     fn read_from(
         &self,
         py: Python<'_>,
-        local_offset: u64,
-        length: usize,
-        remote_offset: u64,
+        local_offset: Int,
+        length: Int,
+        remote_offset: Int,
         sync: bool,
     ) -> PyResult<()> {
+        let local_offset = local_offset.u64("read_from", "local_offset")?;
+        let length = length.usize("read_from", "length")?;
+        let remote_offset = remote_offset.u64("read_from", "remote_offset")?;
         let ep = self.ep()?;
         guarded(py, || {
             Ok(ep.read_from(local_offset, length, remote_offset, flags(sync))?)
@@ -553,31 +674,33 @@ impl Endpoint {
     }
 
     /// Copies any contiguous buffer (a NumPy array, bytes, ...) to the peer's
-    /// `remote_offset`, straight from its memory.
+    /// `remote_offset` (in its registered address space), straight from its memory.
     #[pyo3(signature = (buffer, remote_offset, sync=false))]
     fn vwrite_to(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
-        remote_offset: u64,
+        remote_offset: Int,
         sync: bool,
     ) -> PyResult<()> {
+        let remote_offset = remote_offset.u64("vwrite_to", "remote_offset")?;
         let ep = self.ep()?;
         let src = Buf::get(buffer, false)?;
         let s = src.as_slice();
         guarded(py, || Ok(ep.vwrite_to(s, remote_offset, flags(sync))?))
     }
 
-    /// Fills a writable contiguous buffer from the peer's `remote_offset`, straight into its
-    /// memory.
+    /// Fills a writable contiguous buffer from the peer's `remote_offset` (in its registered
+    /// address space), straight into its memory.
     #[pyo3(signature = (buffer, remote_offset, sync=false))]
     fn vread_from(
         &self,
         py: Python<'_>,
         buffer: &Bound<'_, PyAny>,
-        remote_offset: u64,
+        remote_offset: Int,
         sync: bool,
     ) -> PyResult<()> {
+        let remote_offset = remote_offset.u64("vread_from", "remote_offset")?;
         let ep = self.ep()?;
         let dst = Buf::get(buffer, true)?;
         let d = dst.as_mut_slice();
@@ -590,21 +713,27 @@ impl Endpoint {
         Ok(guarded(py, || Ok(ep.fence_mark()?))?.0)
     }
 
-    /// Waits until every RMA named by `mark` has completed at the peer.
-    fn fence_wait(&self, py: Python<'_>, mark: u64) -> PyResult<()> {
+    /// Waits until every RMA named by `mark` (from this endpoint's fence_mark) has
+    /// completed at the peer. A mark never issued raises InvalidArgument naming the latest.
+    fn fence_wait(&self, py: Python<'_>, mark: Int) -> PyResult<()> {
+        let mark = mark.u64("fence_wait", "mark")?;
         let ep = self.ep()?;
         guarded(py, || Ok(ep.fence_wait(accio::Mark(mark))?))
     }
 
     /// After every earlier RMA completed, stores `local=(offset, value)` into a local
-    /// window and `remote=(offset, value)` into a peer window (each optional).
+    /// window word and `remote=(offset, value)` into a peer window word (each optional).
+    /// Offsets are in the registered address spaces (8-byte aligned): the waiting side
+    /// calls `Window.wait_u64` with the same offset.
     #[pyo3(signature = (local=None, remote=None))]
     fn fence_signal(
         &self,
         py: Python<'_>,
-        local: Option<(u64, u64)>,
-        remote: Option<(u64, u64)>,
+        local: Option<(Int, Int)>,
+        remote: Option<(Int, Int)>,
     ) -> PyResult<()> {
+        let local = signal_arg("local", local)?;
+        let remote = signal_arg("remote", remote)?;
         let ep = self.ep()?;
         guarded(py, || Ok(ep.fence_signal(local, remote)?))
     }
@@ -642,15 +771,61 @@ fn window_offset(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(w) = obj.cast::<Window>() {
         return Ok(w.get().inner.offset());
     }
-    obj.extract::<u64>()
+    match obj.extract::<Int>() {
+        Ok(i) => i.u64("unregister", "window"),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "unregister: window must be an accio.Window or its offset (an int), not {}",
+            obj.get_type()
+                .name()
+                .map(|n| n.to_string())
+                .unwrap_or_default()
+        ))),
+    }
 }
 
 /// Registered memory: the peer reaches it by RMA at `offset`; this process reads and writes
 /// it through the buffer protocol (`numpy.frombuffer(window, dtype)` is a zero-copy view,
 /// `memoryview(window)` too). The memory lives as long as the Window or any view of it.
+///
+/// Its word methods (`load_u64`, `store_u64`, `wait_u64`) take offsets in the registered
+/// address space, `window.offset + i` for byte `i`, as every Endpoint call does: the offset
+/// a peer's `fence_signal` stores at is the offset this side waits at. A byte position
+/// passed by mistake is below `window.offset` (at least 1 MiB), so it fails with
+/// `OutOfWindow` saying how to write it instead of reaching another word.
 #[pyclass(module = "accio", frozen)]
 struct Window {
     inner: accio::Window,
+}
+
+impl Window {
+    /// The byte position in this window of the 8-byte word at registered `offset`, or
+    /// `OutOfWindow`/`InvalidArgument` naming `op`, the offset and the window.
+    fn word(&self, op: &str, offset: u64) -> PyResult<usize> {
+        let (base, len) = (self.inner.offset(), self.inner.len() as u64);
+        let end = base + len;
+        let rel = offset.wrapping_sub(base);
+        if offset < base || rel > len.saturating_sub(8) || len < 8 {
+            let hint = if offset < base && offset < len {
+                format!(
+                    "; Window methods take offsets in the registered address space, as \
+                     fence_signal does: byte {offset:#x} of this window is at offset {:#x} \
+                     (window.offset + {offset:#x})",
+                    base + offset
+                )
+            } else {
+                String::new()
+            };
+            return Err(OutOfWindow::new_err(format!(
+                "{op}: offset {offset:#x} + 8 is not inside window {base:#x}..{end:#x}{hint}"
+            )));
+        }
+        if !offset.is_multiple_of(8) {
+            return Err(invalid_arg(format!(
+                "{op}: offset {offset:#x} is not 8-byte aligned"
+            )));
+        }
+        Ok(rel as usize)
+    }
 }
 
 #[pymethods]
@@ -672,32 +847,48 @@ impl Window {
         self.inner.len()
     }
 
-    /// Loads the 8-byte word at byte `at` (8-byte aligned) with acquire ordering.
-    fn load_u64(&self, at: usize) -> PyResult<u64> {
+    /// Loads the 8-byte word at `offset` (registered address space: `window.offset + i`;
+    /// 8-byte aligned) with acquire ordering.
+    fn load_u64(&self, offset: Int) -> PyResult<u64> {
+        let at = self.word("load_u64", offset.u64("load_u64", "offset")?)?;
         self.inner.load_u64(at).map_err(|e| transport_err(&e))
     }
 
-    /// Stores the 8-byte word at byte `at` with release ordering.
-    fn store_u64(&self, at: usize, value: u64) -> PyResult<()> {
+    /// Stores `value` into the 8-byte word at `offset` (registered address space:
+    /// `window.offset + i`; 8-byte aligned) with release ordering.
+    fn store_u64(&self, offset: Int, value: Int) -> PyResult<()> {
+        let at = self.word("store_u64", offset.u64("store_u64", "offset")?)?;
+        let value = value.u64("store_u64", "value")?;
         self.inner
             .store_u64(at, value)
             .map_err(|e| transport_err(&e))
     }
 
-    /// Waits until the 8-byte word at `at` equals `value` (a peer's fence_signal), at most
-    /// `timeout` seconds (None: forever).
-    #[pyo3(signature = (at, value, timeout=None))]
+    /// Waits until the 8-byte word at `offset` (registered address space: the offset a
+    /// peer's fence_signal names, `window.offset + i`) equals `value`, at most `timeout`
+    /// seconds (None: forever).
+    #[pyo3(signature = (offset, value, timeout=None))]
     fn wait_u64(
         &self,
         py: Python<'_>,
-        at: usize,
-        value: u64,
+        offset: Int,
+        value: Int,
         timeout: Option<f64>,
     ) -> PyResult<()> {
+        let offset = offset.u64("wait_u64", "offset")?;
+        let at = self.word("wait_u64", offset)?;
+        let value = value.u64("wait_u64", "value")?;
+        let timeout = opt_secs("wait_u64", "timeout", timeout)?;
         let w = &self.inner;
         sliced(
             py,
-            || format!("wait_u64 at {at:#x} of window {:#x}", w.offset()),
+            || {
+                format!(
+                    "wait_u64 for {value} at offset {offset:#x} of window {:#x}..{:#x}",
+                    w.offset(),
+                    w.offset() + w.len() as u64
+                )
+            },
             timeout,
             |slice| Ok(w.wait_u64(at, value, Some(slice))?),
         )
@@ -828,26 +1019,31 @@ impl Merger {
         path: std::path::PathBuf,
         format: &str,
         schema: Option<&Bound<'_, PyAny>>,
-        budget: Option<usize>,
-        slot_bytes: Option<usize>,
-        credit: Option<u32>,
+        budget: Option<Int>,
+        slot_bytes: Option<Int>,
+        credit: Option<Int>,
         sync: &str,
     ) -> PyResult<Merger> {
+        let budget = budget.map(|b| b.usize("Merger", "budget")).transpose()?;
+        let slot_bytes = slot_bytes
+            .map(|b| b.usize("Merger", "slot_bytes"))
+            .transpose()?;
+        let credit = credit.map(|c| c.u32("Merger", "credit")).transpose()?;
         let schema = match (format, schema) {
             ("container", None) => None,
             ("container", Some(_)) => {
-                return Err(InvalidArgument::new_err(
+                return Err(invalid_arg(
                     "a schema is only for format=\"arrow\" or \"parquet\"",
                 ))
             }
             ("arrow" | "parquet", Some(s)) => Some(Arc::new(import_schema(s)?)),
             ("arrow" | "parquet", None) => {
-                return Err(InvalidArgument::new_err(format!(
+                return Err(invalid_arg(format!(
                     "format={format:?} needs schema= (a pyarrow Schema)"
                 )))
             }
             _ => {
-                return Err(InvalidArgument::new_err(format!(
+                return Err(invalid_arg(format!(
                     "format {format:?} is none of \"container\", \"arrow\", \"parquet\""
                 )))
             }
@@ -857,7 +1053,7 @@ impl Merger {
             "never" => accio_merge::SyncPolicy::Never,
             "commit" => accio_merge::SyncPolicy::EveryCommit,
             _ => {
-                return Err(InvalidArgument::new_err(format!(
+                return Err(invalid_arg(format!(
                     "sync {sync:?} is none of \"close\", \"never\", \"commit\""
                 )))
             }
@@ -919,9 +1115,11 @@ impl Merger {
     fn wait_done<'py>(
         &self,
         py: Python<'py>,
-        producers: usize,
+        producers: Int,
         timeout: Option<f64>,
     ) -> PyResult<Bound<'py, PyDict>> {
+        let producers = producers.usize("wait_done", "producers")?;
+        let timeout = opt_secs("wait_done", "timeout", timeout)?;
         let st = sliced(
             py,
             || format!("waiting for {producers} producers of merger {}", self.addr),
@@ -942,13 +1140,14 @@ impl Merger {
     /// stats). `patience` (seconds) bounds the wait for producers that never finish.
     #[pyo3(signature = (patience=None))]
     fn close<'py>(&self, py: Python<'py>, patience: Option<f64>) -> PyResult<Bound<'py, PyDict>> {
+        // Checked before the merger is taken: a bad argument leaves it open.
+        let patience = opt_secs("close", "patience", patience)?;
         let m = self
             .inner
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .take()
             .ok_or_else(|| Error::new_err(format!("merger {} is already closed", self.addr)))?;
-        let patience = patience.map(secs).transpose()?;
         let s = guarded(py, move || {
             Ok(match patience {
                 Some(p) => m.close_within(p)?,
@@ -1031,7 +1230,7 @@ impl Producer {
     #[pyo3(signature = (addr, timeout=10.0))]
     fn new(py: Python<'_>, addr: &str, timeout: f64) -> PyResult<Producer> {
         let opts = accio_merge::ProducerOptions {
-            timeout: secs(timeout)?,
+            timeout: secs("Producer", "timeout", timeout)?,
             ..Default::default()
         };
         let p = guarded(py, || Ok(accio_merge::Producer::connect_with(addr, opts)?))?;
@@ -1200,7 +1399,7 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("AccessDenied", py.get_type::<AccessDenied>())?;
     m.add("MessageTooLarge", py.get_type::<MessageTooLarge>())?;
     m.add("ProtocolError", py.get_type::<ProtocolError>())?;
-    m.add("InvalidArgument", py.get_type::<InvalidArgument>())?;
+    m.add("InvalidArgument", invalid_argument_type(py)?)?;
     m.add("IoError", py.get_type::<IoError>())?;
     m.add("Untrusted", py.get_type::<Untrusted>())?;
     m.add("OutOfMemory", py.get_type::<OutOfMemory>())?;

@@ -48,7 +48,7 @@ def test_two_processes_write_to_is_visible_through_numpy_without_copy(shm_addr):
     assert body.base is not None and isinstance(memoryview(win), memoryview)
     assert body.flags.writeable
     ep.send(win.offset.to_bytes(8, "little"))
-    win.wait_u64(0, 1, timeout=20)
+    win.wait_u64(win.offset, 1, timeout=20)  # the offset the peer's fence_signal named
     assert flag[0] == 1
     # the arrays were made before the peer wrote: they show its data, so they are views
     np.testing.assert_array_equal(body, np.arange(n, dtype=np.uint64) * 3)
@@ -145,7 +145,7 @@ def test_errors_form_one_hierarchy_and_carry_the_rust_message(shm_addr):
     with pytest.raises(accio.InvalidArgument, match="access"):
         a.register(4096, "rwx")
     with pytest.raises(accio.InvalidArgument, match="aligned"):
-        win.load_u64(3)
+        win.load_u64(win.offset + 3)
     t0 = time.monotonic()
     with pytest.raises(accio.Timeout, match="recv"):
         a.recv(timeout=0.05)

@@ -5,13 +5,18 @@ windows; a ``Window`` exposes the buffer protocol, so ``numpy.frombuffer(window,
 is a view of the registered memory. A ``Merger`` writes the blocks of many ``Producer``s
 (threads or processes) into one file; ``accio.open`` reads such a file back.
 Every error is an ``accio.Error``; the GIL is released around every blocking call.
+Offsets are offsets in an endpoint's registered address space everywhere: ``window.offset
++ i`` names byte ``i`` of a window, for the Endpoint's RMA and ``fence_signal`` and for the
+Window's ``load_u64``, ``store_u64`` and ``wait_u64`` alike.
 """
 
+# The public namespace is accio's API only (``__all__``, checked by the tests): everything
+# else this module needs is imported under a leading underscore.
 from __future__ import annotations
 
 import mmap as _mmap
 import os as _os
-from typing import Iterator, NamedTuple, Union
+import typing as _typing
 
 from . import results
 from ._accio import (
@@ -71,7 +76,7 @@ __all__ = [
 ]
 
 
-class Block(NamedTuple):
+class Block(_typing.NamedTuple):
     """One block of a container file: who wrote it, its sequence number, its kind
     ("raw", "records", "arrow-ipc", ...) and its payload (a memoryview of the mapped file)."""
 
@@ -88,10 +93,10 @@ class Container:
     copy. Iterating yields blocks in file order; ``len()`` is the number of blocks.
     """
 
-    def __init__(self, path: Union[str, "_os.PathLike[str]"]) -> None:
+    def __init__(self, path: _typing.Union[str, "_os.PathLike[str]"]) -> None:
         self.path = _os.fspath(path)
         self._index = _container_index(self.path)
-        with builtin_open(self.path, "rb") as f:
+        with _builtin_open(self.path, "rb") as f:
             size = _os.fstat(f.fileno()).st_size
             self._map = _mmap.mmap(f.fileno(), size, prot=_mmap.PROT_READ) if size else None
         self._view = memoryview(self._map) if self._map is not None else memoryview(b"")
@@ -99,7 +104,7 @@ class Container:
     def __len__(self) -> int:
         return len(self._index)
 
-    def __iter__(self) -> Iterator[Block]:
+    def __iter__(self) -> _typing.Iterator[Block]:
         for producer, seq, kind, off, length, _crc in self._index:
             yield Block(producer, seq, kind, self._view[off : off + length])
 
@@ -135,10 +140,15 @@ class Container:
         return f"<accio.Container {self.path!r} blocks={len(self)}>"
 
 
-builtin_open = open
+_builtin_open = open
 
 
-def open(path: Union[str, "_os.PathLike[str]"]) -> Container:  # noqa: A001 (accio.open)
+def open(path: _typing.Union[str, "_os.PathLike[str]"]) -> Container:  # noqa: A001 (accio.open)
     """Opens the accio container file at ``path``; iterate it for its blocks
     ``(producer, seq, kind, data)``."""
     return Container(path)
+
+
+# ``from __future__ import annotations`` binds the name ``annotations`` here; its effect is
+# on how this file was compiled, so the name can go.
+del annotations

@@ -1,4 +1,9 @@
-"""Typed stubs of the accio package (the native part lives in accio._accio)."""
+"""Typed stubs of the accio package (the native part lives in accio._accio).
+
+Every offset is one in an endpoint's registered address space: ``window.offset + i`` for
+byte ``i`` of a window, in Endpoint and Window methods alike. A negative or too-large size,
+offset, count or timeout raises ``InvalidArgument`` (a ``ValueError`` too) naming the call
+and the argument."""
 
 import os
 from types import TracebackType
@@ -40,8 +45,9 @@ class MessageTooLarge(Error):
 class ProtocolError(Error):
     """The peer broke the wire protocol."""
 
-class InvalidArgument(Error):
-    """An argument is invalid (length, alignment, option)."""
+class InvalidArgument(Error, ValueError):
+    """An argument is invalid: out of range (negative, too large), misaligned, or an option
+    none of the listed ones. Also a ValueError."""
 
 class IoError(Error):
     """An operating-system call failed."""
@@ -97,11 +103,13 @@ class Endpoint:
         """Registers ``length`` bytes of fresh zeroed memory as a window the peer may
         access with ``access`` ("r", "w", "rw", "none")."""
     def unregister(self, window: Union[Window, int]) -> None:
-        """Withdraws a window (given as the Window or its offset)."""
+        """Withdraws a window (given as the Window or its ``offset``)."""
     def write_to(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
-        """Copies ``length`` bytes from a local window to the peer's ``remote_offset``."""
+        """Copies ``length`` bytes at ``local_offset`` (a local ``window.offset + i``) to the
+        peer's ``remote_offset`` (a peer window's offset + i)."""
     def read_from(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
-        """Copies ``length`` bytes from the peer's ``remote_offset`` into a local window."""
+        """Copies ``length`` bytes at the peer's ``remote_offset`` to ``local_offset``
+        (registered-space offsets, as in ``write_to``)."""
     def vwrite_to(self, buffer: _Buffer, remote_offset: int, sync: bool = False) -> None:
         """Copies any contiguous buffer (NumPy array, bytes) to the peer's
         ``remote_offset`` straight from its memory."""
@@ -110,12 +118,14 @@ class Endpoint:
     def fence_mark(self) -> int:
         """Marks every RMA issued so far."""
     def fence_wait(self, mark: int) -> None:
-        """Waits until every RMA named by ``mark`` completed at the peer."""
+        """Waits until every RMA named by ``mark`` (from this endpoint's ``fence_mark``)
+        completed at the peer. A mark never issued raises InvalidArgument."""
     def fence_signal(
         self, local: Optional[Tuple[int, int]] = None, remote: Optional[Tuple[int, int]] = None
     ) -> None:
         """After every earlier RMA completed, stores ``(offset, value)`` into a local and/or
-        a remote window word (offsets 8-byte aligned)."""
+        a remote window word (registered-space offsets, 8-byte aligned): the waiting side
+        calls ``Window.wait_u64`` with the same offset."""
     def close(self) -> None:
         """Closes the connection; the peer's calls raise PeerGone."""
     def __enter__(self) -> Endpoint: ...
@@ -133,12 +143,14 @@ class Window:
         """The peer's rights ("r", "w", "rw", "none")."""
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int) -> memoryview: ...
-    def load_u64(self, at: int) -> int:
-        """Loads the 8-byte word at byte ``at`` (acquire)."""
-    def store_u64(self, at: int, value: int) -> None:
-        """Stores the 8-byte word at byte ``at`` (release)."""
-    def wait_u64(self, at: int, value: int, timeout: Optional[float] = None) -> None:
-        """Waits until the word at ``at`` equals ``value`` (a peer's fence_signal)."""
+    def load_u64(self, offset: int) -> int:
+        """Loads the 8-byte word at ``offset`` (``window.offset + i``; acquire)."""
+    def store_u64(self, offset: int, value: int) -> None:
+        """Stores the 8-byte word at ``offset`` (``window.offset + i``; release)."""
+    def wait_u64(self, offset: int, value: int, timeout: Optional[float] = None) -> None:
+        """Waits until the word at ``offset`` (``window.offset + i``: the offset a peer's
+        fence_signal names) equals ``value``. A position ``i`` alone (below
+        ``window.offset``) raises OutOfWindow saying so."""
 
 class Merger:
     """A merging file service: many Producers, one output file."""

@@ -7,32 +7,32 @@ ceiling, ceiling_value, ratio, and one ``param.<name>`` column per parameter.
 
 from __future__ import annotations
 
-import json
-import os
-from typing import Any, Dict, List, Union
+import json as _json
+import os as _os
+import typing as _typing
 
-__all__ = ["load", "load_rows"]
+__all__ = ["SCHEMA", "VERSION", "load", "load_rows"]
 
 SCHEMA = "accio-results"
 VERSION = 1
 
 
-def load_rows(path: Union[str, "os.PathLike[str]"]) -> List[Dict[str, Any]]:
+def load_rows(path: _typing.Union[str, "_os.PathLike[str]"]) -> _typing.List[_typing.Dict[str, _typing.Any]]:
     """The figures of the results file at ``path`` as a list of flat dicts."""
     with open(path, encoding="utf-8") as f:
-        doc = json.load(f)
+        doc = _json.load(f)
     if not isinstance(doc, dict) or doc.get("schema") != SCHEMA:
-        raise ValueError(f"{os.fspath(path)}: not an accio results document (no \"schema\": \"{SCHEMA}\")")
+        raise ValueError(f"{_os.fspath(path)}: not an accio results document (no \"schema\": \"{SCHEMA}\")")
     version = doc.get("version")
     if not isinstance(version, int) or not 1 <= version <= VERSION:
         raise ValueError(
-            f"{os.fspath(path)}: results schema version {version!r}; this reader knows 1 to {VERSION}"
+            f"{_os.fspath(path)}: results schema version {version!r}; this reader knows 1 to {VERSION}"
         )
     rows = []
     for fig in doc.get("figures", []):
         summary = fig.get("summary", {})
         ceiling = fig.get("ceiling") or {}
-        row: Dict[str, Any] = {
+        row: _typing.Dict[str, _typing.Any] = {
             "bench": fig.get("bench"),
             "metric": fig.get("metric"),
             "unit": fig.get("unit"),
@@ -50,7 +50,7 @@ def load_rows(path: Union[str, "os.PathLike[str]"]) -> List[Dict[str, Any]]:
     return rows
 
 
-def load(path: Union[str, "os.PathLike[str]"]) -> Any:
+def load(path: _typing.Union[str, "_os.PathLike[str]"]) -> _typing.Any:
     """The figures of the results file at ``path``: a pandas DataFrame (one row per
     figure) when pandas is installed, else a list of dicts (see ``load_rows``)."""
     rows = load_rows(path)
@@ -59,3 +59,6 @@ def load(path: Union[str, "os.PathLike[str]"]) -> Any:
     except ImportError:
         return rows
     return pd.DataFrame(rows)
+
+
+del annotations
