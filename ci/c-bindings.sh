@@ -28,6 +28,12 @@ echo "== install (bindings/c/install.sh --prefix $prefix)"
 bash bindings/c/install.sh --prefix "$prefix"
 export PKG_CONFIG_PATH="$prefix/lib/pkgconfig"
 echo "pkg-config: $(pkg-config --modversion accio): $(pkg-config --cflags --libs accio)"
+pkg-config --validate accio
+# No placeholder home page: the project states none, and URL is optional in pkg-config.
+if grep -q 'example\.invalid' "$prefix/lib/pkgconfig/accio.pc"; then
+    echo "accio.pc names a placeholder URL" >&2
+    exit 1
+fi
 
 ex=bindings/c/examples
 flags=(-O2 -Wall -Wextra -Werror)
@@ -43,6 +49,35 @@ if ldd "$work/rma-static" | grep -q libaccio; then
     echo "rma-static loads libaccio.so: not a static link" >&2
     exit 1
 fi
+
+echo "== every example prints its usage: --help exits 0, bad usage exits 2"
+# `usage NAME ARGS...`: NAME ARGS must exit 2 with nothing on stdout and the usage line on
+# stderr.
+usage() {
+    local name="$1" rc=0 out err
+    shift
+    out=$("$work/$name" "$@" 2>"$work/stderr") || rc=$?
+    err=$(cat "$work/stderr")
+    if [ "$rc" != 2 ] || [ -n "$out" ] || ! grep -q "^usage: $name " <<<"$err"; then
+        echo "$name $*: exit $rc (expected 2), stdout '$out', stderr '$err'" >&2
+        exit 1
+    fi
+}
+for name in rma merge merging_file; do
+    out=$("$work/$name" --help)
+    grep -q "^usage: $name " <<<"$out" || { echo "$name --help printed no usage: $out" >&2; exit 1; }
+    usage "$name" --no-such-option
+done
+usage merge                                 # no FILE
+usage merge --producers                     # an option without its value
+usage merge --producers abc "$work/x.accio"
+usage merge --size 0 "$work/x.accio"
+usage merge --size 12Q "$work/x.accio"
+usage merge "$work/x.accio" "$work/y.accio"
+usage merging_file --workers -3
+usage merging_file a.accio b.accio
+usage rma shm://a shm://b
+[ ! -e "$work/x.accio" ] || { echo "a usage error created its FILE" >&2; exit 1; }
 
 echo "== two processes: RMA + fence_signal"
 "$work/rma"

@@ -3,6 +3,9 @@
  *
  *   merge [--producers P] [--blocks F] [--size BYTES] [--budget BYTES] [--addr ADDR]
  *         [--sync] [--keep] FILE
+ *   merge --help
+ *
+ * A missing FILE, an unknown option or a bad number prints the usage line and exits 2.
  *
  * Prints one line "merge: P producers x F blocks x S bytes ... GB/s" and, for scripts,
  * "throughput_bytes_per_s=N". Timed like `accio bench merge --placement threads`:
@@ -14,6 +17,8 @@
  */
 #include <accio.h>
 
+#include <errno.h>
+#include <limits.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -87,13 +92,59 @@ static double now(void) {
     return t.tv_sec + t.tv_nsec * 1e-9;
 }
 
-static size_t size_arg(const char *s) {
+static const char USAGE[] =
+    "usage: merge [--producers P] [--blocks F] [--size BYTES] [--budget BYTES] [--addr ADDR]\n"
+    "             [--sync] [--keep] FILE\n";
+
+/* Prints `problem` (if any) and the usage line to stderr and exits 2: a usage error. */
+static void usage_error(const char *problem, const char *arg) {
+    if (problem) fprintf(stderr, "merge: %s%s%s\n", problem, arg ? " " : "", arg ? arg : "");
+    fputs(USAGE, stderr);
+    fputs("(merge --help explains each option)\n", stderr);
+    exit(2);
+}
+
+static void help(void) {
+    fputs(USAGE, stdout);
+    fputs("\n"
+          "P producer threads (default 60) each write F blocks (default 100) of BYTES bytes\n"
+          "(default 2M; suffixes k, M, G) through one merger into FILE, then read it back\n"
+          "and verify it.\n"
+          "  --budget BYTES  the merger's slot memory (default: the library's)\n"
+          "  --addr ADDR     where the merger listens (default shm://accio-c-merge-PID)\n"
+          "  --sync          fsync the file at close\n"
+          "  --keep          keep FILE (it is removed after a good verification)\n",
+          stdout);
+    exit(0);
+}
+
+/* A whole number above 0 for option `opt`, or a usage error. */
+static unsigned long count_arg(const char *opt, const char *s) {
     char *end;
+    errno = 0;
+    unsigned long v = strtoul(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v == 0 || v > UINT_MAX) {
+        fprintf(stderr, "merge: %s takes a whole number above 0, not \"%s\"\n", opt, s);
+        usage_error(NULL, NULL);
+    }
+    return v;
+}
+
+/* A byte count above 0 (suffixes k, M, G: powers of 1024) for option `opt`, or a usage
+ * error. */
+static size_t size_arg(const char *opt, const char *s) {
+    char *end;
+    errno = 0;
     double v = strtod(s, &end);
     switch (*end) {
-    case 'k': case 'K': v *= 1 << 10; break;
-    case 'm': case 'M': v *= 1 << 20; break;
-    case 'g': case 'G': v *= 1 << 30; break;
+    case 'k': case 'K': v *= 1 << 10; end++; break;
+    case 'm': case 'M': v *= 1 << 20; end++; break;
+    case 'g': case 'G': v *= 1 << 30; end++; break;
+    }
+    if (errno || end == s || *end || !(v >= 1) || v > (double)(SIZE_MAX / 2)) {
+        fprintf(stderr, "merge: %s takes a byte count above 0 (e.g. 4096, 64k, 2M), not \"%s\"\n",
+                opt, s);
+        usage_error(NULL, NULL);
     }
     return (size_t)v;
 }
@@ -106,20 +157,25 @@ int main(int argc, char **argv) {
     char addr[256] = "";
     const char *path = NULL;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--producers") && i + 1 < argc) producers = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--blocks") && i + 1 < argc) blocks = strtoul(argv[++i], NULL, 10);
-        else if (!strcmp(argv[i], "--size") && i + 1 < argc) size = size_arg(argv[++i]);
-        else if (!strcmp(argv[i], "--budget") && i + 1 < argc) budget = size_arg(argv[++i]);
-        else if (!strcmp(argv[i], "--addr") && i + 1 < argc) snprintf(addr, sizeof addr, "%s", argv[++i]);
-        else if (!strcmp(argv[i], "--sync")) sync = 1;
-        else if (!strcmp(argv[i], "--keep")) keep = 1;
-        else if (argv[i][0] != '-' && !path) path = argv[i];
-        else { fprintf(stderr, "usage: %s [--producers P] [--blocks F] [--size BYTES] [--budget BYTES] [--addr ADDR] [--sync] [--keep] FILE\n", argv[0]); return 2; }
+        const char *a = argv[i];
+        int has_value = i + 1 < argc;
+        if (!strcmp(a, "-h") || !strcmp(a, "--help")) help();
+        else if (!strcmp(a, "--sync")) sync = 1;
+        else if (!strcmp(a, "--keep")) keep = 1;
+        else if (!strcmp(a, "--producers") || !strcmp(a, "--blocks") || !strcmp(a, "--size") ||
+                 !strcmp(a, "--budget") || !strcmp(a, "--addr")) {
+            if (!has_value) usage_error("missing the value of", a);
+            const char *v = argv[++i];
+            if (!strcmp(a, "--producers")) producers = (unsigned)count_arg(a, v);
+            else if (!strcmp(a, "--blocks")) blocks = count_arg(a, v);
+            else if (!strcmp(a, "--size")) size = size_arg(a, v);
+            else if (!strcmp(a, "--budget")) budget = size_arg(a, v);
+            else snprintf(addr, sizeof addr, "%s", v);
+        } else if (a[0] == '-') usage_error("unknown option", a);
+        else if (path) usage_error("more than one FILE:", a);
+        else path = a;
     }
-    if (!path || producers == 0 || size == 0) {
-        fprintf(stderr, "merge: need an output FILE, and producers and size above 0\n");
-        return 2;
-    }
+    if (!path) usage_error("missing the output FILE", NULL);
     if (!addr[0]) snprintf(addr, sizeof addr, "shm://accio-c-merge-%d", (int)getpid());
 
     /* Slots as large as the blocks (rounded up to pages), as the Rust bench does. */

@@ -3,6 +3,9 @@
 // which writes ONE output file; then the output is read back and checked.
 //
 //   merging_file [--workers N] [--writes W] [--events E] [--processes] [FILE]
+//   merging_file --help
+//
+// An unknown option, a bad number or a second FILE prints the usage line and exits 2.
 //
 // With --processes the worker threads run in a second process (this program, started
 // with --worker ADDR), as the seed's workers ran on the coprocessor and the server on the
@@ -11,6 +14,7 @@
 // Build: c++ -std=c++17 merging_file.cpp $(pkg-config --cflags --libs accio) -lpthread
 #include <accio.hpp>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -99,19 +103,52 @@ static int run_workers(const std::string &addr, unsigned workers, unsigned write
     return 0;
 }
 
+static const char USAGE[] =
+    "usage: merging_file [--workers N] [--writes W] [--events E] [--processes] [FILE]\n";
+
+// Prints `problem` and the usage line to stderr and exits 2: a usage error.
+[[noreturn]] static void usage_error(const std::string &problem) {
+    std::fprintf(stderr, "merging_file: %s\n%s", problem.c_str(), USAGE);
+    std::exit(2);
+}
+
+// A whole number above 0 for option `opt`, or a usage error.
+static unsigned count_arg(const std::string &opt, const char *s) {
+    char *end;
+    errno = 0;
+    unsigned long v = std::strtoul(s, &end, 10);
+    if (errno || end == s || *end || *s == '-' || v == 0 || v > 1000000)
+        usage_error(opt + " takes a whole number from 1 to 1000000, not \"" + s + "\"");
+    return static_cast<unsigned>(v);
+}
+
 int main(int argc, char **argv) {
     unsigned workers = 8, writes = 20, events = 1000;
     std::string path = "merging_file.accio", worker_of;
-    bool processes = false;
+    bool processes = false, have_path = false;
     for (int i = 1; i < argc; i++) {
         std::string a = argv[i];
-        if (a == "--workers" && i + 1 < argc) workers = std::atoi(argv[++i]);
-        else if (a == "--writes" && i + 1 < argc) writes = std::atoi(argv[++i]);
-        else if (a == "--events" && i + 1 < argc) events = std::atoi(argv[++i]);
-        else if (a == "--worker" && i + 1 < argc) worker_of = argv[++i];
-        else if (a == "--processes") processes = true;
-        else path = a;
+        if (a == "-h" || a == "--help") {
+            std::printf("%s\nWorker threads (default 8) each simulate W x E events (default 20 x\n"
+                        "1000) and hand each filled buffer to one merging file FILE (default\n"
+                        "merging_file.accio), which is then read back and checked, and removed.\n"
+                        "  --processes  run the workers in a second process, not as threads\n",
+                        USAGE);
+            return 0;
+        } else if (a == "--workers" || a == "--writes" || a == "--events" || a == "--worker") {
+            if (i + 1 >= argc) usage_error("missing the value of " + a);
+            const char *v = argv[++i];
+            if (a == "--workers") workers = count_arg(a, v);
+            else if (a == "--writes") writes = count_arg(a, v);
+            else if (a == "--events") events = count_arg(a, v);
+            else worker_of = v;  // internal: this process runs the workers of --processes
+        } else if (a == "--processes") processes = true;
+        else if (!a.empty() && a[0] == '-') usage_error("unknown option " + a);
+        else if (have_path) usage_error("more than one FILE: " + a);
+        else { path = a; have_path = true; }
     }
+    if (static_cast<uint64_t>(writes) * events > UINT32_MAX)
+        usage_error("--writes x --events must stay below 2^32 events per worker");
     try {
         if (!worker_of.empty()) return run_workers(worker_of, workers, writes, events);
 

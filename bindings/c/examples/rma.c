@@ -3,6 +3,9 @@
  *   rma [ADDR]     forks: the parent listens and exposes a window, the child connects,
  *                  writes into it with accio_endpoint_write_to and signals with
  *                  accio_endpoint_fence_signal; the parent checks the bytes it sees.
+ *   rma --help
+ *
+ * An unknown option or a second argument prints the usage line and exits 2.
  *
  * Build: cc rma.c $(pkg-config --cflags --libs accio) -o rma
  */
@@ -64,9 +67,25 @@ static int client(const char *addr) {
     return 0;
 }
 
+static const char USAGE[] = "usage: rma [ADDR]   (ADDR: shm://NAME or tcp://HOST:PORT)\n";
+
 int main(int argc, char **argv) {
     char addr[256];
-    if (argc > 1)
+    if (argc > 1 && (!strcmp(argv[1], "-h") || !strcmp(argv[1], "--help"))) {
+        fputs(USAGE, stdout);
+        fputs("\nTwo processes: the parent listens on ADDR (default shm://accio-c-rma-PID) and\n"
+              "exposes a window; the child writes into it one-sidedly and raises a flag with\n"
+              "fence_signal; the parent checks every byte it sees once the flag is up.\n",
+              stdout);
+        return 0;
+    }
+    if (argc > 2 || (argc == 2 && argv[1][0] == '-')) {
+        fprintf(stderr, "rma: %s %s\n", argc > 2 ? "one ADDR at most, also got" : "unknown option",
+                argc > 2 ? argv[2] : argv[1]);
+        fputs(USAGE, stderr);
+        return 2;
+    }
+    if (argc == 2)
         snprintf(addr, sizeof addr, "%s", argv[1]);
     else
         snprintf(addr, sizeof addr, "shm://accio-c-rma-%d", (int)getpid());

@@ -313,6 +313,20 @@ fn messages_windows_rma_and_fence_signal() {
         let mut mark = 0;
         assert_eq!(accio_endpoint_fence_mark(ep, &mut mark), ACCIO_OK);
         assert_eq!(accio_endpoint_fence_wait(ep, mark), ACCIO_OK);
+        // A mark this endpoint never issued is refused, naming it and the latest one.
+        for bad in [mark + 1, 12345 + mark, u64::MAX] {
+            assert_eq!(
+                accio_endpoint_fence_wait(ep, bad),
+                ACCIO_INVALID_ARGUMENT,
+                "fence_wait({bad})"
+            );
+            let e = last_error();
+            assert!(
+                e.contains(&format!("mark {bad} ")) && e.contains(&format!("latest is {mark}")),
+                "{e}"
+            );
+        }
+        assert_eq!(accio_endpoint_fence_wait(ep, 0), ACCIO_OK, "an older mark");
         let bad = accio_signal {
             offset: remote + 3,
             value: 7,
