@@ -818,3 +818,59 @@ fn stop_compaction_at_every_write(collapse: bool) {
     assert!(v.is_whole() && v.holes.is_empty(), "{v:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// Room of a producer that may still write (it vanished) stays in the file as a hole, and
+/// nothing moves across it; its pages go back to the file system at close.
+#[test]
+fn pinned_room_stays_a_hole_and_is_not_allocated() {
+    use std::os::unix::fs::{FileExt, MetadataExt};
+    let dir = tmp("pinned");
+    std::fs::create_dir_all(&dir).unwrap();
+    let path = dir.join("pinned.accio");
+    let w = ContainerWriter::create(&path, ContainerOptions::default()).unwrap();
+    let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+    let mut put = |seq: u64, room: u64, len: usize| {
+        let start = w.reserve(room).unwrap();
+        let data = payload(0, seq, len);
+        f.write_all_at(&data, block_extent(start, 0, w.align()).0)
+            .unwrap();
+        let crc = crate::checksum::crc32c(&data);
+        w.commit_reserved(
+            start,
+            room,
+            0,
+            seq,
+            BlockKind::Raw,
+            len as u64,
+            crc,
+            Rest::Hole,
+        )
+        .unwrap();
+    };
+    put(0, 8192, 8000);
+    let room = 1 << 20;
+    let pinned = w.reserve(room).unwrap();
+    // Its producer wrote part of it, then vanished (its room may still be mapped).
+    f.write_all_at(&vec![7u8; 300_000], block_extent(pinned, 0, w.align()).0)
+        .unwrap();
+    w.abandon_reserved(pinned, room, false).unwrap();
+    put(1, 8192, 8000);
+    let s = w.finish(false).unwrap();
+    let r = ContainerReader::open(&path).unwrap();
+    let v = r.verify().unwrap();
+    assert!(v.is_whole(), "{:?}", v.problems);
+    assert_eq!(v.holes.len(), 1, "{:?}", v.holes);
+    assert_eq!(v.holes[0].offset, pinned);
+    assert_eq!(
+        r.blocks()[1].offset,
+        pinned + 4096 + room,
+        "nothing moved across it"
+    );
+    let allocated = std::fs::metadata(&path).unwrap().blocks() * 512;
+    assert!(
+        allocated + room - 2 * 4096 <= s.file_bytes + 4096,
+        "{allocated} bytes allocated for a file of {} with a hole of {room}",
+        s.file_bytes
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -559,7 +559,51 @@ fn settle(
         left: steps,
         collapse: collapse && std::env::var("ACCIO_MERGE_COMPACT").as_deref() != Ok("copy"),
     };
-    compact(&mut w, header, entries, &st.pinned, &mut st.next)
+    let compacted = compact(&mut w, header, entries, &st.pinned, &mut st.next);
+    if steps == usize::MAX {
+        // Room left between blocks (a producer that vanished, or a compaction that
+        // stopped) holds nothing: give its pages back to the file system.
+        punch_gaps(file, header, entries, st.next);
+    }
+    compacted
+}
+
+/// Deallocates the space between blocks (past each gap's first `align` bytes, where its
+/// hole header is), on file systems that can (`FALLOC_FL_PUNCH_HOLE`: tmpfs, ext4, xfs,
+/// btrfs); elsewhere the room stays allocated. Best effort: reading the file never depends
+/// on it.
+fn punch_gaps(file: &File, header: FileHeader, entries: &[IndexEntry], next: u64) {
+    let align = u64::from(header.align);
+    let page = 4096u64.max(align);
+    let mut end = header.first_block();
+    let ends = entries
+        .iter()
+        .map(|e| {
+            (
+                e.offset,
+                block_extent(e.offset, e.header.len, header.align).1,
+            )
+        })
+        .chain(std::iter::once((next, next)));
+    for (start, block_end) in ends {
+        if start > end {
+            let from = (end + align).div_ceil(page) * page;
+            let to = start / page * page;
+            if to > from {
+                // SAFETY: a plain system call on our own descriptor; it only frees
+                // blocks of the range given, inside the file.
+                unsafe {
+                    libc::fallocate(
+                        file.as_raw_fd(),
+                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                        from as libc::off_t,
+                        (to - from) as libc::off_t,
+                    )
+                };
+            }
+        }
+        end = end.max(block_end);
+    }
 }
 
 /// The writes of a compaction, counted: tests stop one after any number of them.
