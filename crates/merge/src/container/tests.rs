@@ -710,20 +710,26 @@ fn the_four_lane_header_search_agrees_with_one_slot_at_a_time() {
 
 /// A file with holes of every kind between blocks written in place: larger than the block
 /// after them, exactly its size, smaller (that block must go past the end first), and at
-/// the end. Returns its writer, not closed, and the blocks (seq, len).
-fn write_holey(path: &std::path::Path) -> (ContainerWriter, Vec<(u64, usize)>) {
+/// the end; with `pin`, room of a producer that vanished in the middle (a wall nothing
+/// moves across). Returns its writer, not closed, and the blocks (seq, len).
+fn write_holey(path: &std::path::Path, pin: bool) -> (ContainerWriter, Vec<(u64, usize)>) {
     use std::os::unix::fs::FileExt;
     let w = ContainerWriter::create(path, ContainerOptions::default()).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let (mut blocks, mut seq) = (Vec::new(), 0u64);
     // (room payload bytes, block length, or None for a room given back)
-    let plan: [(u64, Option<usize>); 9] = [
+    // (room payload bytes, block length, or None for a room given back; room 12345: a
+    // room its producer may still write)
+    let plan: [(u64, Option<usize>); 12] = [
         (8192, Some(5000)),
         // A hole of two pages, then a block of exactly that extent (its new header goes
         // first), then one larger than the hole (it goes past the end first).
         (4096, None),
         (4096, Some(4096)),
         (40960, Some(40000)),
+        (8192, None),
+        (16384, Some(12000)),
+        (12345, None),
         // A large hole: the blocks after it move clear of themselves, and tails of rooms.
         (65536, None),
         (16384, Some(12000)),
@@ -732,9 +738,14 @@ fn write_holey(path: &std::path::Path) -> (ContainerWriter, Vec<(u64, usize)>) {
         (32768, None),
     ];
     for (room, len) in plan {
+        if room == 12345 && !pin {
+            continue;
+        }
+        let wall = room == 12345;
+        let room = if wall { 20480 } else { room };
         let start = w.reserve(room).unwrap();
         let Some(len) = len else {
-            w.abandon_reserved(start, room, true).unwrap();
+            w.abandon_reserved(start, room, !wall).unwrap();
             continue;
         };
         let data = payload(0, seq, len);
@@ -766,17 +777,19 @@ fn compaction_stopped_at_any_write_loses_nothing() {
     // Moving blocks by copying them (tmpfs and btrfs), and cutting the holes out where the
     // file system can (`FALLOC_FL_COLLAPSE_RANGE`: ext4, xfs; elsewhere this copies too).
     for collapse in [false, true] {
-        stop_compaction_at_every_write(collapse);
+        for pin in [false, true] {
+            stop_compaction_at_every_write(collapse, pin);
+        }
     }
 }
 
-fn stop_compaction_at_every_write(collapse: bool) {
-    let dir = tmp(&format!("compact-steps-{collapse}"));
+fn stop_compaction_at_every_write(collapse: bool, pin: bool) {
+    let dir = tmp(&format!("compact-steps-{collapse}-{pin}"));
     std::fs::create_dir_all(&dir).unwrap();
     let mut steps = 0;
     loop {
         let path = dir.join(format!("f{steps}.accio"));
-        let (w, expect) = write_holey(&path);
+        let (w, expect) = write_holey(&path, pin);
         let stopped = w.stop_compacting_after(steps, collapse);
         let r = ContainerReader::open(&path).unwrap();
         let mut got: Vec<(u64, usize)> = r
@@ -804,18 +817,21 @@ fn stop_compaction_at_every_write(collapse: bool) {
     assert!(collapse || steps > 12, "{steps}");
     // Left alone, the file is the data and overhead only: no holes.
     let path = dir.join("whole.accio");
-    let (w, expect) = write_holey(&path);
+    let (w, expect) = write_holey(&path, pin);
     let s = w.finish(false).unwrap();
     let data: u64 = expect
         .iter()
         .map(|&(_, l)| 4096 + (l as u64).div_ceil(4096) * 4096)
         .sum();
+    let v = ContainerReader::open(&path).unwrap().verify().unwrap();
+    assert!(v.is_whole(), "{v:?}");
+    // With a wall, one hole: the wall, and what the blocks before it left joined to it.
+    let wall: u64 = v.holes.iter().map(|h| h.len).sum();
+    assert_eq!(v.holes.len(), usize::from(pin), "{:?}", v.holes);
     assert_eq!(
         s.file_bytes,
-        4096 + data + 32 + 48 * expect.len() as u64 + 64
+        4096 + data + wall + 32 + 48 * expect.len() as u64 + 64
     );
-    let v = ContainerReader::open(&path).unwrap().verify().unwrap();
-    assert!(v.is_whole() && v.holes.is_empty(), "{v:?}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 
@@ -829,7 +845,7 @@ fn pinned_room_stays_a_hole_and_is_not_allocated() {
     let path = dir.join("pinned.accio");
     let w = ContainerWriter::create(&path, ContainerOptions::default()).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    let mut put = |seq: u64, room: u64, len: usize| {
+    let put = |seq: u64, room: u64, len: usize| {
         let start = w.reserve(room).unwrap();
         let data = payload(0, seq, len);
         f.write_all_at(&data, block_extent(start, 0, w.align()).0)

@@ -568,8 +568,8 @@ fn settle(
     compacted
 }
 
-/// Deallocates the space between blocks (past each gap's first `align` bytes, where its
-/// hole header is), on file systems that can (`FALLOC_FL_PUNCH_HOLE`: tmpfs, ext4, xfs,
+/// Deallocates the space between blocks (past each gap's first `align` bytes, where one
+/// hole header over the gap goes), on file systems that can (`FALLOC_FL_PUNCH_HOLE`: tmpfs, ext4, xfs,
 /// btrfs); elsewhere the room stays allocated. Best effort: reading the file never depends
 /// on it.
 fn punch_gaps(file: &File, header: FileHeader, entries: &[IndexEntry], next: u64) {
@@ -589,7 +589,9 @@ fn punch_gaps(file: &File, header: FileHeader, entries: &[IndexEntry], next: u64
         if start > end {
             let from = (end + align).div_ceil(page) * page;
             let to = start / page * page;
-            if to > from {
+            // One hole header over the whole gap first: it may hold several holes, and
+            // the headers of the later ones lie in what is punched.
+            if to > from && write_space_at(file, header.align, end, start).is_ok() {
                 // SAFETY: a plain system call on our own descriptor; it only frees
                 // blocks of the range given, inside the file.
                 unsafe {
@@ -690,13 +692,11 @@ fn compact(
 ) -> std::io::Result<()> {
     let align = header.align;
     let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
-    // The space between blocks, from past the last room someone may still write.
-    let gaps = |entries: &[IndexEntry]| {
-        let after = pinned.iter().map(|p| p.1).max().unwrap_or(0);
-        let start = after.max(header.first_block());
-        let mut end = start;
+    // The space between the blocks that start in lo..hi, from lo.
+    let gaps = |entries: &[IndexEntry], lo: u64, hi: u64| {
+        let mut end = lo;
         let mut gaps = Vec::new();
-        for e in entries.iter().filter(|e| e.offset >= start) {
+        for e in entries.iter().filter(|e| (lo..hi).contains(&e.offset)) {
             if e.offset > end {
                 gaps.push((end, e.offset));
             }
@@ -704,13 +704,35 @@ fn compact(
         }
         gaps
     };
-    let mut todo = gaps(entries);
-    if todo.is_empty() {
+    // Room someone may still write is a wall: blocks move only within the stretches
+    // between walls, and only past the last wall may the file shrink.
+    let mut walls = pinned.to_vec();
+    walls.sort_unstable();
+    let mut stretches: Vec<(u64, u64, u64)> = Vec::new(); // (start, wall start, wall end)
+    let mut lo = header.first_block();
+    for &(a, b) in &walls {
+        stretches.push((lo, a, b));
+        lo = b;
+    }
+    if stretches
+        .iter()
+        .all(|&(s, a, _)| gaps(entries, s, a).is_empty())
+        && gaps(entries, lo, u64::MAX).is_empty()
+    {
         return Ok(());
     }
     let mut header = header;
     header.flags |= FILE_MOVED;
     w.write(&header.encode(), 0)?;
+    let spare = *next; // room past the data, for blocks larger than their hole
+    for &(s, a, b) in &stretches {
+        if let Some(&(first, _)) = gaps(entries, s, a).first() {
+            let dst = slide(w, entries, first, a, spare, align)?;
+            // What the blocks left before the wall joins its hole.
+            w.hole(dst, b)?;
+        }
+    }
+    let mut todo = gaps(entries, lo, u64::MAX);
     // Where the file system shifts the file's extents (ext4, xfs), no byte moves: each
     // gap is cut out of the file, the last first, so the others stay where they are.
     while let Some(&(a, b)) = todo.last().filter(|_| w.collapse) {
@@ -729,13 +751,33 @@ fn compact(
             Err(e) => return Err(e),
         }
     }
-    let Some(&(first, _)) = todo.first() else {
-        return Ok(());
-    };
-    let spare = *next; // room past the data, for blocks larger than their hole
+    if let Some(&(first, _)) = todo.first() {
+        *next = slide(w, entries, first, u64::MAX, spare, align)?;
+    }
+    Ok(())
+}
+
+/// Moves the blocks that start in `first..limit` (in file order, `first` the start of
+/// the first gap) down over the gaps between them, one write at a time as
+/// [`compact`] says; returns where the last one ends now. `spare`: room past all data,
+/// for a block larger than the hole below it.
+fn slide(
+    w: &mut Steps<'_>,
+    entries: &mut [IndexEntry],
+    first: u64,
+    limit: u64,
+    spare: u64,
+    align: u32,
+) -> std::io::Result<u64> {
     let mut dst = first;
-    for e in entries.iter_mut().filter(|e| e.offset >= first) {
-        let (s, ext) = (e.offset, extent(e));
+    for e in entries
+        .iter_mut()
+        .filter(|e| (first..limit).contains(&e.offset))
+    {
+        let (s, ext) = (
+            e.offset,
+            block_extent(e.offset, e.header.len, align).1 - e.offset,
+        );
         if s == dst {
             dst += ext;
             continue;
@@ -782,8 +824,7 @@ fn compact(
         e.offset = dst;
         dst += ext;
     }
-    *next = dst;
-    Ok(())
+    Ok(dst)
 }
 
 /// Writes the header of a hole over `start..end` with `pwrite` (at close, when nobody
