@@ -148,6 +148,10 @@ fn main() -> ExitCode {
                 // A usage error, as clap's own (README: exit status 2).
                 return ExitCode::from(2);
             }
+            if e.downcast_ref::<report_cmd::Inconclusive>().is_some() {
+                // `accio compare --fail-on-regression` with nothing it could judge.
+                return ExitCode::from(3);
+            }
             ExitCode::FAILURE
         }
     }

@@ -35,7 +35,9 @@ pub struct CompareArgs {
     /// percent.
     #[arg(long, default_value_t = 10.0, value_name = "PERCENT")]
     pub threshold: f64,
-    /// Exit with status 1 when any figure got slower or lower beyond the noise (for CI).
+    /// Exit with status 1 when any figure got slower or lower beyond the noise (for CI),
+    /// and 3 when the comparison is inconclusive: the machine's own ceilings moved between
+    /// the runs, so no change of accio's can be judged (run both again).
     #[arg(long)]
     pub fail_on_regression: bool,
 }
@@ -53,14 +55,37 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         args.new.display()
     );
     print!("{}", c.text_fit(crate::term::stdout_width()));
+    if !args.fail_on_regression || c.regressions().is_empty() {
+        return Ok(());
+    }
     // Short, so that it fits a terminal: the rows above name the figures.
-    anyhow::ensure!(
-        !args.fail_on_regression || c.regressions().is_empty(),
+    let moved = c.machine_differed().len();
+    if moved > 0 {
+        return Err(Inconclusive(format!(
+            "{} figure(s) got slower or lower, but {moved} of the machine's own ceilings moved \
+             too: inconclusive, run both again",
+            c.regressions().len()
+        ))
+        .into());
+    }
+    anyhow::bail!(
         "{} figure(s) got slower or lower beyond the noise",
         c.regressions().len()
-    );
-    Ok(())
+    )
 }
+
+/// `accio compare --fail-on-regression` could judge nothing: the machine differed between
+/// the runs (exit status 3).
+#[derive(Debug)]
+pub struct Inconclusive(pub String);
+
+impl std::fmt::Display for Inconclusive {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for Inconclusive {}
 
 /// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
 pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {

@@ -154,3 +154,32 @@ fn overlapping_ranges_are_within_noise_and_pass_fail_on_regression() {
         "{out}"
     );
 }
+
+/// The host moved the vCPUs between the runs (the core-to-core hop went from 0.05 to
+/// 0.25 µs): the latency that moved with it is shown but not judged, and
+/// `--fail-on-regression` exits 3, inconclusive, not 1.
+#[test]
+fn a_machine_that_differed_is_inconclusive_not_a_regression() {
+    let d = Dir::new("machine");
+    let old = d.results(
+        "old.json",
+        &[
+            ("latency_floor", Unit::Micros, 8, &[0.050, 0.051, 0.055]),
+            ("latency", Unit::Micros, 8, &[0.086, 0.086, 0.086]),
+        ],
+    );
+    let new = d.results(
+        "new.json",
+        &[
+            ("latency_floor", Unit::Micros, 8, &[0.244, 0.250, 0.251]),
+            ("latency", Unit::Micros, 8, &[0.281, 0.290, 0.291]),
+        ],
+    );
+    let o = compare(&old, &new, &["--fail-on-regression"]);
+    let out = String::from_utf8(o.stdout).unwrap();
+    let err = String::from_utf8(o.stderr).unwrap();
+    assert_eq!(o.status.code(), Some(3), "{out}{err}");
+    assert!(out.contains("3.37× slower (machine differed)"), "{out}");
+    assert!(out.contains("Inconclusive"), "{out}");
+    assert!(err.contains("inconclusive, run both again"), "{err}");
+}

@@ -18,6 +18,15 @@
 //! latency floor by 27%): they are compared and shown, but a change of theirs says the
 //! machine differed, not accio, and is never counted as a regression.
 //!
+//! When they moved beyond the threshold the machine itself differed between the runs, and
+//! no change of accio's figures can be put down to accio: the host of a VM moves its vCPUs
+//! (`MACHINE_NOTES.md`), and four quick runs of one binary here alternated between a
+//! core-to-core hop of 0.05 and 0.25 µs, which took the shm latency from 0.086 to 0.29 µs
+//! and 26 to 36 figures past the threshold with it, a third of them beside a ceiling of
+//! their own that had not moved. Such a comparison is *inconclusive*: the changes are shown
+//! ("(machine differed)"), none is counted, and the summary names the ceilings that moved
+//! ([`Comparison::machine_differed`]).
+//!
 //! The direction comes from the figure's unit ([`Figure::higher_is_better`]): times are
 //! "faster" or "slower" (lower is better), bandwidths and rates "higher" or "lower". The
 //! factor is always at least 1, the larger median over the smaller, so "2.00× slower" means
@@ -163,11 +172,21 @@ fn change<'a>(old: &'a Figure, new: &'a Figure, threshold: f64) -> Change<'a> {
 
 impl Comparison<'_> {
     /// Changes of accio's figures beyond the noise for the worse (the machine's ceilings
-    /// are not counted).
+    /// are not counted; see [`Comparison::machine_differed`] for when none is judged).
     pub fn regressions(&self) -> Vec<&Change<'_>> {
         self.changes
             .iter()
             .filter(|c| c.verdict == Verdict::Worse && !c.machine)
+            .collect()
+    }
+
+    /// The machine's own ceilings that moved beyond the threshold: when there are any, the
+    /// machine differed between the runs and the comparison is inconclusive (see the
+    /// module docs).
+    pub fn machine_differed(&self) -> Vec<&Change<'_>> {
+        self.changes
+            .iter()
+            .filter(|c| c.machine && c.verdict != Verdict::Same)
             .collect()
     }
 
@@ -188,6 +207,7 @@ impl Comparison<'_> {
     /// wider (see [`crate::text::table::render_fit`]), the notes below it wrapped at word
     /// boundaries.
     pub fn text_fit(&self, width: usize) -> String {
+        let differed = !self.machine_differed().is_empty();
         let rows: Vec<Vec<String>> = self
             .changes
             .iter()
@@ -199,6 +219,7 @@ impl Comparison<'_> {
                     median_range(&c.new.summary),
                     match (c.verdict, c.machine) {
                         (Verdict::Same, _) => "within noise".into(),
+                        (_, false) if differed => format!("{} (machine differed)", c.words()),
                         (_, false) => c.words(),
                         (_, true) => format!("{} (machine)", c.words()),
                     },
@@ -225,15 +246,40 @@ impl Comparison<'_> {
                 "",
             ));
         }
-        let mut total = format!(
-            "{} figures compared: {} worse, {} better, {} within noise",
-            self.changes.len(),
+        let (worse, better) = (
             self.count(Verdict::Worse, false),
             self.count(Verdict::Better, false),
-            self.count(Verdict::Same, false) + self.count(Verdict::Same, true),
         );
+        let same = self.count(Verdict::Same, false) + self.count(Verdict::Same, true);
+        let mut total = if differed {
+            format!(
+                "{} figures compared: {} moved beyond the noise ({worse} down, {better} \
+                 up), {same} within noise",
+                self.changes.len(),
+                worse + better
+            )
+        } else {
+            format!(
+                "{} figures compared: {worse} worse, {better} better, {same} within noise",
+                self.changes.len()
+            )
+        };
         if machine > 0 {
             total.push_str(&format!("; {machine} of the machine's ceilings changed"));
+        }
+        if differed {
+            let moved: Vec<String> = self
+                .machine_differed()
+                .iter()
+                .take(3)
+                .map(|c| format!("{} {}", c.new.label(), c.words()))
+                .collect();
+            total = format!(
+                "{total}. Inconclusive: the machine differed between the runs ({}{}), so \
+                 no change of accio's figures is judged; run both again back to back",
+                moved.join(", "),
+                if machine > 3 { ", ..." } else { "" }
+            );
         }
         if !self.only_old.is_empty() || !self.only_new.is_empty() {
             total.push_str(&format!(
@@ -398,10 +444,46 @@ mod tests {
         assert!(row.ends_with("1.22× lower (machine)"), "{t}");
         assert!(
             t.ends_with(
-                "2 figures compared: 0 worse, 0 better, 1 within noise; 1 of the machine's \
-                 ceilings changed\n"
+                "2 figures compared: 0 moved beyond the noise (0 down, 0 up), 1 within \
+                 noise; 1 of the machine's ceilings changed. Inconclusive: the machine \
+                 differed between the runs (shm memcpy 512K x1 1.22× lower), so no change of \
+                 accio's figures is judged; run both again back to back\n"
             ),
             "{t}"
         );
+    }
+
+    /// Two runs of one binary here, the host having moved the vCPUs between them: the
+    /// core-to-core hop went from 0.05 to 0.25 µs and the shm latency with it. The change
+    /// is shown, not judged, and no regression is counted.
+    #[test]
+    fn a_machine_that_differed_makes_the_comparison_inconclusive() {
+        let mut old = Report::new();
+        let mut new = Report::new();
+        old.figures.push(fig(
+            "latency_floor",
+            Unit::Micros,
+            8,
+            &[0.050, 0.051, 0.055],
+        ));
+        new.figures.push(fig(
+            "latency_floor",
+            Unit::Micros,
+            8,
+            &[0.244, 0.250, 0.251],
+        ));
+        old.figures
+            .push(fig("latency", Unit::Micros, 8, &[0.086, 0.086, 0.086]));
+        new.figures
+            .push(fig("latency", Unit::Micros, 8, &[0.281, 0.290, 0.291]));
+        let c = compare(&old, &new, DEFAULT_THRESHOLD);
+        assert_eq!(c.changes[1].verdict, Verdict::Worse);
+        assert_eq!(c.regressions().len(), 1);
+        assert_eq!(c.machine_differed().len(), 1);
+        let t = c.text();
+        let row = t.lines().find(|l| l.starts_with("shm latency 8")).unwrap();
+        assert!(row.ends_with("3.37× slower (machine differed)"), "{t}");
+        assert!(t.contains("Inconclusive: the machine differed"), "{t}");
+        assert!(t.contains("1 moved beyond the noise (1 down, 0 up)"), "{t}");
     }
 }
