@@ -51,7 +51,15 @@ pub enum Verdict {
     Worse,
     /// Within the noise (the ranges overlap, or are closer than the threshold).
     Same,
+    /// Not judged: a run has fewer than [`MIN_SAMPLES`] samples of it, so its range says
+    /// nothing of its noise.
+    TooFew,
 }
+
+/// Samples a figure needs in both runs for its change to be judged: with one sample (a
+/// merge figure of `accio bench --quick`, say) the range is a point, and two quick runs of
+/// one binary here moved such figures by up to 1.30x.
+pub const MIN_SAMPLES: usize = 3;
 
 /// One figure in both runs.
 #[derive(Clone, Debug)]
@@ -156,6 +164,7 @@ fn change<'a>(old: &'a Figure, new: &'a Figure, threshold: f64) -> Change<'a> {
     let went_down = o.min > n.max * (1.0 + threshold);
     let verdict = match (went_up || went_down, went_up == new.higher_is_better()) {
         (false, _) => Verdict::Same,
+        _ if o.n.min(n.n) < MIN_SAMPLES => Verdict::TooFew,
         (true, true) => Verdict::Better,
         (true, false) => Verdict::Worse,
     };
@@ -219,6 +228,11 @@ impl Comparison<'_> {
                     median_range(&c.new.summary),
                     match (c.verdict, c.machine) {
                         (Verdict::Same, _) => "within noise".into(),
+                        (Verdict::TooFew, _) => format!(
+                            "{} (n={}, not judged)",
+                            c.words(),
+                            c.old.summary.n.min(c.new.summary.n)
+                        ),
                         (_, false) if differed => format!("{} (machine differed)", c.words()),
                         (_, false) => c.words(),
                         (_, true) => format!("{} (machine)", c.words()),
@@ -266,6 +280,12 @@ impl Comparison<'_> {
         };
         if machine > 0 {
             total.push_str(&format!("; {machine} of the machine's ceilings changed"));
+        }
+        let few = self.count(Verdict::TooFew, false) + self.count(Verdict::TooFew, true);
+        if few > 0 {
+            total.push_str(&format!(
+                "; {few} moved but with fewer than {MIN_SAMPLES} samples in a run, not judged"
+            ));
         }
         if differed {
             let moved: Vec<String> = self
@@ -485,5 +505,26 @@ mod tests {
         assert!(row.ends_with("3.37× slower (machine differed)"), "{t}");
         assert!(t.contains("Inconclusive: the machine differed"), "{t}");
         assert!(t.contains("1 moved beyond the noise (1 down, 0 up)"), "{t}");
+    }
+
+    /// A merge figure of a quick run has one sample: two runs of one binary here gave
+    /// 3.10 and 2.39 GB/s. Shown, not judged.
+    #[test]
+    fn one_sample_is_too_few_to_judge() {
+        let mut old = Report::new();
+        let mut new = Report::new();
+        old.figures
+            .push(fig("stream_bw", Unit::GBps, 2 << 20, &[3.10]));
+        new.figures
+            .push(fig("stream_bw", Unit::GBps, 2 << 20, &[2.39]));
+        let c = compare(&old, &new, DEFAULT_THRESHOLD);
+        assert_eq!(c.changes[0].verdict, Verdict::TooFew);
+        assert!(c.regressions().is_empty());
+        let t = c.text();
+        assert!(t.contains("1.30× lower (n=1, not judged)"), "{t}");
+        assert!(
+            t.contains("1 moved but with fewer than 3 samples in a run, not judged"),
+            "{t}"
+        );
     }
 }
