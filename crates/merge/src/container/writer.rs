@@ -553,13 +553,21 @@ fn settle(
         st.holes.pop();
     }
     entries.sort_by_key(|e| e.offset);
+    // ACCIO_MERGE_COMPACT: `copy` moves blocks even where the file system could cut the
+    // holes out (to measure); `off` leaves the holes in place, deallocated (a file on
+    // tmpfs then costs no memory for them, and closing copies nothing: see FORMAT.md).
+    let how = std::env::var("ACCIO_MERGE_COMPACT");
     let mut w = Steps {
         file,
         align: header.align,
         left: steps,
-        collapse: collapse && std::env::var("ACCIO_MERGE_COMPACT").as_deref() != Ok("copy"),
+        collapse: collapse && how.as_deref() != Ok("copy"),
     };
-    let compacted = compact(&mut w, header, entries, &st.pinned, &mut st.next);
+    let compacted = if how.as_deref() == Ok("off") {
+        Ok(())
+    } else {
+        compact(&mut w, header, entries, &st.pinned, &mut st.next)
+    };
     if steps == usize::MAX {
         // Room left between blocks (a producer that vanished, or a compaction that
         // stopped) holds nothing: give its pages back to the file system.
