@@ -6,7 +6,7 @@
 //   accio::Merger merger("shm://events", "events.accio");
 //   std::thread worker([&] {
 //       accio::Producer p(merger.addr());
-//       auto buf = p.buffer();              // the merger's memory on shm: no copy
+//       auto buf = p.buffer();              // written into the file once, at commit
 //       std::memcpy(buf.data(), "event", 5);
 //       buf.commit(5);
 //       p.finish();

@@ -429,7 +429,9 @@ pub unsafe extern "C" fn accio_producer_id(
 
 /// Lends the producer a buffer to fill, waiting for a free slot if none is
 /// (back-pressure): stores its start in `*data` and its size in `*capacity` (may be NULL).
-/// On shm these are the merger's own pages (no copy). Then call `accio_producer_commit`
+/// On shm through the merger's slots these are the merger's own pages (no copy); where
+/// producers write the file in place, a buffer of the producer's, written into the file
+/// once at commit, into room of the block's size. Then call `accio_producer_commit`
 /// (or `accio_producer_release`); other producer calls are refused meanwhile.
 ///
 /// # Safety
