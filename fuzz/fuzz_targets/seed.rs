@@ -2,7 +2,7 @@
 
 use std::sync::OnceLock;
 
-use accio_merge::container::{BlockKind, ContainerOptions, ContainerWriter};
+use accio_merge::container::{BlockKind, ContainerOptions, ContainerWriter, Rest};
 
 /// A valid image: 3 producers, 4 blocks each of assorted sizes and kinds, 64-byte alignment.
 pub fn seed() -> &'static [u8] {
@@ -42,7 +42,7 @@ pub fn seed() -> &'static [u8] {
             })
             .unwrap();
         let crc = crc32c::crc32c(&payload);
-        w.commit_reserved(at, room, 5, 0, BlockKind::Raw, 70, crc)
+        w.commit_reserved(at, room, 5, 0, BlockKind::Raw, 70, crc, Rest::Hole)
             .unwrap();
         let at = w.reserve(room).unwrap();
         w.abandon_reserved(at, room, false).unwrap();
