@@ -28,7 +28,8 @@ pub struct RunArgs {
     #[arg(long)]
     oversubscribe: bool,
     /// The program and its arguments, started once per rank. Every rank must join the
-    /// world (`accio_world::World::from_env`), as every MPI rank calls `MPI_Init`.
+    /// world (`accio_world::World::from_env`), as every MPI rank calls `MPI_Init`. The
+    /// program `accio` is this accio, whether or not it is on PATH.
     #[arg(required = true, trailing_var_arg = true, allow_hyphen_values = true)]
     program: Vec<String>,
 }
@@ -212,6 +213,14 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             .context("accio run")?
             .into(),
     };
+    // `accio run -n 4 accio world-check` means this accio, not whichever PATH finds first
+    // (or none, for a build run from its target folder).
+    let program = match a.program[0].as_str() {
+        "accio" => std::env::current_exe()
+            .context("accio run: finding this accio's own executable")?
+            .into_os_string(),
+        p => p.into(),
+    };
     let rdv = Rendezvous::bind(&std::env::temp_dir(), a.n).context("accio run")?;
     let mut children = Vec::with_capacity(a.n);
     let (done_tx, done_rx) = mpsc::channel();
@@ -219,7 +228,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         if let Some(sig) = stop_signal() {
             stop(sig, &mut children, rdv);
         }
-        let child = Command::new(&a.program[0])
+        let child = Command::new(&program)
             .args(&a.program[1..])
             .env("ACCIO_RANK", rank.to_string())
             .env("ACCIO_SIZE", a.n.to_string())

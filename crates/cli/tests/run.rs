@@ -359,3 +359,15 @@ fn every_job_gives_its_ranks_a_fresh_tcp_secret() {
         "the caller's own secret, 16+"
     );
 }
+
+/// `accio run -n 2 accio world-check` runs this accio, with no `accio` on PATH at all.
+#[test]
+fn the_program_accio_is_this_accio_without_path() {
+    let out = std::process::Command::new(ACCIO)
+        .args(["run", "-n", "2", "accio", "world-check", "--bytes", "64"])
+        .env("PATH", "/nonexistent")
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+}
