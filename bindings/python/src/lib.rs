@@ -581,8 +581,9 @@ impl Endpoint {
         Ok(PyBytes::new(py, &rx[..n]))
     }
 
-    /// Receives the next message into `buffer` (writable, contiguous) and returns its length.
-    /// A message longer than the buffer raises MessageTooLarge and is lost.
+    /// Receives the next message into `buffer` (writable, contiguous) and returns its length:
+    /// over shm copied once, from the ring straight into `buffer`. A message longer than the
+    /// buffer raises MessageTooLarge and is lost.
     #[pyo3(signature = (buffer, timeout=None))]
     fn recv_into(
         &self,
@@ -593,25 +594,23 @@ impl Endpoint {
         let timeout = opt_secs("recv_into", "timeout", timeout)?;
         let ep = self.ep()?;
         let dst = Buf::get(buffer, true)?;
-        // Never wait for this lock while holding the GIL: its holder needs the GIL back
-        // between slices. A second concurrent receiver uses a buffer of its own.
-        let (mut guard, mut own) = (self.rx.try_lock().ok(), Vec::new());
-        let rx = guard.as_deref_mut().unwrap_or(&mut own);
-        let n = sliced(
+        let (len, d) = (dst.len(), dst.as_mut_slice());
+        // Straight into the caller's buffer (over shm one copy, from the ring).
+        match sliced(
             py,
             || format!("recv on {}", ep.local_addr()),
             timeout,
-            |slice| Ok(ep.recv_timeout(rx, Some(slice))?),
-        )?;
-        if n > dst.len() {
-            return Err(MessageTooLarge::new_err(format!(
-                "message of {n} bytes on {} does not fit the {}-byte buffer of recv_into",
-                ep.local_addr(),
-                dst.len()
-            )));
+            |slice| Ok(ep.recv_into(d, Some(slice))?),
+        ) {
+            Err(e) if e.is_instance_of::<MessageTooLarge>(py) => {
+                Err(MessageTooLarge::new_err(format!(
+                    "{}: it does not fit the {len}-byte buffer of recv_into (the message is \
+                     consumed)",
+                    e.value(py)
+                )))
+            }
+            r => r,
         }
-        dst.as_mut_slice()[..n].copy_from_slice(&rx[..n]);
-        Ok(n)
     }
 
     /// Registers `length` bytes of fresh zeroed memory as a window the peer may access

@@ -89,6 +89,17 @@ def test_send_recv_buffers_and_threads(shm_addr):
     buf = bytearray(16)
     a.send(b"into")
     assert b.recv_into(buf, timeout=5) == 4 and buf[:4] == b"into"
+    # Too long for the buffer: refused with both lengths, consumed; the next one arrives.
+    a.send(b"x" * 17)
+    a.send(b"next")
+    with pytest.raises(accio.MessageTooLarge, match="17 bytes.*16-byte buffer"):
+        b.recv_into(buf, timeout=5)
+    assert b.recv_into(buf, timeout=5) == 4 and buf[:4] == b"next"
+    # Straight into a NumPy array, 2 MiB (over shm: one copy, from the ring).
+    src = np.arange(1 << 18, dtype=np.float64)
+    dst = np.zeros_like(src)
+    a.send(src)
+    assert b.recv_into(dst, timeout=5) == src.nbytes and np.array_equal(dst, src)
 
     # a thread blocked in recv does not hold the GIL: the main thread runs meanwhile
     got = []

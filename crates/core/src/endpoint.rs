@@ -105,6 +105,27 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// Receives the next message if one is already there.
     fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>>;
 
+    /// Receives the next message into `dst` and returns its length, waiting at most
+    /// `timeout` as [`Endpoint::recv_timeout`] does. A message longer than `dst` is
+    /// consumed all the same and fails with [`crate::Error::MessageTooLarge`] (what of it
+    /// fits may have been written). Backends that can copy straight from their transport
+    /// into `dst` do (shm: one copy from the ring); the default receives into a buffer of
+    /// its own and copies.
+    fn recv_into(&self, dst: &mut [u8], timeout: Option<Duration>) -> Result<usize> {
+        let mut buf = Vec::new();
+        let n = self.recv_timeout(&mut buf, timeout)?;
+        if n > dst.len() {
+            return Err(crate::Error::MessageTooLarge {
+                op: "recv_into",
+                endpoint: self.local_addr().to_string(),
+                len: n,
+                limit: dst.len(),
+            });
+        }
+        dst[..n].copy_from_slice(&buf[..n]);
+        Ok(n)
+    }
+
     /// Receives the next message, waiting as long as needed.
     fn recv(&self, buf: &mut Vec<u8>) -> Result<usize> {
         self.recv_timeout(buf, None)

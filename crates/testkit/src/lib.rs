@@ -62,7 +62,7 @@ pub use gone::{calls_after_peer_close_fail, calls_after_peer_exit_fail};
 pub use messages::{
     concurrent_senders_and_receivers, message_order_and_integrity,
     messages_sent_before_a_close_arrive, nonblocking_calls, one_gib_message,
-    peer_close_is_peer_gone,
+    peer_close_is_peer_gone, recv_into_lands_in_the_callers_buffer,
 };
 pub use process::{
     cpu_free_rma_with_stopped_peer_process, peer_death_during_recv, peer_death_during_rma,
@@ -200,6 +200,7 @@ macro_rules! __with_suite_list {
     ($callback:path; $($args:tt)*) => {
         $callback!($($args)*;
             message_order_and_integrity,
+            recv_into_lands_in_the_callers_buffer,
             concurrent_senders_and_receivers,
             nonblocking_calls,
             one_gib_message,

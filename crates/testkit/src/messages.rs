@@ -76,6 +76,47 @@ fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }
 
+/// `recv_into` lands messages in the caller's buffer: one that fits exactly, a shorter
+/// one, an empty one, and one longer than the buffer, which fails with `MessageTooLarge`
+/// naming both lengths and is consumed whole (the next message arrives intact); a
+/// message larger than the ring's chunks (2 MiB) too.
+pub fn recv_into_lands_in_the_callers_buffer(b: &Backend) {
+    let b = b.clone();
+    guarded(
+        "recv_into_lands_in_the_callers_buffer",
+        Duration::from_secs(30),
+        Isolation::Shared,
+        move || {
+            let (x, y) = b.pair();
+            let sizes = [4096usize, 1000, 0, 5000, 4096, 2 << 20];
+            let sender = std::thread::spawn(move || {
+                for (seq, &len) in sizes.iter().enumerate() {
+                    ok(y.send(&message(11, seq as u64, len)), "send");
+                }
+                y
+            });
+            let mut dst = vec![0xAAu8; 4096];
+            for (seq, &len) in sizes.iter().enumerate().take(5) {
+                let r = x.recv_into(&mut dst, Some(Duration::from_secs(20)));
+                if len > dst.len() {
+                    let e = expect_err(r, ErrorKind::MessageTooLarge, "recv_into, too long");
+                    expect_text(&e, &["5000", "4096"], "recv_into error");
+                    continue;
+                }
+                let n = ok(r, "recv_into");
+                assert_eq!(n, len, "message {seq}");
+                check_message(&dst[..n], 11, seq as u64, len)
+                    .unwrap_or_else(|e| panic!("recv_into, message {seq}: {e}"));
+            }
+            let mut big = vec![0u8; 4 << 20];
+            let n = ok(x.recv_into(&mut big, None), "recv_into 2 MiB");
+            check_message(&big[..n], 11, 5, 2 << 20)
+                .unwrap_or_else(|e| panic!("recv_into, 2 MiB: {e}"));
+            drop(sender.join().unwrap());
+        },
+    );
+}
+
 /// A few hundred messages of 0 B..16 MiB each way at once, every one checked for length,
 /// content and place in the order.
 pub fn message_order_and_integrity(b: &Backend) {

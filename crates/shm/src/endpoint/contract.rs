@@ -145,6 +145,26 @@ impl Endpoint for ShmEndpoint {
         }
     }
 
+    fn recv_into(&self, dst: &mut [u8], timeout: Option<Duration>) -> Result<usize> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let limit = dst.len();
+        let mut land = super::messages::SliceLanding { dst, got: 0 };
+        let mut rx = self.rx.lock().expect("receive lock");
+        let n = match self.recv_locked(&mut rx, &mut land, deadline, true)? {
+            Progress::Ready(n) => n,
+            Progress::WouldBlock => unreachable!("blocking receive"),
+        };
+        if n > limit {
+            return Err(Error::MessageTooLarge {
+                op: "recv_into",
+                endpoint: self.addr.to_string(),
+                len: n,
+                limit,
+            });
+        }
+        Ok(n)
+    }
+
     fn try_recv(&self, buf: &mut Vec<u8>) -> Result<Progress<usize>> {
         let Ok(mut rx) = self.rx.try_lock() else {
             return Ok(Progress::WouldBlock);

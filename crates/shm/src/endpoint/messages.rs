@@ -40,7 +40,7 @@ impl ShmEndpoint {
     pub(super) fn recv_locked(
         &self,
         rx: &mut Consumer,
-        buf: &mut Vec<u8>,
+        buf: &mut impl Landing,
         deadline: Option<Instant>,
         block: bool,
     ) -> Result<Progress<usize>> {
@@ -94,7 +94,7 @@ impl ShmEndpoint {
                     ));
                 }
                 // Reserve up front, but never trust a huge announced length blindly.
-                buf.reserve((rec.total as usize).min(64 << 20));
+                buf.expect((rec.total as usize).min(64 << 20));
             }
             if (buf.len() + rec.len) as u64 > rec.total {
                 self.gone.set();
@@ -103,18 +103,85 @@ impl ShmEndpoint {
                     format!("a message runs past the {} bytes it announced", rec.total),
                 ));
             }
-            buf.reserve(rec.len);
-            let at = buf.len();
-            // SAFETY: `reserve` guaranteed `rec.len` bytes of spare capacity at `at`; they
-            // are fully written by `copy_out` before `set_len` exposes them.
-            unsafe {
-                rx.copy_out(&rec, buf.as_mut_ptr().add(at));
-                buf.set_len(at + rec.len);
+            if let Some(at) = buf.room(rec.len) {
+                // SAFETY: `room` gave `rec.len` writable bytes at `at`; they are fully
+                // written by `copy_out` before `advance` counts them.
+                unsafe { rx.copy_out(&rec, at) };
             }
+            buf.advance(rec.len);
             rx.pop(&rec);
             if !rec.more {
                 return Ok(Progress::Ready(buf.len()));
             }
         }
+    }
+}
+
+/// Where a received message lands: a `Vec` it grows into, or a caller's slice
+/// ([`SliceLanding`]: one copy from the ring, none after).
+pub(super) trait Landing {
+    /// Forgets what a previous message left.
+    fn clear(&mut self);
+    /// Bytes of the message received so far (written or dropped).
+    fn len(&self) -> usize;
+    /// The message's announced length, to prepare for.
+    fn expect(&mut self, total: usize);
+    /// Where the next `n` bytes go, or `None` to drop them (they do not fit).
+    fn room(&mut self, n: usize) -> Option<*mut u8>;
+    /// Counts `n` more bytes received (written where `room` said, or dropped).
+    fn advance(&mut self, n: usize);
+}
+
+impl Landing for Vec<u8> {
+    fn clear(&mut self) {
+        Vec::clear(self);
+    }
+
+    fn len(&self) -> usize {
+        Vec::len(self)
+    }
+
+    fn expect(&mut self, total: usize) {
+        self.reserve(total);
+    }
+
+    fn room(&mut self, n: usize) -> Option<*mut u8> {
+        self.reserve(n);
+        // SAFETY: `reserve` left at least `n` bytes of spare capacity past the length.
+        Some(unsafe { self.as_mut_ptr().add(Vec::len(self)) })
+    }
+
+    fn advance(&mut self, n: usize) {
+        // SAFETY: the `n` bytes past the length were written through `room`'s pointer.
+        unsafe { self.set_len(Vec::len(self) + n) };
+    }
+}
+
+/// A caller's buffer as a landing: bytes past its end are dropped and counted, so that a
+/// message too long for it is consumed whole (and then refused by the caller).
+pub(super) struct SliceLanding<'a> {
+    pub(super) dst: &'a mut [u8],
+    pub(super) got: usize,
+}
+
+impl Landing for SliceLanding<'_> {
+    fn clear(&mut self) {
+        self.got = 0;
+    }
+
+    fn len(&self) -> usize {
+        self.got
+    }
+
+    fn expect(&mut self, _total: usize) {}
+
+    fn room(&mut self, n: usize) -> Option<*mut u8> {
+        (self.got + n <= self.dst.len())
+            // SAFETY: `got + n` is within `dst`.
+            .then(|| unsafe { self.dst.as_mut_ptr().add(self.got) })
+    }
+
+    fn advance(&mut self, n: usize) {
+        self.got += n;
     }
 }
