@@ -7,6 +7,8 @@
 #   shm one-way latency, 8 B    send + recv_into ping-pong, 2 processes     `accio bench transport` latency shm 8;
 #                                                                            mpi4py Send/Recv ping-pong
 #                                                                            (mpirun -np 2 --bind-to core)
+#   shm two-sided bw, 2 MiB     send + recv_into ping-pong of NumPy arrays,  mpi4py Send/Recv ping-pong of NumPy
+#                               2 processes                                 arrays (mpirun -np 2 --bind-to core)
 #   shm RMA write bw, 2 MiB     vwrite_to from a NumPy array (and write_to   `accio bench transport` rma_write_bw shm 2M
 #                               from a window), fenced passes
 #   merge into /dev/shm         Merger + 8 multiprocessing workers x 64 x    `accio bench merge /dev/shm --producers 8
@@ -78,6 +80,13 @@ for rep in $(seq "$REPS"); do
         (cd / && timeout 300 mpirun -np 2 --allow-run-as-root --bind-to core "$PY" "$BENCH" mpi-latency --size 8) \
             > "$OUT/mpi4py-latency.$rep.json" 2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
     fi
+    log "rep $rep/$REPS: python two-sided 2 MiB"
+    (cd / && timeout 300 "$PY" "$BENCH" bw --size 2M) > "$OUT/py-bw.$rep.json"
+    if [ "$HAVE_MPI" = 1 ]; then
+        log "rep $rep/$REPS: mpi4py two-sided 2 MiB"
+        (cd / && timeout 300 mpirun -np 2 --allow-run-as-root --bind-to core "$PY" "$BENCH" mpi-bw --size 2M) \
+            > "$OUT/mpi4py-bw.$rep.json" 2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
+    fi
     log "rep $rep/$REPS: python rma 2 MiB"
     (cd / && timeout 300 "$PY" "$BENCH" rma --size 2M) > "$OUT/py-rma.$rep.json"
     log "rep $rep/$REPS: rust merge ($P processes x $F x 2 MiB into /dev/shm)"
@@ -140,6 +149,9 @@ if have_mpi:
     row("shm latency 8 B (one-way)", lat, "mpi4py Send/Recv ping-pong",
         py("mpi4py-latency", "mpi4py latency"), "us", "<= 1.0")
 row("shm latency 8 B (one-way)", lat, "Rust accio bench transport", rust("transport", "latency", 8), "us", "")
+if have_mpi:
+    row("shm two-sided 2 MiB, send + recv_into(numpy)", py("py-bw", "python accio two-sided bw"),
+        "mpi4py Send/Recv ping-pong", py("mpi4py-bw", "mpi4py two-sided bw"), "GB/s", ">= 1.0")
 rrma = rust("transport", "rma_write_bw", 2 * M)
 row("RMA write 2 MiB, vwrite_to(numpy)", py("py-rma", "python accio rma_write_bw vwrite_to"),
     "Rust write_to (accio bench)", rrma, "GB/s", ">= 0.9")

@@ -1,6 +1,8 @@
 """Python-side figures for scripts/compare-python.sh, measured like `accio bench`.
 
     python3 pybench.py latency [--size 8] [--batches 15] [--batch-time 0.02]
+    python3 pybench.py bw [--size 2M] [--passes 5]
+    mpirun -np 2 --bind-to core python3 pybench.py mpi-bw [--size 2M]
     python3 pybench.py rma [--size 2M] [--passes 15]
     python3 pybench.py merge --dir /dev/shm [--workers 8] [--buffers 64] [--size 2M]
     mpirun -np 2 --bind-to core python3 pybench.py mpi-latency [--size 8]
@@ -12,6 +14,9 @@ Each prints one JSON object on stdout: {"figure": ..., "unit": ..., "samples": [
   CPU when there are two); every round trip timed on its own, a sample is the median round
   trip of one batch, halved. accio: `send` + `recv_into` over shm. mpi4py: `Send` +
   `Recv` of NumPy buffers, the same batches.
+- bw: two-sided bandwidth, a ping-pong of SIZE-byte NumPy arrays between this process and
+  a second one (pinned as for latency): passes of N round trips (~0.2 s), GB/s per pass
+  (2 x N x SIZE / time). accio: `send` + `recv_into` over shm. mpi4py: `Send` + `Recv`.
 - rma: `vwrite_to` of a 2 MiB NumPy array into the peer's window, passes of N writes
   (~0.2 s) closed by fence_mark + fence_wait, GB/s per pass (10^9 B/s). Also `write_to` from a registered
   window (`rma_window`).
@@ -93,17 +98,81 @@ def cmd_latency(a):
     emit("python accio latency", "us", samples, size=a.size, per_sample=iters)
 
 
+def passes_of_round_trips(pingpong, size, passes, pass_time):
+    """Warm up, size a pass to `pass_time` seconds, return GB/s per pass (both ways)."""
+    t = time.perf_counter()
+    for _ in range(20):
+        pingpong()
+    rtt = (time.perf_counter() - t) / 20
+    n = max(5, int(pass_time / max(rtt, 1e-9)))
+    samples = []
+    for _ in range(passes):
+        t = time.perf_counter()
+        for _ in range(n):
+            pingpong()
+        samples.append(2 * n * size / (time.perf_counter() - t) / 1e9)
+    return samples, n
+
+
+def cmd_bw(a):
+    import accio
+
+    addr = f"shm://accio-pybench-{os.getpid()}"
+    lst = accio.listen(addr)
+    peer = subprocess.Popen([sys.executable, __file__, "_echo", addr, "--size", str(a.size)])
+    pin(0)
+    ep = lst.accept(timeout=30)
+    src = np.random.randint(0, 255, a.size, dtype=np.uint8)
+    dst = np.empty(a.size, dtype=np.uint8)
+    send, recv_into = ep.send, ep.recv_into
+
+    def pingpong():
+        send(src)
+        recv_into(dst)
+
+    samples, n = passes_of_round_trips(pingpong, a.size, a.passes, a.pass_time)
+    assert np.array_equal(src, dst)
+    ep.send(b"stop")
+    peer.wait(30)
+    emit("python accio two-sided bw", "GB/s", samples, size=a.size, per_sample=n)
+
+
+def cmd_mpi_bw(a):
+    from mpi4py import MPI
+
+    comm = MPI.COMM_WORLD
+    src = np.random.randint(0, 255, a.size, dtype=np.uint8)
+    dst = np.empty(a.size, dtype=np.uint8)
+    Send, Recv = comm.Send, comm.Recv
+    if comm.Get_rank() == 0:
+        def pingpong():
+            Send(src, dest=1)
+            Recv(dst, source=1)
+
+        samples, n = passes_of_round_trips(pingpong, a.size, a.passes, a.pass_time)
+        assert np.array_equal(src, dst)
+        comm.Send(np.array([1], dtype=np.uint8), dest=1, tag=7)
+        emit("mpi4py two-sided bw", "GB/s", samples, size=a.size, per_sample=n)
+    else:
+        status = MPI.Status()
+        while True:
+            comm.Recv(dst, source=0, tag=MPI.ANY_TAG, status=status)
+            if status.Get_tag() == 7:
+                return
+            Send(dst, dest=0)
+
+
 def cmd_echo(a):
     import accio
 
     pin(1)
     ep = accio.connect(a.addr, timeout=30)
-    buf = bytearray(1 << 20)
+    buf = np.empty(max(a.size, 1 << 20), dtype=np.uint8)
     send, recv_into = ep.send, ep.recv_into
     mv = memoryview(buf)
     while True:
         n = recv_into(buf)
-        if n == 4 and buf[:4] == b"stop":
+        if n == 4 and bytes(buf[:4]) == b"stop":
             return
         send(mv[:n])
 
@@ -247,10 +316,11 @@ def main():
         p.add_argument("--size", type=size_arg, default=8)
         p.add_argument("--batches", type=int, default=11)
         p.add_argument("--batch-time", type=float, default=0.08)
-    p = sub.add_parser("rma")
-    p.add_argument("--size", type=size_arg, default=2 << 20)
-    p.add_argument("--passes", type=int, default=5)
-    p.add_argument("--pass-time", type=float, default=0.2)
+    for name in ("rma", "bw", "mpi-bw"):
+        p = sub.add_parser(name)
+        p.add_argument("--size", type=size_arg, default=2 << 20)
+        p.add_argument("--passes", type=int, default=5)
+        p.add_argument("--pass-time", type=float, default=0.2)
     p = sub.add_parser("merge")
     p.add_argument("--dir", default="/dev/shm")
     p.add_argument("--workers", type=int, default=8)
@@ -260,11 +330,13 @@ def main():
     p.add_argument("--repetitions", type=int, default=1)
     p = sub.add_parser("_echo")
     p.add_argument("addr")
+    p.add_argument("--size", type=size_arg, default=1 << 20)
     p = sub.add_parser("_target")
     p.add_argument("addr")
     p.add_argument("size", type=int)
     a = ap.parse_args()
     {"latency": cmd_latency, "mpi-latency": cmd_mpi_latency, "rma": cmd_rma,
+     "bw": cmd_bw, "mpi-bw": cmd_mpi_bw,
      "merge": cmd_merge, "_echo": cmd_echo, "_target": cmd_target}[a.cmd](a)
 
 
