@@ -220,7 +220,7 @@ impl CacheConfig {
     /// Default: one per way (the cache's memory doubles). A flush hands every way over at
     /// once; with fewer spares, the inserts right after it wait for the receiver, so the
     /// two sides take turns instead of working side by side. `accio bench coalesce
-    /// --backend shm --sizes 64 --pattern random --transfer pull --repetitions 11`
+    /// --backend shm --sizes 64 --pattern random --transfer pull --reps 11`
     /// (16x4x32K, a flush per pass), 8 spares against 64, four interleaved pairs:
     /// 63.3/64.9, 31.3/38.9, 60.1/87.0, 44.8/81.6 M items/s.
     pub fn in_flight(mut self, n: usize) -> CacheConfig {

@@ -39,8 +39,8 @@ pub(super) fn laplace_section(report: &Report) -> Option<Section> {
         }
     }
     let mut blocks = vec![Block::Para(
-        "Seed 001's streaming Jacobi/Laplacian over the rank world: time per iteration of each \
-         phase on each rank (median, min–max over the iterations), the halo rate beside the \
+        "The streaming Jacobi/Laplacian over the rank world (a halo exchange between \
+         neighbouring ranks): time per iteration of each phase on each rank (median, min–max over the iterations), the halo rate beside the \
          pair bandwidth (one face one way by the same path, measured in the same run), and \
          the kernel's sweep rate beside an in-place sweep of as many bytes by every rank at \
          once."
