@@ -40,10 +40,10 @@ pub(super) fn laplace_section(report: &Report) -> Option<Section> {
     }
     let mut blocks = vec![Block::Para(
         "The streaming Jacobi/Laplacian over the rank world (a halo exchange between \
-         neighbouring ranks): time per iteration of each phase on each rank (median, min–max over the iterations), the halo rate beside the \
-         pair bandwidth (one face one way by the same path, measured in the same run), and \
-         the kernel's sweep rate beside an in-place sweep of as many bytes by every rank at \
-         once."
+         neighbouring ranks): time per iteration of each phase on each rank (median, \
+         min–max over the iterations), the halo rate beside the pair bandwidth (one face one \
+         way by the same path, measured in the same run), and the kernel's sweep rate beside \
+         an in-place sweep of as many bytes by every rank at once."
             .into(),
     )];
     for (i, run) in runs.iter().enumerate() {
