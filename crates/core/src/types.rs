@@ -128,6 +128,23 @@ impl<T> Progress<T> {
 #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug, Hash)]
 pub struct Mark(pub u64);
 
+impl Mark {
+    /// `Ok` when this mark is one an endpoint whose latest mark is `latest` can have
+    /// issued; else the error `fence_wait` gives for a mark never issued, naming both.
+    pub fn check_issued(self, latest: u64) -> crate::Result<()> {
+        if self.0 <= latest {
+            return Ok(());
+        }
+        Err(crate::Error::invalid(
+            "fence_wait",
+            format!(
+                "mark {} was not issued by this endpoint (its latest is {latest})",
+                self.0
+            ),
+        ))
+    }
+}
+
 /// What a backend can do beyond the common contract. The conformance suite checks that each
 /// advertised capability really works and each missing one reports `Unsupported`.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]

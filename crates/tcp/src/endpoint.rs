@@ -540,16 +540,7 @@ impl Endpoint for TcpEndpoint {
     }
 
     fn fence_wait(&self, mark: Mark) -> Result<()> {
-        let last = self.s().last_seq.load(Ordering::Acquire);
-        if mark.0 > last {
-            return Err(Error::invalid(
-                "fence_wait",
-                format!(
-                    "mark {} was not issued by this endpoint (its latest is {last})",
-                    mark.0
-                ),
-            ));
-        }
+        mark.check_issued(self.s().last_seq.load(Ordering::Acquire))?;
         self.wait_acked(mark.0, true)
     }
 

@@ -669,16 +669,7 @@ impl Endpoint for MpiEndpoint {
     }
 
     fn fence_wait(&self, mark: Mark) -> Result<()> {
-        let latest = self.issued.load(Ordering::Acquire);
-        if mark.0 > latest {
-            return Err(Error::invalid(
-                "fence_wait",
-                format!(
-                    "mark {} was not issued by this endpoint (its latest is {latest})",
-                    mark.0
-                ),
-            ));
-        }
+        mark.check_issued(self.issued.load(Ordering::Acquire))?;
         // One flush completes every RMA issued to the peer, the marked ones included.
         self.flush()
     }

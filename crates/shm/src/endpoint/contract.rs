@@ -347,19 +347,11 @@ impl Endpoint for ShmEndpoint {
     }
 
     fn fence_wait(&self, mark: Mark) -> Result<()> {
-        let latest = self
-            .marked
-            .load(Ordering::Acquire)
-            .max(self.rma_issued.load(Ordering::Relaxed));
-        if mark.0 > latest {
-            return Err(Error::invalid(
-                "fence_wait",
-                format!(
-                    "mark {} was not issued by this endpoint (its latest is {latest})",
-                    mark.0
-                ),
-            ));
-        }
+        mark.check_issued(
+            self.marked
+                .load(Ordering::Acquire)
+                .max(self.rma_issued.load(Ordering::Relaxed)),
+        )?;
         fence(Ordering::SeqCst);
         self.check_alive()
     }
