@@ -231,8 +231,13 @@ fn garbage_is_refused_with_a_reason_not_a_panic() {
 /// Reserves a 64 KiB room, writes `payload(0, seq, len)` into it as a producer in place
 /// would (`pwrite` at the payload offset) and commits it.
 fn reserve_write_commit(w: &ContainerWriter, seq: u64, len: usize) -> crate::Result<()> {
+    write_in_room(w, 64 << 10, seq, len).map(|_| ())
+}
+
+/// [`reserve_write_commit`] into a room of `room` payload bytes (its rest a hole); returns
+/// where the block starts.
+fn write_in_room(w: &ContainerWriter, room: u64, seq: u64, len: usize) -> crate::Result<u64> {
     use std::os::unix::fs::FileExt;
-    let room = 64 << 10;
     let start = w.reserve(room)?;
     let at = block_extent(start, 0, w.align()).0;
     let f = std::fs::OpenOptions::new()
@@ -252,7 +257,7 @@ fn reserve_write_commit(w: &ContainerWriter, seq: u64, len: usize) -> crate::Res
         crc,
         Rest::Hole,
     )?;
-    Ok(())
+    Ok(start)
 }
 
 #[test]
@@ -713,11 +718,8 @@ fn the_four_lane_header_search_agrees_with_one_slot_at_a_time() {
 /// the end; with `pin`, room of a producer that vanished in the middle (a wall nothing
 /// moves across). Returns its writer, not closed, and the blocks (seq, len).
 fn write_holey(path: &std::path::Path, pin: bool) -> (ContainerWriter, Vec<(u64, usize)>) {
-    use std::os::unix::fs::FileExt;
     let w = ContainerWriter::create(path, ContainerOptions::default()).unwrap();
-    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
     let (mut blocks, mut seq) = (Vec::new(), 0u64);
-    // (room payload bytes, block length, or None for a room given back)
     // (room payload bytes, block length, or None for a room given back; room 12345: a
     // room its producer may still write)
     let plan: [(u64, Option<usize>); 12] = [
@@ -743,26 +745,12 @@ fn write_holey(path: &std::path::Path, pin: bool) -> (ContainerWriter, Vec<(u64,
         }
         let wall = room == 12345;
         let room = if wall { 20480 } else { room };
-        let start = w.reserve(room).unwrap();
         let Some(len) = len else {
+            let start = w.reserve(room).unwrap();
             w.abandon_reserved(start, room, !wall).unwrap();
             continue;
         };
-        let data = payload(0, seq, len);
-        f.write_all_at(&data, block_extent(start, 0, w.align()).0)
-            .unwrap();
-        let crc = crate::checksum::crc32c(&data);
-        w.commit_reserved(
-            start,
-            room,
-            0,
-            seq,
-            BlockKind::Raw,
-            len as u64,
-            crc,
-            Rest::Hole,
-        )
-        .unwrap();
+        write_in_room(&w, room, seq, len).unwrap();
         blocks.push((seq, len));
         seq += 1;
     }
@@ -845,32 +833,14 @@ fn pinned_room_stays_a_hole_and_is_not_allocated() {
     let path = dir.join("pinned.accio");
     let w = ContainerWriter::create(&path, ContainerOptions::default()).unwrap();
     let f = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
-    let put = |seq: u64, room: u64, len: usize| {
-        let start = w.reserve(room).unwrap();
-        let data = payload(0, seq, len);
-        f.write_all_at(&data, block_extent(start, 0, w.align()).0)
-            .unwrap();
-        let crc = crate::checksum::crc32c(&data);
-        w.commit_reserved(
-            start,
-            room,
-            0,
-            seq,
-            BlockKind::Raw,
-            len as u64,
-            crc,
-            Rest::Hole,
-        )
-        .unwrap();
-    };
-    put(0, 8192, 8000);
+    write_in_room(&w, 8192, 0, 8000).unwrap();
     let room = 1 << 20;
     let pinned = w.reserve(room).unwrap();
     // Its producer wrote part of it, then vanished (its room may still be mapped).
     f.write_all_at(&vec![7u8; 300_000], block_extent(pinned, 0, w.align()).0)
         .unwrap();
     w.abandon_reserved(pinned, room, false).unwrap();
-    put(1, 8192, 8000);
+    write_in_room(&w, 8192, 1, 8000).unwrap();
     let s = w.finish(false).unwrap();
     let r = ContainerReader::open(&path).unwrap();
     let v = r.verify().unwrap();
