@@ -233,3 +233,41 @@ pub(crate) fn post_run_warnings(bench: &str, rec: &mut Recorder) -> anyhow::Resu
     }
     Ok(())
 }
+
+/// An error that ends accio with an exit status of its own (README, "Exit status"): 2 for
+/// a usage error, as clap's own for a bad command line; 3 for an `accio compare
+/// --fail-on-regression` that could judge nothing.
+#[derive(Debug)]
+pub struct ExitWith {
+    /// The process's exit status.
+    pub status: u8,
+    /// What went wrong.
+    pub message: String,
+}
+
+impl ExitWith {
+    /// A usage error (exit status 2).
+    pub fn usage(message: impl Into<String>) -> ExitWith {
+        ExitWith {
+            status: 2,
+            message: message.into(),
+        }
+    }
+
+    /// A comparison that is inconclusive: the machine differed between the runs (exit
+    /// status 3).
+    pub fn inconclusive(message: impl Into<String>) -> ExitWith {
+        ExitWith {
+            status: 3,
+            message: message.into(),
+        }
+    }
+}
+
+impl std::fmt::Display for ExitWith {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ExitWith {}

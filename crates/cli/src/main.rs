@@ -144,13 +144,9 @@ fn main() -> ExitCode {
             // One line with the whole context chain; no backtrace for a user error even
             // when RUST_BACKTRACE is set.
             term::eprint_para(&format!("error: {}", one_line(&e)), "  ");
-            if e.downcast_ref::<world_cmd::UsageError>().is_some() {
-                // A usage error, as clap's own (README: exit status 2).
-                return ExitCode::from(2);
-            }
-            if e.downcast_ref::<report_cmd::Inconclusive>().is_some() {
-                // `accio compare --fail-on-regression` with nothing it could judge.
-                return ExitCode::from(3);
+            if let Some(x) = e.downcast_ref::<common::ExitWith>() {
+                // A usage error (2) or an inconclusive comparison (3): README, exit status.
+                return ExitCode::from(x.status);
             }
             ExitCode::FAILURE
         }
@@ -224,10 +220,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }) => {
             // The report folder and the thorough preset are the suite's.
             if parent.out.is_some() || parent.full {
-                return Err(world_cmd::UsageError(
+                return Err(common::ExitWith::usage(
                     "--out and --full are for plain `accio bench` (the suite); a bench on its \
-                     own writes its figures with --json, --export-csv or --export-markdown"
-                        .into(),
+                     own writes its figures with --json, --export-csv or --export-markdown",
                 )
                 .into());
             }
@@ -333,7 +328,8 @@ mod vocabulary_tests {
         let cli = super::Cli::try_parse_from(["accio", "bench", "--out", "r", "mem"]).unwrap();
         let e = super::run(cli).unwrap_err();
         assert!(
-            e.downcast_ref::<crate::world_cmd::UsageError>().is_some(),
+            e.downcast_ref::<crate::common::ExitWith>()
+                .is_some_and(|x| x.status == 2),
             "{e}"
         );
     }

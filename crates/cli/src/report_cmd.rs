@@ -61,7 +61,7 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
     // Short, so that it fits a terminal: the rows above name the figures.
     let moved = c.machine_differed().len();
     if moved > 0 {
-        return Err(Inconclusive(format!(
+        return Err(crate::common::ExitWith::inconclusive(format!(
             "{} figure(s) got slower or lower, but {moved} of the machine's own ceilings moved \
              too: inconclusive, run both again",
             c.regressions().len()
@@ -73,19 +73,6 @@ pub fn run_compare(args: CompareArgs) -> anyhow::Result<()> {
         c.regressions().len()
     )
 }
-
-/// `accio compare --fail-on-regression` could judge nothing: the machine differed between
-/// the runs (exit status 3).
-#[derive(Debug)]
-pub struct Inconclusive(pub String);
-
-impl std::fmt::Display for Inconclusive {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for Inconclusive {}
 
 /// Runs `accio info`: the facts on stdout, and as JSON with `--json FILE`.
 pub fn run_info(args: InfoArgs) -> anyhow::Result<()> {

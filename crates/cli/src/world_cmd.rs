@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use crate::common::ExitWith;
 use accio::{Access, RmaFlags};
 use accio_world::rendezvous::Rendezvous;
 use accio_world::World;
@@ -43,18 +44,6 @@ fn describe(s: ExitStatus) -> String {
     }
 }
 
-/// A usage error: `accio` exits with status 2 for it, as for a bad command line.
-#[derive(Debug)]
-pub struct UsageError(pub String);
-
-impl std::fmt::Display for UsageError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
-}
-
-impl std::error::Error for UsageError {}
-
 /// Ranks per CPU `accio run` starts at most without `--oversubscribe`: far more than any
 /// useful world (one rank per core is the rule), far fewer than a typo's hundred thousand.
 const RANKS_PER_CPU: usize = 64;
@@ -66,13 +55,13 @@ const OVERSUBSCRIBE_ENV: &str = "ACCIO_OVERSUBSCRIBE";
 /// unless `force` or `ACCIO_OVERSUBSCRIBE=1`.
 pub fn check_ranks(n: usize, force: bool) -> anyhow::Result<()> {
     if n == 0 {
-        return Err(UsageError("-n 0: a world needs at least one rank".into()).into());
+        return Err(ExitWith::usage("-n 0: a world needs at least one rank").into());
     }
     let cpus = std::thread::available_parallelism().map_or(1, |c| c.get());
     let cap = cpus.saturating_mul(RANKS_PER_CPU);
     let forced = force || std::env::var_os(OVERSUBSCRIBE_ENV).is_some_and(|v| v == "1");
     if n > cap && !forced {
-        return Err(UsageError(format!(
+        return Err(ExitWith::usage(format!(
             "{n} ranks: more than {RANKS_PER_CPU} per CPU this process may run on ({cpus} \
              CPUs, so at most {cap}); pass --oversubscribe (or set {OVERSUBSCRIBE_ENV}=1) to \
              start them anyway"
@@ -199,7 +188,7 @@ fn kill_all(children: &mut [Child]) {
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     check_ranks(a.n, a.oversubscribe)?;
     if !(a.timeout.is_finite() && a.timeout > 0.0) {
-        return Err(UsageError(format!(
+        return Err(ExitWith::usage(format!(
             "--timeout {}: must be a positive number of seconds",
             a.timeout
         ))
