@@ -445,6 +445,13 @@ unsafe fn drop_pages(p: *mut u8, len: usize) {
 
 /// `fallocate(fd, 0, offset, len)`: allocates and extends the file's size.
 fn fallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
+    fallocate_mode(file, 0, offset, len)
+}
+
+/// `fallocate(fd, mode, offset, len)`, tried again when a signal interrupts it: allocates
+/// (mode 0), or with `FALLOC_FL_PUNCH_HOLE` or `FALLOC_FL_COLLAPSE_RANGE` frees or cuts
+/// out the range.
+pub(super) fn fallocate_mode(file: &File, mode: i32, offset: u64, len: u64) -> std::io::Result<()> {
     if len == 0 {
         return Ok(());
     }
@@ -453,8 +460,8 @@ fn fallocate(file: &File, offset: u64, len: u64) -> std::io::Result<()> {
         _ => return Err(std::io::Error::other("file range beyond off_t")),
     };
     loop {
-        // SAFETY: a plain system call on our own descriptor; it only allocates.
-        let r = unsafe { libc::fallocate(file.as_raw_fd(), 0, off, len) };
+        // SAFETY: a plain system call on our own descriptor, on a range it names.
+        let r = unsafe { libc::fallocate(file.as_raw_fd(), mode, off, len) };
         if r == 0 {
             return Ok(());
         }

@@ -11,7 +11,7 @@ use super::format::{
     block_extent, encode_index, BlockHeader, BlockKind, FileHeader, IndexEntry, Trailer,
     DEFAULT_ALIGN, FILE_MOVED, HEADER_BYTES, MAX_ALIGN, MIN_ALIGN, TRAILER_CLEAN, VERSION,
 };
-use super::headers::{ClaimMode, HeaderMap};
+use super::headers::{fallocate_mode, ClaimMode, HeaderMap};
 use crate::error::{MergeError, Result};
 
 /// Options of a new container file.
@@ -466,6 +466,7 @@ impl ContainerWriter {
     pub fn finish(self, sync: bool) -> Result<ContainerSummary> {
         let mut st = self.state.into_inner().expect("container writer lock");
         let mut entries = std::mem::take(&mut st.entries);
+        cut_and_sort(&mut st, &mut entries);
         if st.failed.is_none() {
             // A failure leaves the file as it was at that step: whole, with its holes.
             let _ = settle(
@@ -476,6 +477,9 @@ impl ContainerWriter {
                 usize::MAX,
                 true,
             );
+            // Room left between blocks (a producer that vanished, a compaction that
+            // stopped or was turned off) holds nothing: its pages go back.
+            punch_gaps(&self.file, self.header, &entries, st.next);
         }
         let index = encode_index(&entries);
         let trailer = Trailer {
@@ -520,6 +524,7 @@ impl ContainerWriter {
     pub(crate) fn stop_compacting_after(self, steps: usize, collapse: bool) -> bool {
         let mut st = self.state.into_inner().expect("container writer lock");
         let mut entries = std::mem::take(&mut st.entries);
+        cut_and_sort(&mut st, &mut entries);
         settle(
             &self.file,
             self.header,
@@ -532,18 +537,9 @@ impl ContainerWriter {
     }
 }
 
-/// Cuts the holes that end the data off and compacts the rest (at most `steps` writes:
-/// tests stop there, as a kill would), leaving `entries` in file order.
-fn settle(
-    file: &File,
-    header: FileHeader,
-    st: &mut State,
-    entries: &mut [IndexEntry],
-    steps: usize,
-    collapse: bool,
-) -> std::io::Result<()> {
-    // Room reserved last and never filled (producers' prefetched rooms, mostly) ends the
-    // file for nothing: cut it off.
+/// Cuts the holes that end the data off (room reserved last and never filled, producers'
+/// prefetched rooms mostly: it ends the file for nothing) and puts `entries` in file order.
+fn cut_and_sort(st: &mut State, entries: &mut [IndexEntry]) {
     st.holes.sort_unstable();
     while let Some(&(start, end)) = st.holes.last() {
         if end != st.next {
@@ -553,6 +549,18 @@ fn settle(
         st.holes.pop();
     }
     entries.sort_by_key(|e| e.offset);
+}
+
+/// Compacts the file ([`compact`]) unless `ACCIO_MERGE_COMPACT=off`, in at most `steps`
+/// writes (tests stop there, as a kill would), `entries` in file order.
+fn settle(
+    file: &File,
+    header: FileHeader,
+    st: &mut State,
+    entries: &mut [IndexEntry],
+    steps: usize,
+    collapse: bool,
+) -> std::io::Result<()> {
     // ACCIO_MERGE_COMPACT: `copy` moves blocks even where the file system could cut the
     // holes out (to measure); `off` leaves the holes in place, deallocated (a file on
     // tmpfs then costs no memory for them, and closing copies nothing: see FORMAT.md).
@@ -563,17 +571,10 @@ fn settle(
         left: steps,
         collapse: collapse && how.as_deref() != Ok("copy"),
     };
-    let compacted = if how.as_deref() == Ok("off") {
-        Ok(())
-    } else {
-        compact(&mut w, header, entries, &st.pinned, &mut st.next)
-    };
-    if steps == usize::MAX {
-        // Room left between blocks (a producer that vanished, or a compaction that
-        // stopped) holds nothing: give its pages back to the file system.
-        punch_gaps(file, header, entries, st.next);
+    if how.as_deref() == Ok("off") {
+        return Ok(());
     }
-    compacted
+    compact(&mut w, header, entries, &st.pinned, &mut st.next)
 }
 
 /// Deallocates the space between blocks (past each gap's first `align` bytes, where one
@@ -583,37 +584,40 @@ fn settle(
 fn punch_gaps(file: &File, header: FileHeader, entries: &[IndexEntry], next: u64) {
     let align = u64::from(header.align);
     let page = 4096u64.max(align);
-    let mut end = header.first_block();
-    let ends = entries
-        .iter()
-        .map(|e| {
-            (
-                e.offset,
-                block_extent(e.offset, e.header.len, header.align).1,
-            )
-        })
-        .chain(std::iter::once((next, next)));
-    for (start, block_end) in ends {
-        if start > end {
-            let from = (end + align).div_ceil(page) * page;
-            let to = start / page * page;
-            // One hole header over the whole gap first: it may hold several holes, and
-            // the headers of the later ones lie in what is punched.
-            if to > from && write_space_at(file, header.align, end, start).is_ok() {
-                // SAFETY: a plain system call on our own descriptor; it only frees
-                // blocks of the range given, inside the file.
-                unsafe {
-                    libc::fallocate(
-                        file.as_raw_fd(),
-                        libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
-                        from as libc::off_t,
-                        (to - from) as libc::off_t,
-                    )
-                };
-            }
-        }
-        end = end.max(block_end);
+    let mut all = gaps(entries, header.align, header.first_block(), u64::MAX);
+    // And room past the last block, where the data ends with such room.
+    let last = entries.last().map_or(header.first_block(), |e| {
+        block_extent(e.offset, e.header.len, header.align).1
+    });
+    if next > last {
+        all.push((last, next));
     }
+    for (start, end) in all {
+        let (from, to) = ((start + align).div_ceil(page) * page, end / page * page);
+        // One hole header over the whole gap first: it may hold several holes, and the
+        // headers of the later ones lie in what is punched.
+        if to > from && write_space_at(file, header.align, start, end).is_ok() {
+            let _ = fallocate_mode(
+                file,
+                libc::FALLOC_FL_PUNCH_HOLE | libc::FALLOC_FL_KEEP_SIZE,
+                from,
+                to - from,
+            );
+        }
+    }
+}
+
+/// The space between the blocks (in file order) that start in `lo..hi`, from `lo` on.
+fn gaps(entries: &[IndexEntry], align: u32, lo: u64, hi: u64) -> Vec<(u64, u64)> {
+    let mut end = lo;
+    let mut gaps = Vec::new();
+    for e in entries.iter().filter(|e| (lo..hi).contains(&e.offset)) {
+        if e.offset > end {
+            gaps.push((end, e.offset));
+        }
+        end = block_extent(e.offset, e.header.len, align).1;
+    }
+    gaps
 }
 
 /// The writes of a compaction, counted: tests stop one after any number of them.
@@ -653,25 +657,7 @@ impl Steps<'_> {
     /// Cuts `offset..offset + len` out of the file, shifting what follows down.
     fn collapse_range(&mut self, offset: u64, len: u64) -> std::io::Result<()> {
         self.step()?;
-        let (off, len) = (offset as libc::off_t, len as libc::off_t);
-        loop {
-            // SAFETY: a plain system call on our own descriptor.
-            let r = unsafe {
-                libc::fallocate(
-                    self.file.as_raw_fd(),
-                    libc::FALLOC_FL_COLLAPSE_RANGE,
-                    off,
-                    len,
-                )
-            };
-            if r == 0 {
-                return Ok(());
-            }
-            let e = std::io::Error::last_os_error();
-            if e.kind() != std::io::ErrorKind::Interrupted {
-                return Err(e);
-            }
-        }
+        fallocate_mode(self.file, libc::FALLOC_FL_COLLAPSE_RANGE, offset, len)
     }
 }
 
@@ -699,19 +685,7 @@ fn compact(
     next: &mut u64,
 ) -> std::io::Result<()> {
     let align = header.align;
-    let extent = |e: &IndexEntry| block_extent(e.offset, e.header.len, align).1 - e.offset;
-    // The space between the blocks that start in lo..hi, from lo.
-    let gaps = |entries: &[IndexEntry], lo: u64, hi: u64| {
-        let mut end = lo;
-        let mut gaps = Vec::new();
-        for e in entries.iter().filter(|e| (lo..hi).contains(&e.offset)) {
-            if e.offset > end {
-                gaps.push((end, e.offset));
-            }
-            end = e.offset + extent(e);
-        }
-        gaps
-    };
+    let gaps = |entries: &[IndexEntry], lo: u64, hi: u64| gaps(entries, align, lo, hi);
     // Room someone may still write is a wall: blocks move only within the stretches
     // between walls, and only past the last wall may the file shrink.
     let mut walls = pinned.to_vec();
