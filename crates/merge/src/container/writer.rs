@@ -837,18 +837,18 @@ fn copy_within(file: &File, from: u64, to: u64, len: u64) -> std::io::Result<()>
             left -= n as u64;
             continue;
         }
+        if n == 0 {
+            // The source ends before the range does (errno says nothing here).
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                format!("copy_file_range found the file ending at {off_in}"),
+            ));
+        }
         let e = std::io::Error::last_os_error();
         match e.raw_os_error() {
             Some(libc::EINTR) => continue,
-            Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) if n < 0 => {
-                break;
-            }
-            _ if n == 0 => {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::UnexpectedEof,
-                    "copy_file_range copied nothing",
-                ))
-            }
+            // Not between these files or on this file system: copy through a buffer.
+            Some(libc::EXDEV | libc::EINVAL | libc::ENOSYS | libc::EOPNOTSUPP) => break,
             _ => return Err(e),
         }
     }
