@@ -459,23 +459,19 @@ impl ContainerReader {
                         continue;
                     } else {
                         close_bad(&mut out.damage, &mut bad, off);
-                        let id = (bh.len, bh.payload_crc, bh.kind);
-                        match found.entry((bh.producer, bh.seq)) {
-                            std::collections::hash_map::Entry::Occupied(o) if *o.get() == id => {
-                                out.holes.push(Hole {
-                                    offset: off,
-                                    len: end - off,
-                                });
-                            }
-                            o => {
-                                if let std::collections::hash_map::Entry::Vacant(v) = o {
-                                    v.insert(id);
-                                }
-                                out.blocks.push(IndexEntry {
-                                    header: bh,
-                                    offset: off,
-                                });
-                            }
+                        let (key, id) = ((bh.producer, bh.seq), (bh.len, bh.payload_crc, bh.kind));
+                        if found.get(&key) == Some(&id) {
+                            // The same block again: a copy, not a block.
+                            out.holes.push(Hole {
+                                offset: off,
+                                len: end - off,
+                            });
+                        } else {
+                            found.entry(key).or_insert(id);
+                            out.blocks.push(IndexEntry {
+                                header: bh,
+                                offset: off,
+                            });
                         }
                         off = end;
                         out.data_end = end.min(limit);
