@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::container::{block_extent, BlockKind, ContainerOptions, ContainerWriter};
+use crate::container::{block_extent, BlockKind, ContainerOptions, ContainerWriter, Rest};
 use crate::error::Result;
 
 /// One committed block, as the merger hands it to its sink.
@@ -91,15 +91,15 @@ pub trait DirectSink {
     /// Records the block written into the room of `bytes` whose payload starts at
     /// `payload_at`: its length, kind and the checksum of its bytes, which are in the file
     /// already (and which the sink reads to compute it when the block comes without one).
-    /// The rest of the room, if the block leaves any, stays reserved with `keep_rest` (its
-    /// producer writes its next blocks there: [`crate::wire::room_rest`]) and is marked a
-    /// hole without.
+    /// The rest of the room, if the block leaves any, becomes what `rest` says: still
+    /// reserved ([`Rest::Lent`]: its producer writes its next blocks there,
+    /// [`crate::wire::room_rest`]) or a hole.
     fn commit(
         &mut self,
         payload_at: u64,
         bytes: u64,
         block: &DirectBlock,
-        keep_rest: bool,
+        rest: Rest,
     ) -> Result<()>;
 
     /// Marks reserved room that will not be committed as a hole. `released`: its producer
@@ -233,22 +233,11 @@ impl DirectSink for ContainerSink {
         Ok(block_extent(start, 0, self.writer.align()).0)
     }
 
-    fn commit(
-        &mut self,
-        payload_at: u64,
-        bytes: u64,
-        b: &DirectBlock,
-        keep_rest: bool,
-    ) -> Result<()> {
+    fn commit(&mut self, payload_at: u64, bytes: u64, b: &DirectBlock, rest: Rest) -> Result<()> {
         let start = self.start_of(payload_at);
         let crc = match b.crc {
             Some(c) => c,
             None => self.writer.reserved_payload_crc(start, b.len)?,
-        };
-        let rest = if keep_rest {
-            crate::container::Rest::Lent
-        } else {
-            crate::container::Rest::Hole
         };
         self.writer
             .commit_reserved(start, bytes, b.producer, b.seq, b.kind, b.len, crc, rest)

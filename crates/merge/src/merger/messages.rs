@@ -5,7 +5,7 @@ use std::time::Instant;
 use super::conn::{Room, Why};
 use super::progress::Core;
 use super::Event;
-use crate::container::BlockKind;
+use crate::container::{BlockKind, Rest};
 use crate::error::MergeError;
 use crate::sink::{Block, DirectBlock};
 use crate::wire::{Msg, ANY_PRODUCER, PROTOCOL};
@@ -301,8 +301,8 @@ impl Core {
             self.grant_waiters();
             return Ok(());
         }
-        let rest = crate::wire::room_rest(align, room.bytes, len);
-        if let Some((at, bytes)) = rest {
+        let kept = crate::wire::room_rest(align, room.bytes, len);
+        if let Some((at, bytes)) = kept {
             let c = self.conns.get_mut(&key).expect("live connection");
             c.rooms.push(Room {
                 id: room.id,
@@ -323,10 +323,16 @@ impl Core {
         self.grant_waiters();
         let sink = self.sink.as_mut().expect("sink present until close");
         let t = Instant::now();
-        let written =
-            sink.direct()
-                .expect("direct sink")
-                .commit(room.at, room.bytes, &block, rest.is_some());
+        let written = sink.direct().expect("direct sink").commit(
+            room.at,
+            room.bytes,
+            &block,
+            if kept.is_some() {
+                Rest::Lent
+            } else {
+                Rest::Hole
+            },
+        );
         self.stats.sink_write_ns += t.elapsed().as_nanos() as u64;
         match written {
             Ok(()) => {
