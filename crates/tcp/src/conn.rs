@@ -253,7 +253,7 @@ pub(crate) fn connect(addr: &Addr, timeout: Duration, opts: TcpOptions) -> Resul
     let mut wait = accio_core::ListenerWait::new(timeout);
     loop {
         for sa in resolve(addr)? {
-            let left = deadline.saturating_duration_since(Instant::now());
+            let left = wait.left();
             if left.is_zero() {
                 break;
             }
