@@ -19,10 +19,6 @@ fn tmux_on(tag: &str, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn tmux(args: &[&str]) -> std::process::Output {
-    tmux_on("report", args)
-}
-
 fn socket(tag: &str) -> String {
     format!("accio-test-{}-{tag}", std::process::id())
 }
@@ -45,49 +41,17 @@ impl Drop for Server {
     }
 }
 
-/// Runs `accio report FIXTURE --out DIR` in a detached tmux session `cols` wide and returns
-/// the screen with wrapped lines joined (`capture-pane -J`), so a row the terminal wrapped
-/// comes back as one line longer than the terminal.
+/// Runs `accio report FIXTURE --out DIR` in a tmux pane `cols` wide (and once into
+/// `screen.txt`, no terminal) and returns the pane's lines (see [`pane`]).
 fn screen(cols: u16, out: &Path) -> String {
     let fixture = Path::new(env!("CARGO_MANIFEST_DIR")).join("../report/tests/data/quick-run.json");
-    let session = format!("accio-term-{}-{cols}", std::process::id());
-    let done = out.join("done");
-    let _ = std::fs::remove_file(&done);
-    let cmd = format!(
-        "{} report {} --out {} > {}/screen.txt 2>&1; {} report {} --out {}; touch {}; sleep 30",
-        env!("CARGO_BIN_EXE_accio"),
-        fixture.display(),
-        out.display(),
-        out.display(),
-        env!("CARGO_BIN_EXE_accio"),
-        fixture.display(),
-        out.display(),
-        done.display()
+    let accio = env!("CARGO_BIN_EXE_accio");
+    let script = format!(
+        "{accio} report {f} --out {o} > {o}/screen.txt 2>&1; {accio} report {f} --out {o}",
+        f = fixture.display(),
+        o = out.display(),
     );
-    let ok = tmux(&[
-        "new-session",
-        "-d",
-        "-s",
-        &session,
-        "-x",
-        &cols.to_string(),
-        "-y",
-        "200",
-        &cmd,
-    ]);
-    assert!(
-        ok.status.success(),
-        "{}",
-        String::from_utf8_lossy(&ok.stderr)
-    );
-    let start = Instant::now();
-    while !done.exists() && start.elapsed() < Duration::from_secs(30) {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    let cap = tmux(&["capture-pane", "-p", "-J", "-t", &session, "-S", "0"]);
-    let _ = tmux(&["kill-session", "-t", &session]);
-    assert!(done.exists(), "accio report did not finish in the terminal");
-    String::from_utf8(cap.stdout).unwrap()
+    pane("report", cols, &script, out)
 }
 
 /// Whether tmux is here; prints why the test is skipped where it is not.
@@ -138,11 +102,13 @@ fn headline_table_fits_80_and_120_columns() {
     std::fs::remove_dir_all(&out).unwrap();
 }
 
-/// Runs `script` (sh) in a detached tmux pane 80 columns wide with room for the whole run in
-/// its history, waits for it to touch `done`, and returns every line it left (wrapped lines
-/// joined, `capture-pane -J`, so a line the terminal wrapped comes back longer than 80).
-fn pane_80(tag: &'static str, script: &str, out: &Path) -> String {
+/// Runs `script` (sh) in a detached tmux pane `cols` wide, on the test's own server
+/// `tag`, with room for the whole run in its history; waits for it to touch `done` in
+/// `out`; returns every line it left, wrapped lines joined (`capture-pane -J`), so a line
+/// the terminal wrapped comes back longer than the pane.
+fn pane(tag: &'static str, cols: u16, script: &str, out: &Path) -> String {
     let done = out.join("done");
+    let _ = std::fs::remove_file(&done);
     let cmd = format!("{script}; touch {}; sleep 60", done.display());
     let ok = tmux_on(
         tag,
@@ -161,7 +127,7 @@ fn pane_80(tag: &'static str, script: &str, out: &Path) -> String {
             "-s",
             tag,
             "-x",
-            "80",
+            &cols.to_string(),
             "-y",
             "50",
             &cmd,
@@ -180,6 +146,7 @@ fn pane_80(tag: &'static str, script: &str, out: &Path) -> String {
         tag,
         &["capture-pane", "-p", "-J", "-t", tag, "-S", "-", "-E", "-"],
     );
+    let _ = tmux_on(tag, &["kill-session", "-t", tag]);
     assert!(done.exists(), "the commands did not finish in the terminal");
     String::from_utf8(cap.stdout).unwrap()
 }
@@ -207,7 +174,7 @@ fn every_line_of_a_bench_demo_compare_info_and_help_fits_80_columns() {
         dir = out.display(),
         fixture = fixture.display(),
     );
-    let screen = pane_80("lines", &script, &out);
+    let screen = pane("lines", 80, &script, &out);
     let long: Vec<&str> = screen.lines().filter(|l| l.chars().count() > 80).collect();
     assert!(
         long.is_empty(),
