@@ -180,6 +180,15 @@ fn legend_entries(svg: &str) -> Vec<(String, Vec<(f64, String)>)> {
         .collect()
 }
 
+/// A plot's ceiling lines: name and colour.
+fn ceilings(p: &LinePlot) -> Vec<(&str, usize)> {
+    p.series
+        .iter()
+        .filter(|s| s.dashed)
+        .map(|s| (s.name.as_str(), s.color))
+        .collect()
+}
+
 #[test]
 fn two_ceilings_of_one_name_and_other_parameters_are_two_series_told_apart() {
     let d = document(&synthetic());
@@ -198,27 +207,16 @@ fn two_ceilings_of_one_name_and_other_parameters_are_two_series_told_apart() {
     assert_eq!(at_one, [2.87, 1.77]);
     // Ceilings of one name with other values: one line each, each saying whose it is.
     let p = plot(&d, "merge throughput vs producers on /tmp");
-    let ceilings: Vec<&str> = p
-        .series
-        .iter()
-        .filter(|s| s.dashed)
-        .map(|s| s.name.as_str())
-        .collect();
-    assert_eq!(ceilings, [format!("ceiling: {CEILING}")]);
+    let names: Vec<&str> = ceilings(p).into_iter().map(|(n, _)| n).collect();
+    assert_eq!(names, [format!("ceiling: {CEILING}")]);
     // (Every series of that plot met 2.87 at one producer and 3.1 at sixteen: one line.)
     let c = p.series.iter().find(|s| s.dashed).unwrap();
     let ys: Vec<f64> = c.points.iter().map(|q| q.y).collect();
     assert_eq!(ys, [2.87, 3.1]);
     // On the coalescing plot each backend has its own large-message ceiling.
     let p = plot(&d, "coalesce item_bw vs footprint");
-    let ceilings: Vec<(&str, usize)> = p
-        .series
-        .iter()
-        .filter(|s| s.dashed)
-        .map(|s| (s.name.as_str(), s.color))
-        .collect();
     assert_eq!(
-        ceilings,
+        ceilings(p),
         [
             ("ceiling of shm: large-message bw", 0),
             ("ceiling of tcp: large-message bw", 1),
@@ -260,16 +258,10 @@ fn a_ceiling_measured_again_for_some_series_only_names_them() {
     }
     let d = document(&r);
     let p = plot(&d, "merge throughput vs producers on /dev/shm");
-    let ceilings: Vec<(&str, usize)> = p
-        .series
-        .iter()
-        .filter(|s| s.dashed)
-        .map(|s| (s.name.as_str(), s.color))
-        .collect();
     let others = format!("ceiling of shm direct, shm copy, naive (the alternative): {CEILING}");
     let tcp = format!("ceiling of tcp: {CEILING}");
     assert_eq!(
-        ceilings,
+        ceilings(p),
         [(others.as_str(), crate::svg::BLACK), (tcp.as_str(), 1)]
     );
 }
@@ -278,14 +270,7 @@ fn a_ceiling_measured_again_for_some_series_only_names_them() {
 fn the_table_tells_apart_figures_that_would_read_alike() {
     let d = document(&synthetic());
     let s = d.sections.iter().find(|s| s.id == "bench-merge").unwrap();
-    let t = s
-        .blocks
-        .iter()
-        .find_map(|b| match b {
-            Block::Table(t) => Some(t),
-            _ => None,
-        })
-        .unwrap();
+    let t = super::tests::first_table(s);
     let first: Vec<&str> = t
         .rows
         .iter()

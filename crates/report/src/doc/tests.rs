@@ -79,14 +79,7 @@ fn a_laplace_run_gets_a_table_and_stacked_bars_per_rank() {
     assert_eq!(bars.bars, ["rank 0", "rank 1", "rank 2"]);
     assert_eq!(bars.segments[0].1, [2.0, 2.0, 2.0]);
     assert_eq!(bars.segments[2].0, "communicate");
-    let table = s
-        .blocks
-        .iter()
-        .find_map(|b| match b {
-            Block::Table(t) => Some(t),
-            _ => None,
-        })
-        .unwrap();
+    let table = first_table(s);
     assert_eq!(table.rows.len(), 3);
     // No generic section repeats the figures.
     assert_eq!(
@@ -96,4 +89,15 @@ fn a_laplace_run_gets_a_table_and_stacked_bars_per_rank() {
             .count(),
         0
     );
+}
+
+/// The first table of a section.
+pub(super) fn first_table(s: &Section) -> &Table {
+    s.blocks
+        .iter()
+        .find_map(|b| match b {
+            Block::Table(t) => Some(t),
+            _ => None,
+        })
+        .expect("a table in the section")
 }
