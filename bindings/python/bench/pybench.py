@@ -154,12 +154,7 @@ def cmd_mpi_bw(a):
         comm.Send(np.array([1], dtype=np.uint8), dest=1, tag=7)
         emit("mpi4py two-sided bw", "GB/s", samples, size=a.size, per_sample=n)
     else:
-        status = MPI.Status()
-        while True:
-            comm.Recv(dst, source=0, tag=MPI.ANY_TAG, status=status)
-            if status.Get_tag() == 7:
-                return
-            Send(dst, dest=0)
+        mpi_echo(comm, dst)
 
 
 def cmd_echo(a):
@@ -194,12 +189,19 @@ def cmd_mpi_latency(a):
         comm.Send(np.array([1], dtype=np.uint8), dest=1, tag=7)
         emit("mpi4py latency", "us", samples, size=a.size, per_sample=iters)
     else:
-        status = MPI.Status()
-        while True:
-            comm.Recv(buf, source=0, tag=MPI.ANY_TAG, status=status)
-            if status.Get_tag() == 7:
-                return
-            Send(buf, dest=0)
+        mpi_echo(comm, buf)
+
+
+def mpi_echo(comm, buf):
+    """Rank 1: sends every message back until rank 0's stop (tag 7)."""
+    from mpi4py import MPI
+
+    status = MPI.Status()
+    while True:
+        comm.Recv(buf, source=0, tag=MPI.ANY_TAG, status=status)
+        if status.Get_tag() == 7:
+            return
+        comm.Send(buf, dest=0)
 
 
 def cmd_rma(a):
