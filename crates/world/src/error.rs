@@ -29,8 +29,9 @@ pub enum WorldError {
         /// What is wrong.
         cause: String,
     },
-    /// The endpoint to `peer` did not come up in time.
-    #[error("rank {rank}: no endpoint from rank {peer} over {scheme} within {after:?}")]
+    /// What this rank waited for from `peer` did not come in time: the pair's endpoint,
+    /// or the peer's message in a barrier (which the next call resumes).
+    #[error("rank {rank}: no {waited} from rank {peer} over {scheme} within {after:?}")]
     Timeout {
         /// This rank.
         rank: usize,
@@ -38,6 +39,8 @@ pub enum WorldError {
         peer: usize,
         /// The backend.
         scheme: String,
+        /// What it waited for: `"endpoint"`, `"barrier message"`.
+        waited: &'static str,
         /// How long it waited.
         after: Duration,
     },

@@ -20,7 +20,9 @@
 //!
 //! Every pair connects on demand: both ranks call `endpoint(peer)`; the lower rank connects
 //! to the higher rank's listener for the chosen backend and introduces itself with one
-//! message, the higher rank's acceptor files the endpoint under that rank.
+//! message (its rank and the connection's channel), the higher rank's acceptor files the
+//! endpoint under that rank and channel. [`World::barrier`] keeps connections of its own
+//! (channel 1), so its messages never meet a program's.
 
 pub mod choice;
 mod error;
@@ -40,8 +42,28 @@ pub use error::{Result, WorldError};
 pub use node::NodeId;
 pub use rendezvous::Record;
 
-/// The first message on every world connection: magic and the connecting rank.
+/// The first message on every world connection: magic, the connecting rank (u64 LE) and
+/// the channel the connection serves (one byte).
 const HELLO: &[u8; 4] = b"AWLD";
+/// The length of the whole first message.
+const HELLO_LEN: usize = HELLO.len() + 8 + 1;
+
+/// What a world connection serves: a program's endpoint, or the world's own barrier.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum Channel {
+    Program = 0,
+    Barrier = 1,
+}
+
+impl Channel {
+    fn from_byte(b: u8) -> Option<Channel> {
+        match b {
+            0 => Some(Channel::Program),
+            1 => Some(Channel::Barrier),
+            _ => None,
+        }
+    }
+}
 
 /// How a rank joins a world (what [`World::from_env`] reads from the environment).
 #[derive(Clone, Debug)]
@@ -115,8 +137,8 @@ impl Bootstrap {
     }
 }
 
-/// Accepted endpoints by (peer rank, scheme), oldest first.
-type Accepted = HashMap<(usize, String), VecDeque<Box<dyn Endpoint>>>;
+/// Accepted endpoints by (peer rank, scheme, channel), oldest first.
+type Accepted = HashMap<(usize, String, Channel), VecDeque<Box<dyn Endpoint>>>;
 
 /// This rank's listeners, one per scheme.
 pub type Listeners = Vec<(String, Box<dyn Listener>)>;
@@ -138,6 +160,18 @@ pub struct World {
     pending: Arc<Pending>,
     stop: Arc<AtomicBool>,
     acceptors: Vec<JoinHandle<()>>,
+    barrier: Mutex<BarrierState>,
+}
+
+/// Where this rank stands in its barriers: the barriers completed, the round of the one
+/// under way and whether that round's message went out, and the barrier's own endpoints
+/// by peer. Kept between calls so that a barrier that timed out resumes where it stopped.
+#[derive(Default)]
+struct BarrierState {
+    done: u64,
+    round: u32,
+    sent: bool,
+    eps: HashMap<usize, Box<dyn Endpoint>>,
 }
 
 impl std::fmt::Debug for World {
@@ -380,6 +414,7 @@ impl World {
             pending,
             stop,
             acceptors,
+            barrier: Mutex::default(),
         })
     }
 
@@ -462,6 +497,19 @@ impl World {
     /// An endpoint to `peer` over `scheme`, whatever the rule chose (for measuring every
     /// backend of a pair). Collective for the pair, like [`World::endpoint`].
     pub fn endpoint_via(&self, peer: usize, scheme: &str) -> Result<Box<dyn Endpoint>> {
+        self.connect_pair(peer, scheme, Channel::Program, self.timeout)
+    }
+
+    /// The connection of `channel` to `peer` over `scheme`: the lower rank connects and
+    /// introduces itself, the higher rank takes it from its acceptors, waiting at most
+    /// `patience`.
+    fn connect_pair(
+        &self,
+        peer: usize,
+        scheme: &str,
+        channel: Channel,
+        patience: Duration,
+    ) -> Result<Box<dyn Endpoint>> {
         self.choice(peer)?;
         let addr = self.table[peer]
             .addrs
@@ -479,14 +527,15 @@ impl World {
             source: Box::new(source),
         };
         if self.rank < peer {
-            let ep = accio::connect_with(&addr, self.timeout, &self.opts).map_err(terr)?;
+            let ep = accio::connect_with(&addr, patience, &self.opts).map_err(terr)?;
             let mut hello = HELLO.to_vec();
             hello.extend_from_slice(&(self.rank as u64).to_le_bytes());
+            hello.push(channel as u8);
             ep.send(&hello).map_err(terr)?;
             return Ok(ep);
         }
-        let deadline = Instant::now() + self.timeout;
-        let key = (peer, scheme.to_string());
+        let deadline = Instant::now() + patience;
+        let key = (peer, scheme.to_string(), channel);
         let mut map = self.pending.map.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             if let Some(ep) = map.get_mut(&key).and_then(|q| q.pop_front()) {
@@ -498,7 +547,8 @@ impl World {
                     rank: self.rank,
                     peer,
                     scheme: scheme.to_string(),
-                    after: self.timeout,
+                    waited: "endpoint",
+                    after: patience,
                 });
             }
             map = self
@@ -507,6 +557,92 @@ impl World {
                 .wait_timeout(map, left)
                 .unwrap_or_else(|p| p.into_inner())
                 .0;
+        }
+    }
+
+    /// Waits until every rank has called `barrier` (collective: every rank calls it, as
+    /// often as the others). A dissemination barrier: in round k, rank r tells rank
+    /// r + 2^k and hears from rank r − 2^k (modulo the size), so it takes ⌈log2 size⌉
+    /// message latencies, over the pair's chosen backend on connections of the barrier's
+    /// own that it makes on first use.
+    ///
+    /// `timeout` bounds this call (`None`: wait as long as it takes; a rank that died is
+    /// still reported, as `PeerGone` from the transport). A barrier that timed out is not
+    /// lost: the next call resumes it where it stopped, so a caller may wait in slices (to
+    /// check for Ctrl-C between them, say) and only the call that completes returns `Ok`.
+    pub fn barrier(&self, timeout: Option<Duration>) -> Result<()> {
+        let start = Instant::now();
+        let size = self.size();
+        let mut st = self.barrier.lock().unwrap_or_else(|p| p.into_inner());
+        // A round's wait: what is left of `timeout`, or a long while when there is none.
+        let left = || timeout.map(|t| t.saturating_sub(start.elapsed()));
+        while (1usize << st.round) < size {
+            let d = 1usize << st.round;
+            let to = (self.rank + d) % size;
+            let from = (self.rank + size - d) % size;
+            let tag = st.done.to_le_bytes();
+            if !st.sent {
+                self.barrier_ep(&mut st, to, left())?;
+                let scheme = self.choices[to].as_ref().map_or("", |c| c.scheme.as_str());
+                st.eps[&to]
+                    .send(&tag)
+                    .map_err(|e| self.transport(to, scheme, e))?;
+                st.sent = true;
+            }
+            self.barrier_ep(&mut st, from, left())?;
+            let scheme = self.choices[from]
+                .as_ref()
+                .map_or("", |c| c.scheme.as_str());
+            let mut m = Vec::new();
+            match st.eps[&from].recv_timeout(&mut m, left()) {
+                Ok(_) if m == tag => {}
+                Ok(_) => {
+                    return Err(WorldError::Rank {
+                        rank: from,
+                        cause: format!(
+                            "sent {m:02x?} in barrier {} of rank {}: the ranks do not call \
+                             barrier alike",
+                            st.done, self.rank
+                        ),
+                    })
+                }
+                Err(e) if e.kind() == ErrorKind::Timeout => {
+                    return Err(WorldError::Timeout {
+                        rank: self.rank,
+                        peer: from,
+                        scheme: scheme.to_string(),
+                        waited: "barrier message",
+                        after: start.elapsed(),
+                    })
+                }
+                Err(e) => return Err(self.transport(from, scheme, e)),
+            }
+            st.round += 1;
+            st.sent = false;
+        }
+        st.round = 0;
+        st.done += 1;
+        Ok(())
+    }
+
+    /// Makes sure the barrier has its connection to `peer`.
+    fn barrier_ep(&self, st: &mut BarrierState, peer: usize, left: Option<Duration>) -> Result<()> {
+        if !st.eps.contains_key(&peer) {
+            let scheme = self.choice(peer)?.scheme.clone();
+            // Without a deadline a connection may take as long as the world lets any.
+            let patience = left.unwrap_or(self.timeout);
+            let ep = self.connect_pair(peer, &scheme, Channel::Barrier, patience)?;
+            st.eps.insert(peer, ep);
+        }
+        Ok(())
+    }
+
+    fn transport(&self, peer: usize, scheme: &str, source: accio::Error) -> WorldError {
+        WorldError::Transport {
+            rank: self.rank,
+            peer,
+            scheme: scheme.to_string(),
+            source: Box::new(source),
         }
     }
 }
@@ -561,18 +697,23 @@ fn accept_loop(
             }
         };
         // A connection that does not introduce itself as a rank of this world is dropped.
-        let Ok(12) = ep.recv_timeout(&mut buf, Some(Duration::from_secs(2))) else {
+        let Ok(HELLO_LEN) = ep.recv_timeout(&mut buf, Some(Duration::from_secs(2))) else {
             continue;
         };
         if &buf[..4] != HELLO {
             continue;
         }
         let from = u64::from_le_bytes(buf[4..12].try_into().expect("8 bytes")) as usize;
+        let Some(channel) = Channel::from_byte(buf[12]) else {
+            continue;
+        };
         if from >= size {
             continue;
         }
         let mut map = pending.map.lock().unwrap_or_else(|p| p.into_inner());
-        map.entry((from, scheme.clone())).or_default().push_back(ep);
+        map.entry((from, scheme.clone(), channel))
+            .or_default()
+            .push_back(ep);
         pending.ready.notify_all();
     }
 }

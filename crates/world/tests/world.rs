@@ -179,3 +179,122 @@ fn a_peer_that_never_calls_times_out_naming_it() {
         t.join().unwrap();
     }
 }
+
+/// Runs `body(world)` on each of `size` ranks (threads) of one world, two made-up nodes so
+/// that both shm and tcp pairs take part; returns what each rank returned, in rank order.
+fn world_of<T: Send + 'static>(
+    size: usize,
+    body: impl Fn(World) -> T + Send + Sync + Clone + 'static,
+) -> Vec<T> {
+    let rdv = Rendezvous::bind(&std::env::temp_dir(), size).unwrap();
+    let addr = rdv.addr();
+    let h: Vec<_> = (0..size)
+        .map(|r| {
+            let (addr, body) = (addr.clone(), body.clone());
+            thread::spawn(move || {
+                body(World::bootstrap(boot(r, size, &addr, node_of(r, 2))).unwrap())
+            })
+        })
+        .collect();
+    rdv.serve(Duration::from_secs(10), &mut || None).unwrap();
+    h.into_iter().map(|t| t.join().unwrap()).collect()
+}
+
+#[test]
+fn no_rank_leaves_a_barrier_before_the_last_one_enters_it() {
+    for size in [1, 2, 3, 5] {
+        let t0 = Instant::now();
+        // Each rank enters barrier k at about (k * size + rank) * 10 ms: the latest entry of
+        // barrier k is rank size - 1's, and nobody may leave before it.
+        let times = world_of(size, move |w| {
+            let me = w.rank();
+            // A program endpoint to a neighbour carries a message across every barrier:
+            // the barrier's own connections must not take it or mix theirs into it.
+            let next = (me + 1) % w.size();
+            let prev = (me + w.size() - 1) % w.size();
+            let eps = (w.size() > 1).then(|| {
+                let (a, b) = if me < next {
+                    (next, prev)
+                } else {
+                    (prev, next)
+                };
+                let ea = w.endpoint(a).unwrap();
+                let eb = if a == b {
+                    None
+                } else {
+                    Some(w.endpoint(b).unwrap())
+                };
+                let (to_next, from_prev) = match eb {
+                    None => (None, ea),
+                    Some(eb) if a == next => (Some(ea), eb),
+                    Some(eb) => (Some(eb), ea),
+                };
+                (to_next, from_prev)
+            });
+            let mut out = Vec::new();
+            for k in 0..4u64 {
+                let enter = Duration::from_millis((k * size as u64 + me as u64) * 10);
+                thread::sleep(enter.saturating_sub(t0.elapsed()));
+                if let Some((to_next, from_prev)) = &eps {
+                    let to = to_next.as_ref().unwrap_or(from_prev);
+                    to.send(&[k as u8, me as u8]).unwrap();
+                }
+                let entered = t0.elapsed();
+                w.barrier(None).unwrap();
+                out.push((entered, t0.elapsed()));
+                if let Some((_, from_prev)) = &eps {
+                    let mut m = Vec::new();
+                    from_prev.recv(&mut m).unwrap();
+                    assert_eq!(m, [k as u8, prev as u8], "rank {me}, barrier {k}");
+                }
+            }
+            out
+        });
+        for k in 0..4 {
+            let last_in = times.iter().map(|t| t[k].0).max().unwrap();
+            for (r, t) in times.iter().enumerate() {
+                assert!(
+                    t[k].1 >= last_in,
+                    "size {size}: rank {r} left barrier {k} at {:?}, before the last rank entered at {last_in:?}",
+                    t[k].1
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn a_barrier_that_times_out_resumes_where_it_stopped() {
+    let out = world_of(3, |w| {
+        let mut timeouts = 0;
+        let mut first = None;
+        if w.rank() == 2 {
+            thread::sleep(Duration::from_millis(300));
+        }
+        // Ranks 0 and 1 wait in 20 ms slices, as the Python binding does between checks
+        // for Ctrl-C; rank 2 arrives late and waits in one call.
+        loop {
+            let slice = (w.rank() != 2).then_some(Duration::from_millis(20));
+            match w.barrier(slice) {
+                Ok(()) => break,
+                Err(e @ WorldError::Timeout { .. }) => {
+                    timeouts += 1;
+                    first.get_or_insert(e.to_string());
+                }
+                Err(e) => panic!("rank {}: {e}", w.rank()),
+            }
+        }
+        // The next barrier starts afresh, in step on every rank.
+        w.barrier(Some(Duration::from_secs(5))).unwrap();
+        (timeouts, first)
+    });
+    for (r, (timeouts, first)) in out.iter().enumerate().take(2) {
+        assert!(*timeouts >= 5, "rank {r} timed out {timeouts} times");
+        let e = first.as_deref().unwrap();
+        assert!(
+            e.starts_with(&format!("rank {r}: no barrier message from rank ")),
+            "{e}"
+        );
+    }
+    assert_eq!(out[2].0, 0);
+}
