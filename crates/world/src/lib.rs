@@ -29,6 +29,7 @@ mod error;
 mod node;
 pub mod rendezvous;
 
+use std::collections::hash_map::Entry;
 use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
@@ -627,12 +628,11 @@ impl World {
 
     /// Makes sure the barrier has its connection to `peer`.
     fn barrier_ep(&self, st: &mut BarrierState, peer: usize, left: Option<Duration>) -> Result<()> {
-        if !st.eps.contains_key(&peer) {
+        if let Entry::Vacant(slot) = st.eps.entry(peer) {
             let scheme = self.choice(peer)?.scheme.clone();
             // Without a deadline a connection may take as long as the world lets any.
             let patience = left.unwrap_or(self.timeout);
-            let ep = self.connect_pair(peer, &scheme, Channel::Barrier, patience)?;
-            st.eps.insert(peer, ep);
+            slot.insert(self.connect_pair(peer, &scheme, Channel::Barrier, patience)?);
         }
         Ok(())
     }
