@@ -33,6 +33,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple, PyType};
 use pyo3::{create_exception, ffi};
 
+mod world;
+
 /// How long a blocking call waits before it checks for Ctrl-C (and other signals).
 const SLICE: Duration = Duration::from_millis(20);
 
@@ -184,6 +186,7 @@ fn merge_err(e: &MergeError) -> PyErr {
 enum Failure {
     Transport(accio::Error),
     Merge(MergeError),
+    World(accio_world::WorldError),
     Panic(String),
     Other(PyErr),
 }
@@ -205,6 +208,7 @@ impl From<Failure> for PyErr {
         match f {
             Failure::Transport(e) => transport_err(&e),
             Failure::Merge(e) => merge_err(&e),
+            Failure::World(e) => world::world_err(&e),
             Failure::Panic(m) => Error::new_err(format!("internal error (a bug in accio): {m}")),
             Failure::Other(e) => e,
         }
@@ -253,6 +257,7 @@ fn sliced<T: Send>(
             Err(Failure::Merge(MergeError::Transport(e))) if e.kind() == ErrorKind::Timeout => {
                 Ok(None)
             }
+            Err(Failure::World(accio_world::WorldError::Timeout { .. })) => Ok(None),
             other => other.map(Some),
         })? {
             Some(v) => return Ok(v),
@@ -1384,6 +1389,7 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Window>()?;
     m.add_class::<Merger>()?;
     m.add_class::<Producer>()?;
+    m.add_class::<world::World>()?;
     m.add_function(wrap_pyfunction!(listen, m)?)?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(container_index, m)?)?;

@@ -26,3 +26,24 @@ def connected_pair(addr):
     a = accio.connect(lst.addr, timeout=10)
     t.join(10)
     return a, got[0], lst
+
+
+@pytest.fixture(scope="session")
+def accio_bin():
+    """The `accio` CLI that launches worlds (`accio run`): $ACCIO_BIN (CI sets it, and then
+    it must exist), else the workspace's release build, else `accio` on PATH; skips with a
+    message when there is none."""
+    import shutil
+
+    given = os.environ.get("ACCIO_BIN")
+    if given:
+        assert os.access(given, os.X_OK), f"ACCIO_BIN={given} is not an executable"
+        return given
+    here = os.path.dirname(os.path.abspath(__file__))
+    built = os.path.join(here, "..", "..", "..", "target", "release", "accio")
+    if os.access(built, os.X_OK):
+        return os.path.normpath(built)
+    found = shutil.which("accio")
+    if found:
+        return found
+    pytest.skip("skipped: no accio binary (cargo build --release -p accio-cli, or set ACCIO_BIN)")

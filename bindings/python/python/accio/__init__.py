@@ -1,5 +1,9 @@
 """accio: SCIF-style endpoints, zero-copy NumPy windows and a merging file service.
 
+``World()`` makes this process a rank of the world ``accio run -n N`` (or mpirun) started:
+``rank``, ``size``, ``endpoint(r)`` to any other rank over the backend the rule picks
+(shared memory on one node), ``barrier()``.
+
 Endpoints (``listen``/``connect``) move messages and do one-sided RMA into registered
 windows; a ``Window`` exposes the buffer protocol, so ``numpy.frombuffer(window, dtype)``
 is a view of the registered memory. A ``Merger`` writes the blocks of many ``Producer``s
@@ -40,6 +44,7 @@ from ._accio import (
     Unsupported,
     Untrusted,
     Window,
+    World,
     connect,
     listen,
 )
@@ -69,6 +74,7 @@ __all__ = [
     "Unsupported",
     "Untrusted",
     "Window",
+    "World",
     "connect",
     "listen",
     "open",

@@ -61,6 +61,55 @@ class OutOfMemory(Error):
 class MergeFailed(Error):
     """The merging file service failed (file, format, merger, sink)."""
 
+class World:
+    """This process as one rank of a world, as ``mpi4py.MPI.COMM_WORLD`` is.
+
+    ``accio run -n 4 python3 prog.py`` starts 4 ranks; ``mpirun -n 4 python3 prog.py``
+    does too when accio was built with MPI (``MATURIN_PEP517_ARGS="--features mpi" pip
+    install ./bindings/python``). Each pair of ranks talks over the backend the rule picks:
+    ``shm`` on one node, else ``mpi`` under mpirun, else ``tcp`` (``ACCIO_TRANSPORT`` and
+    ``ACCIO_WORLD_CONFIG`` override it; ``choice(r)`` says what was picked and why).
+
+    ::
+
+        with accio.World() as world:
+            peer = (world.rank + 1) % world.size
+            ep = world.endpoint(peer)
+    """
+
+    def __init__(self) -> None:
+        """Joins the world this process was started in, waiting for every rank to join
+        (``ACCIO_WORLD_TIMEOUT_MS``, 10 s by default; ``accio run --timeout``). Raises
+        ``Error`` naming what is missing when the process was not started as a rank."""
+    @property
+    def rank(self) -> int:
+        """This process's rank, 0 .. size - 1."""
+    @property
+    def size(self) -> int:
+        """The number of ranks."""
+    @property
+    def node(self) -> str:
+        """This rank's node, as text."""
+    @property
+    def node_ranks(self) -> list[int]:
+        """The ranks on this rank's node, itself included, ascending."""
+    def choice(self, rank: int) -> Tuple[str, str]:
+        """The backend picked for the pair (this rank, ``rank``) and why:
+        ``("shm", "same node (...)")``."""
+    def endpoint(self, rank: int) -> Endpoint:
+        """The endpoint to ``rank``. The first call for a rank connects and is collective
+        for the pair (``rank`` calls ``endpoint`` for this rank too); later calls return
+        the same endpoint; after its ``close()`` the next call connects anew. Call it for
+        one peer from one thread at a time."""
+    def barrier(self, timeout: Optional[float] = None) -> None:
+        """Waits until every rank has called ``barrier`` (``timeout`` seconds, None:
+        as long as it takes; a dead rank raises ``PeerGone``). Ctrl-C interrupts it; after
+        ``Timeout`` a new call resumes the same barrier."""
+    def close(self) -> None:
+        """Closes this world's endpoints and leaves it (idempotent)."""
+    def __enter__(self) -> World: ...
+    def __exit__(self, *args: object) -> bool: ...
+
 def listen(addr: str) -> Listener:
     """Binds ``addr`` (``shm://NAME`` or ``tcp://HOST:PORT``) and returns a Listener."""
 

@@ -1,0 +1,160 @@
+"""accio.World: Python programs as ranks of a world launched by `accio run`."""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+import accio
+
+
+def run(accio_bin, n, script, *args, env=None, timeout=60):
+    """`accio run -n N python3 -c SCRIPT ARGS`; returns the CompletedProcess."""
+    e = dict(os.environ)
+    e.update(env or {})
+    return subprocess.run(
+        [accio_bin, "run", "-n", str(n), "--", sys.executable, "-c", textwrap.dedent(script), *args],
+        capture_output=True,
+        text=True,
+        env=e,
+        timeout=timeout,
+    )
+
+
+def test_four_ranks_reach_every_other_rank_over_the_backend_the_rule_picks(accio_bin):
+    e = dict(os.environ)
+    p = subprocess.run(
+        [accio_bin, "run", "-n", "4", sys.executable, "-m", "accio.demo.world", "--bytes", "100000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=e,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    pairs = [l for l in lines if "<->" in l]
+    assert len(pairs) == 12, p.stdout
+    for a in range(4):
+        for b in range(4):
+            if a != b:
+                assert any(l.startswith(f"rank {a} <-> rank {b}: shm ok (same node ") for l in pairs), (a, b, p.stdout)
+    assert sum(l.startswith("rank ") and " of 4 on " in l for l in lines) == 4
+
+
+def test_the_rule_can_be_overridden_and_says_why(accio_bin):
+    p = subprocess.run(
+        [accio_bin, "run", "-n", "3", sys.executable, "-m", "accio.demo.world", "--bytes", "5000"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=dict(os.environ, ACCIO_TRANSPORT="tcp"),
+    )
+    assert p.returncode == 0, p.stderr
+    pairs = [l for l in p.stdout.splitlines() if "<->" in l]
+    assert len(pairs) == 6, p.stdout
+    assert all(": tcp ok (" in l and "ACCIO_TRANSPORT" in l for l in pairs), p.stdout
+
+
+def test_rank_size_cached_endpoints_barrier_and_numpy_into_the_callers_buffer(accio_bin):
+    script = """
+        import sys
+        import time
+        import numpy as np
+        import accio
+
+        with accio.World() as w:
+            me, n = w.rank, w.size
+            assert repr(w) == f"<accio.World rank {me} of {n}>"
+            right, left = (me + 1) % n, (me - 1) % n
+            # Lower rank connects first; both ends of each pair call endpoint.
+            for p in sorted({right, left}):
+                w.endpoint(p)
+            ep = w.endpoint(right)
+            assert w.endpoint(right) is ep  # cached: one connection per peer
+            assert w.choice(right)[0] == ep.backend == "shm"
+            # A ring shift of 2 MiB NumPy arrays, received straight into the caller's array.
+            out = np.full(1 << 18, me, dtype=np.float64)
+            got = np.zeros_like(out)
+            ep.send(out)
+            assert w.endpoint(left).recv_into(got, timeout=30) == out.nbytes
+            assert (got == left).all()
+            # Nobody leaves a barrier before the last rank enters it.
+            time.sleep(0.3 * me)
+            entered = time.time()
+            w.barrier(timeout=30)
+            left_at = time.time()
+            # One write per line: print() writes the newline apart, and ranks share stdout.
+            sys.stdout.write(f"{me} {entered:.6f} {left_at:.6f}\\n")
+            sys.stdout.flush()
+            # Arguments are checked, naming the call and the rank.
+            for bad, text in [(n, "outside the world of"), (me, "is this rank"), (-1, "is negative")]:
+                try:
+                    w.endpoint(bad)
+                except accio.InvalidArgument as e:
+                    assert "World.endpoint: rank=" in str(e) and text in str(e), str(e)
+                else:
+                    raise AssertionError(f"endpoint({bad}) did not raise")
+            # A closed endpoint is made anew by the next call (collective again).
+            ep.close()
+            w.endpoint(left).close()
+            for p in sorted({right, left}):
+                w.endpoint(p)
+            w.endpoint(right).send(b"again %d" % me)
+            assert w.endpoint(left).recv(timeout=30) == b"again %d" % left
+            w.barrier()
+        try:
+            w.endpoint(right)
+        except accio.Error as e:
+            assert "closed" in str(e), str(e)
+        else:
+            raise AssertionError("a closed world gave an endpoint")
+    """
+    p = run(accio_bin, 3, script)
+    assert p.returncode == 0, p.stderr
+    rows = [l.split() for l in p.stdout.splitlines()]
+    assert len(rows) == 3, p.stdout
+    last_in = max(float(r[1]) for r in rows)
+    for r in rows:
+        assert float(r[2]) >= last_in, f"rank {r[0]} left the barrier before the last entered: {p.stdout}"
+
+
+def test_a_barrier_that_times_out_can_be_resumed(accio_bin):
+    script = """
+        import sys
+        import time
+        import accio
+
+        w = accio.World()
+        if w.rank == 1:
+            time.sleep(1.0)
+        timeouts = 0
+        while True:
+            try:
+                w.barrier(timeout=0.1)
+                break
+            except accio.Timeout as e:
+                assert "no barrier message from rank" in str(e) and "within" in str(e), str(e)
+                timeouts += 1
+        w.barrier(timeout=10)
+        sys.stdout.write(f"{w.rank} {timeouts}\\n")
+        w.close()
+    """
+    p = run(accio_bin, 2, script)
+    assert p.returncode == 0, p.stderr
+    got = dict(l.split() for l in p.stdout.splitlines())
+    assert int(got["0"]) >= 5 and int(got["1"]) == 0, p.stdout
+
+
+def test_a_process_not_started_as_a_rank_is_told_how_to_start_it():
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACCIO_", "OMPI_", "PMI", "SLURM_"))}
+    p = subprocess.run(
+        [sys.executable, "-c", "import accio; accio.World()"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+    )
+    assert p.returncode == 1
+    assert "accio.Error: ACCIO_RANK: not set: start the program with `accio run -n N`" in p.stderr, p.stderr
