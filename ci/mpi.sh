@@ -67,6 +67,29 @@ echo "$out"
 [ "$(grep -c ': mpi ok (also)' <<<"$out")" = 12 ] \
     || { echo "error: expected mpi to serve all 12 ordered pairs"; exit 1; }
 
+echo "== Python ranks under mpirun: the wheel built with MPI (--features mpi)"
+pyflags=(--disable-pip-version-check --no-input --no-build-isolation --force-reinstall --no-deps)
+if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    pyflags+=(--break-system-packages)
+fi
+CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$PWD/target}" MATURIN_PEP517_ARGS="--features mpi" \
+    python3 -m pip install --quiet "${pyflags[@]}" ./bindings/python
+py=$(command -v python3)
+out=$(timeout 120 "${MPIRUN[@]}" -n 4 "$py" -m accio.demo.world)
+echo "$out"
+[ "$(grep -c ': shm ok (same node' <<<"$out")" = 12 ] \
+    || { echo "error: expected the 12 ordered pairs of Python ranks over shm"; exit 1; }
+out=$(timeout 120 "${MPIRUN[@]}" -x ACCIO_TRANSPORT=mpi -n 4 "$py" -m accio.demo.world)
+[ "$(grep -c ': mpi ok (' <<<"$out")" = 12 ] \
+    || { echo "$out"; echo "error: expected the 12 ordered pairs of Python ranks over mpi"; exit 1; }
+out=$(timeout 300 scripts/netns-world.sh -n 4 "$py" -m accio.demo.world)
+echo "$out"
+if ! grep -q '^skipped:' <<<"$out"; then
+    [ "$(grep -c ': shm ok (same node' <<<"$out")" = 4 ] \
+        && [ "$(grep -c ': mpi ok (shm refused (hosts differ' <<<"$out")" = 8 ] \
+        || { echo "error: expected shm within and mpi across the 2 namespace hosts"; exit 1; }
+fi
+
 echo "== world of 4 ranks over 2 namespace hosts"
 out=$(timeout 300 scripts/netns-world.sh -n 4 target/release/accio world-check)
 echo "$out"
