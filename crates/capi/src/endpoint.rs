@@ -1,15 +1,21 @@
-//! Listeners, endpoints, registered windows, RMA and fences.
+//! Listeners, endpoints, registered windows and the regions behind them, RMA and fences.
 
 use std::ffi::c_char;
-use std::sync::{Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
-use accio::{Access, Endpoint, Listener, RmaFlags, Window};
+use accio::{Access, Endpoint, Listener, MemView, Progress, Region, RmaFlags, Window};
 
 use crate::{
-    accio_status, bytes, bytes_mut, c_str, destroy, guard, into_handle, need, obj, put, put_text,
-    timeout, CResult, Failure, Object,
+    accio_status, bytes, bytes_mut, c_str, destroy, guard, guard_progress, into_handle, need, obj,
+    put, put_text, take, timeout, CResult, Failure, Object,
 };
+
+/// The page size windows are aligned to: a window made by `accio_window_register_view`
+/// starts at a multiple of it in its region.
+pub const ACCIO_PAGE: usize = 4096;
+// A literal above so that cbindgen can write it into accio.h; the same as the library's.
+const _: () = assert!(ACCIO_PAGE == accio::PAGE);
 
 /// The peer may read the window (`read_from`).
 pub const ACCIO_ACCESS_READ: u32 = 1;
@@ -27,14 +33,22 @@ pub struct accio_listener {
     _opaque: [u8; 0],
 }
 
-/// One end of a connection (from `accio_endpoint_connect` or `accio_listener_accept`).
-/// Every call may come from any thread; sends are serialized whole, and so are receives.
+/// One end of a connection (from `accio_endpoint_connect`, `accio_listener_accept` or
+/// `accio_world_endpoint`). Every call may come from any thread; sends are serialized
+/// whole, and so are receives.
 pub struct accio_endpoint {
     _opaque: [u8; 0],
 }
 
-/// A registered window: memory the peer reaches with RMA (from `accio_window_register`).
+/// A registered window: memory the peer reaches with RMA (from `accio_window_register` or
+/// `accio_window_register_view`).
 pub struct accio_window {
+    _opaque: [u8; 0],
+}
+
+/// Page-aligned memory of the caller's that windows on any number of endpoints may expose
+/// (from `accio_region_create`; see `accio_window_register_view`).
+pub struct accio_region {
     _opaque: [u8; 0],
 }
 
@@ -67,6 +81,8 @@ struct Inbox {
 pub(crate) struct EndpointObj {
     ep: Box<dyn Endpoint>,
     inbox: Mutex<Inbox>,
+    /// Made by `accio_world_endpoint`: the world frees it, `accio_endpoint_destroy` refuses.
+    world_owned: bool,
 }
 
 impl Object for EndpointObj {
@@ -83,11 +99,40 @@ impl Object for WindowObj {
     type Opaque = accio_window;
 }
 
+/// A shareable region: the `Arc` is shared with every window over it, so the memory stays
+/// mapped while any window (or the endpoint holding one) still needs it.
+pub(crate) struct RegionObj(Arc<Region>);
+
+impl Object for RegionObj {
+    const MAGIC: u64 = 0x7267_6e6e_6163_6336;
+    const NAME: &'static str = "accio_region";
+    type Opaque = accio_region;
+}
+
 fn endpoint_handle(ep: Box<dyn Endpoint>) -> *mut accio_endpoint {
     into_handle(EndpointObj {
         ep,
         inbox: Mutex::new(Inbox::default()),
+        world_owned: false,
     })
+}
+
+/// An endpoint handle owned by a world: freed by [`free_world_endpoint`] only.
+pub(crate) fn world_endpoint_handle(ep: Box<dyn Endpoint>) -> *mut accio_endpoint {
+    into_handle(EndpointObj {
+        ep,
+        inbox: Mutex::new(Inbox::default()),
+        world_owned: true,
+    })
+}
+
+/// Frees an endpoint handle made by [`world_endpoint_handle`].
+///
+/// # Safety
+/// `p` came from [`world_endpoint_handle`], was not freed, and no thread uses it any more.
+pub(crate) unsafe fn free_world_endpoint(p: *mut accio_endpoint) {
+    // SAFETY: forwarded contract: a live endpoint handle nobody else uses.
+    drop(unsafe { take::<EndpointObj>("accio_world_destroy", p) });
 }
 
 fn rma_flags(op: &str, flags: u32) -> CResult<RmaFlags> {
@@ -101,6 +146,14 @@ fn rma_flags(op: &str, flags: u32) -> CResult<RmaFlags> {
         sync: flags & ACCIO_RMA_SYNC != 0,
         streaming: false,
     })
+}
+
+/// The access rights of `ACCIO_ACCESS_*` bits.
+fn access_bits(op: &str, access: u32) -> CResult<Access> {
+    u8::try_from(access)
+        .ok()
+        .and_then(Access::from_bits)
+        .ok_or_else(|| Failure::invalid(op, format!("unknown access bits {access:#x}")))
 }
 
 /// A word offset inside a window: 8-byte aligned (checked here to name the C call).
@@ -223,14 +276,34 @@ pub unsafe extern "C" fn accio_endpoint_connect(
 
 /// Closes the connection and frees the endpoint (NULL is ignored). The peer's blocked
 /// calls fail with `ACCIO_PEER_GONE`. Windows registered on it stay readable through their
-/// own handles until `accio_window_destroy`.
+/// own handles until `accio_window_destroy`. An endpoint of a world (from
+/// `accio_world_endpoint`) is refused with `ACCIO_INVALID_ARGUMENT` and stays usable: its
+/// world frees it in `accio_world_destroy`.
 ///
 /// # Safety
 /// `endpoint` is NULL or a live endpoint that no other thread uses, not used again.
 #[no_mangle]
 pub unsafe extern "C" fn accio_endpoint_destroy(endpoint: *mut accio_endpoint) -> accio_status {
-    // SAFETY: the caller's contract.
-    unsafe { destroy::<EndpointObj>("accio_endpoint_destroy", endpoint) }
+    const OP: &str = "accio_endpoint_destroy";
+    if endpoint.is_null() {
+        return accio_status::ACCIO_OK;
+    }
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        if e.world_owned {
+            return Err(Failure::invalid(
+                OP,
+                format!(
+                    "the endpoint to {} belongs to its world (from accio_world_endpoint): \
+                     accio_world_destroy frees it",
+                    e.ep.peer_addr()
+                ),
+            ));
+        }
+        // SAFETY: the caller's contract; a checked, caller-owned handle.
+        unsafe { take::<EndpointObj>(OP, endpoint) }.map(drop)
+    })
 }
 
 /// Copies the peer's address into `buf` (`cap` bytes, NUL included) and its length into
@@ -304,30 +377,110 @@ pub unsafe extern "C" fn accio_endpoint_recv(
         // The lock serializes receivers (the contract does too) and guards a kept message.
         let mut inbox = e.inbox.lock().unwrap_or_else(PoisonError::into_inner);
         let inbox = &mut *inbox;
-        let n = match inbox.pending {
-            Some(n) => n,
-            None => {
-                let n = e.ep.recv_timeout(&mut inbox.buf, timeout(timeout_ms))?;
-                inbox.pending = Some(n);
-                n
-            }
-        };
-        // SAFETY: len checked non-NULL above; writable by contract.
-        unsafe { put(OP, "len", len, n)? };
-        if n > dst.len() {
-            return Err(Failure::new(
-                accio_status::ACCIO_BUFFER_TOO_SMALL,
-                format!(
-                    "{OP}: the message from {} has {n} bytes, the buffer {cap}; it is kept \
-                     for the next call",
-                    e.ep.peer_addr()
-                ),
-            ));
+        if inbox.pending.is_none() {
+            let n = e.ep.recv_timeout(&mut inbox.buf, timeout(timeout_ms))?;
+            inbox.pending = Some(n);
         }
-        accio::copy_slice(&mut dst[..n], &inbox.buf[..n]);
-        inbox.pending = None;
-        Ok(())
+        // SAFETY: len checked non-NULL above; writable by contract.
+        unsafe { deliver(OP, e, inbox, dst, len) }
     })
+}
+
+/// Sends one message if it can be enqueued whole without waiting: `ACCIO_OK` when it was,
+/// `ACCIO_WOULD_BLOCK` when it was not (nothing was enqueued; call again later). A
+/// would-block is no failure: the last error message is left as it was. A message longer
+/// than the backend's limit for this call (shm: 256 KiB, tcp: 256 KiB by default; above it
+/// use `accio_endpoint_send`) fails with `ACCIO_MESSAGE_TOO_LARGE` naming both lengths.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `data` is readable for `len` bytes.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_try_send(
+    endpoint: *const accio_endpoint,
+    data: *const u8,
+    len: usize,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_try_send";
+    guard_progress(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let msg = unsafe { bytes(OP, "data", "len", data, len)? };
+        Ok(e.ep.try_send(msg)?)
+    })
+}
+
+/// Receives the next message into `buf` (`cap` bytes) if one is already there, storing its
+/// length in `*len`: `ACCIO_OK`, or `ACCIO_WOULD_BLOCK` when none is (or another thread is
+/// receiving on the endpoint right now); nothing was consumed, and the last error message is
+/// left as it was. A message longer than `cap` is kept as `accio_endpoint_recv` keeps it:
+/// its length is stored, the call fails with `ACCIO_BUFFER_TOO_SMALL`, and the next
+/// receive returns it.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `buf` is writable for `cap` bytes; `len` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_try_recv(
+    endpoint: *const accio_endpoint,
+    buf: *mut u8,
+    cap: usize,
+    len: *mut usize,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_try_recv";
+    guard_progress(OP, || {
+        need(OP, "len", len)?;
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        // SAFETY: the caller's contract.
+        let dst = unsafe { bytes_mut(OP, "buf", "cap", buf, cap)? };
+        // A receiver in another thread holds the lock while it waits: that is a would-block
+        // for this call, which must not wait for it.
+        let mut inbox = match e.inbox.try_lock() {
+            Ok(g) => g,
+            Err(TryLockError::Poisoned(p)) => p.into_inner(),
+            Err(TryLockError::WouldBlock) => return Ok(Progress::WouldBlock),
+        };
+        let inbox = &mut *inbox;
+        if inbox.pending.is_none() {
+            match e.ep.try_recv(&mut inbox.buf)? {
+                Progress::Ready(n) => inbox.pending = Some(n),
+                Progress::WouldBlock => return Ok(Progress::WouldBlock),
+            }
+        }
+        // SAFETY: len checked non-NULL above; writable by contract.
+        unsafe { deliver(OP, e, inbox, dst, len) }.map(Progress::Ready)
+    })
+}
+
+/// Hands the kept message to the caller: its length into `*len`, its bytes into `dst` when
+/// they fit (then it is no longer kept), else `ACCIO_BUFFER_TOO_SMALL`.
+///
+/// # Safety
+/// `len` is non-NULL and writable; `inbox.pending` is set.
+unsafe fn deliver(
+    op: &str,
+    e: &EndpointObj,
+    inbox: &mut Inbox,
+    dst: &mut [u8],
+    len: *mut usize,
+) -> CResult {
+    let n = inbox.pending.expect("a kept message");
+    // SAFETY: the caller's contract.
+    unsafe { put(op, "len", len, n)? };
+    if n > dst.len() {
+        return Err(Failure::new(
+            accio_status::ACCIO_BUFFER_TOO_SMALL,
+            format!(
+                "{op}: the message from {} has {n} bytes, the buffer {}; it is kept for the \
+                 next call",
+                e.ep.peer_addr(),
+                dst.len()
+            ),
+        ));
+    }
+    accio::copy_slice(&mut dst[..n], &inbox.buf[..n]);
+    inbox.pending = None;
+    Ok(())
 }
 
 /// Withdraws the window registered at `offset`: later peer RMA to it fails. Its memory
@@ -521,11 +674,73 @@ pub unsafe extern "C" fn accio_window_register(
         need(OP, "out", out)?;
         // SAFETY: the caller's contract.
         let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
-        let access = u8::try_from(access)
-            .ok()
-            .and_then(Access::from_bits)
-            .ok_or_else(|| Failure::invalid(OP, format!("unknown access bits {access:#x}")))?;
-        let w = e.ep.register(len, access)?;
+        let w = e.ep.register(len, access_bits(OP, access)?)?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, into_handle(WindowObj(w))) }
+    })
+}
+
+/// Registers `len` bytes of a region, from byte `start`, on `endpoint` as a window the peer
+/// may access with `access` (`ACCIO_ACCESS_*`), and stores its handle in `*out`: the
+/// peer's RMA reads and writes the region's memory itself, nothing is copied or zeroed.
+/// The same bytes may back windows on several endpoints, at once or in turn (one grid lent
+/// to every neighbour, say); who writes when is the caller's business (fences and
+/// `accio_window_wait_u64`).
+///
+/// `start` must be a multiple of `ACCIO_PAGE` and `len` at least 1, with `start + len`
+/// inside the region; else `ACCIO_INVALID_ARGUMENT` naming the numbers, having registered
+/// nothing. Exposing memory is unsafe by nature: an shm peer is handed the region's memory
+/// object, so a peer that broke the protocol could reach the whole region, not only this
+/// window. Give memory meant for different peers regions of its own when they must not
+/// see each other's bytes.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `region` is a live region; `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_register_view(
+    endpoint: *const accio_endpoint,
+    region: *const accio_region,
+    start: usize,
+    len: usize,
+    access: u32,
+    out: *mut *mut accio_window,
+) -> accio_status {
+    const OP: &str = "accio_window_register_view";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        // SAFETY: the caller's contract.
+        let (e, r) = unsafe {
+            (
+                obj::<EndpointObj>(OP, endpoint)?,
+                obj::<RegionObj>(OP, region)?,
+            )
+        };
+        let access = access_bits(OP, access)?;
+        if !start.is_multiple_of(ACCIO_PAGE) {
+            return Err(Failure::invalid(
+                OP,
+                format!(
+                    "start = {start} ({start:#x}) is not a multiple of the page size \
+                     ACCIO_PAGE = {ACCIO_PAGE}: a window starts on a page boundary"
+                ),
+            ));
+        }
+        if len == 0 {
+            return Err(Failure::invalid(
+                OP,
+                "len = 0: a window holds at least 1 byte",
+            ));
+        }
+        let view = MemView::sub(Arc::clone(&r.0), start, len).ok_or_else(|| {
+            Failure::invalid(
+                OP,
+                format!(
+                    "start = {start} + len = {len} is past the end of the {}-byte region",
+                    r.0.len()
+                ),
+            )
+        })?;
+        let w = e.ep.register_view(&view, access)?;
         // SAFETY: out checked non-NULL above; writable by contract.
         unsafe { put(OP, "out", out, into_handle(WindowObj(w))) }
     })
@@ -674,4 +889,89 @@ pub unsafe extern "C" fn accio_window_unregister(
 pub unsafe extern "C" fn accio_window_destroy(window: *mut accio_window) -> accio_status {
     // SAFETY: the caller's contract.
     unsafe { destroy::<WindowObj>("accio_window_destroy", window) }
+}
+
+// ---- regions -------------------------------------------------------------------------
+
+/// Maps `len` bytes of fresh, zeroed, page-aligned memory that windows on any endpoint
+/// (shm, tcp, mpi) may expose (`accio_window_register_view`), pre-faulted, and stores its
+/// handle in `*out`; `accio_region_memory` gives the bytes. Use it for data the program
+/// computes on and lends to peers in place: a grid whose faces neighbours write, a pool of
+/// buffers. `len` 0 is refused with `ACCIO_INVALID_ARGUMENT`; more than the node can hold
+/// (above `ACCIO_SHM_REGISTER_LIMIT`, by default half the node's memory) with
+/// `ACCIO_OUT_OF_MEMORY`, before any memory is touched.
+///
+/// # Safety
+/// `out` is writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_region_create(
+    len: usize,
+    out: *mut *mut accio_region,
+) -> accio_status {
+    const OP: &str = "accio_region_create";
+    guard(OP, || {
+        need(OP, "out", out)?;
+        if len == 0 {
+            return Err(Failure::invalid(
+                OP,
+                "len = 0: a region holds at least 1 byte",
+            ));
+        }
+        let limit = accio::ShmOptions::from_env().register_limit;
+        if len as u64 > limit {
+            return Err(accio::Error::OutOfMemory {
+                op: OP,
+                resource: "this process".into(),
+                len: len as u64,
+                limit,
+                why: "half the node's memory by default; ACCIO_SHM_REGISTER_LIMIT sets another",
+            }
+            .into());
+        }
+        let region = Region::shareable(len, "accio-c-region", true)?;
+        // SAFETY: out checked non-NULL above; writable by contract.
+        unsafe { put(OP, "out", out, into_handle(RegionObj(Arc::new(region)))) }
+    })
+}
+
+/// Stores the start and length of the region's memory in `*ptr` and `*len` (either may be
+/// NULL). The memory is the caller's to read and write; it stays valid until
+/// `accio_region_destroy`. Peers reach the parts registered as windows at any time:
+/// synchronize with messages, fences and `accio_window_wait_u64`.
+///
+/// # Safety
+/// `region` is a live region; `ptr` and `len` are NULL or writable.
+#[no_mangle]
+pub unsafe extern "C" fn accio_region_memory(
+    region: *const accio_region,
+    ptr: *mut *mut u8,
+    len: *mut usize,
+) -> accio_status {
+    const OP: &str = "accio_region_memory";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let r = unsafe { obj::<RegionObj>(OP, region)? };
+        if !ptr.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { ptr.write(r.0.as_ptr()) };
+        }
+        if !len.is_null() {
+            // SAFETY: non-NULL and writable by the caller's contract.
+            unsafe { len.write(r.0.len()) };
+        }
+        Ok(())
+    })
+}
+
+/// Frees the region handle (NULL is ignored). Windows over it keep its memory mapped for
+/// their peers until they are unregistered and destroyed (and their endpoints let go), but
+/// the caller must not touch it through the pointer of `accio_region_memory` any more.
+///
+/// # Safety
+/// `region` is NULL or a live region, not used again; no pointer from
+/// `accio_region_memory` is used afterwards.
+#[no_mangle]
+pub unsafe extern "C" fn accio_region_destroy(region: *mut accio_region) -> accio_status {
+    // SAFETY: the caller's contract.
+    unsafe { destroy::<RegionObj>("accio_region_destroy", region) }
 }

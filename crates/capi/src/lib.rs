@@ -2,9 +2,11 @@
 //!
 //! `libaccio.so` / `libaccio.a` and the header `include/accio.h` (generated from this crate
 //! by cbindgen; a test fails when the checked-in copy is stale). C and C++ programs get
-//! SCIF-style endpoints (listen/accept/connect, messages, registered windows, one-sided RMA,
-//! fences, `fence_signal`) and the merging file service (a merger writing one container
-//! file, producers writing blocks into it).
+//! the rank world (`accio_world_join` in a program started by `accio run -n N` or, built
+//! with the `mpi` feature, by mpirun: rank, size, node, an endpoint to any rank over the
+//! backend chosen for the pair, a barrier), SCIF-style endpoints (listen/accept/connect,
+//! messages, registered windows, one-sided RMA, fences, `fence_signal`) and the merging
+//! file service (a merger writing one container file, producers writing blocks into it).
 //!
 //! ## Conventions
 //!
@@ -24,6 +26,9 @@
 //!   `size_t`), is refused with `ACCIO_INVALID_ARGUMENT` before any byte is touched; the
 //!   message names the argument and the limit.
 //! - Timeouts are milliseconds; a negative value ([`ACCIO_FOREVER`]) waits forever.
+//! - Non-blocking calls (`accio_endpoint_try_send`, `accio_endpoint_try_recv`) return
+//!   `ACCIO_WOULD_BLOCK` when they could not proceed without waiting: a status, not a
+//!   failure, so it leaves the last error message alone (and costs no allocation).
 
 #![allow(non_camel_case_types)]
 
@@ -34,9 +39,11 @@ use std::time::Duration;
 
 mod endpoint;
 mod merge;
+mod world;
 
 pub use endpoint::*;
 pub use merge::*;
+pub use world::*;
 
 /// Wait forever: pass as a `timeout_ms` argument.
 pub const ACCIO_FOREVER: i64 = -1;
@@ -90,6 +97,13 @@ pub enum accio_status {
     /// A request for more memory than the limit allows (e.g. a window beyond half the
     /// node's memory), refused before any was touched.
     ACCIO_OUT_OF_MEMORY = 20,
+    /// A non-blocking call could not proceed without waiting; nothing happened. Not a
+    /// failure: the last error message is left as it was. Call again later.
+    ACCIO_WOULD_BLOCK = 21,
+    /// Joining the world failed: the program was not started by `accio run -n N` (or by
+    /// mpirun, with a libaccio built with MPI), the launcher's rendezvous is gone, or the
+    /// ranks disagree about the world. The message names the variable or rank and why.
+    ACCIO_BOOTSTRAP = 22,
 }
 
 /// A failed call: the status and the message `accio_last_error_message` will return.
@@ -141,7 +155,7 @@ impl From<accio_merge::MergeError> for Failure {
 }
 
 /// The status of a transport error kind.
-fn transport_status(e: &accio::Error) -> accio_status {
+pub(crate) fn transport_status(e: &accio::Error) -> accio_status {
     use accio::ErrorKind as K;
     use accio_status as S;
     match e.kind() {
@@ -194,6 +208,25 @@ pub(crate) fn guard(op: &'static str, body: impl FnOnce() -> CResult) -> accio_s
             set_last_error(&format!("{op}: internal error (a bug in accio): {what}"));
             accio_status::ACCIO_PANIC
         }
+    }
+}
+
+/// Runs the body of a non-blocking entry point as [`guard`] does; a
+/// [`accio::Progress::WouldBlock`] becomes `ACCIO_WOULD_BLOCK` without touching the last
+/// error message (no allocation on a poll that found nothing).
+pub(crate) fn guard_progress(
+    op: &'static str,
+    body: impl FnOnce() -> CResult<accio::Progress<()>>,
+) -> accio_status {
+    let mut would_block = false;
+    let status = guard(op, || {
+        would_block = matches!(body()?, accio::Progress::WouldBlock);
+        Ok(())
+    });
+    if would_block {
+        accio_status::ACCIO_WOULD_BLOCK
+    } else {
+        status
     }
 }
 
@@ -485,7 +518,7 @@ pub extern "C" fn accio_last_error_message() -> *const c_char {
 #[no_mangle]
 pub extern "C" fn accio_status_name(status: c_int) -> *const c_char {
     use accio_status as S;
-    const ALL: [(accio_status, &CStr); 21] = [
+    const ALL: [(accio_status, &CStr); 23] = [
         (S::ACCIO_OK, c"ACCIO_OK"),
         (S::ACCIO_PEER_GONE, c"ACCIO_PEER_GONE"),
         (S::ACCIO_TIMEOUT, c"ACCIO_TIMEOUT"),
@@ -507,6 +540,8 @@ pub extern "C" fn accio_status_name(status: c_int) -> *const c_char {
         (S::ACCIO_PANIC, c"ACCIO_PANIC"),
         (S::ACCIO_UNTRUSTED, c"ACCIO_UNTRUSTED"),
         (S::ACCIO_OUT_OF_MEMORY, c"ACCIO_OUT_OF_MEMORY"),
+        (S::ACCIO_WOULD_BLOCK, c"ACCIO_WOULD_BLOCK"),
+        (S::ACCIO_BOOTSTRAP, c"ACCIO_BOOTSTRAP"),
     ];
     ALL.iter()
         .find(|(s, _)| *s as c_int == status)

@@ -729,3 +729,519 @@ fn tempfile_dir(tag: &str) -> std::path::PathBuf {
     std::fs::create_dir(&dir).unwrap();
     dir
 }
+
+// ---- the world, try_send/try_recv, register_view -------------------------------------------
+
+/// A world of `nodes.len()` ranks in this process, one handle per rank, built from one
+/// table as an allgather would build it (no launcher). `nodes[r]` is rank r's node: the
+/// same for ranks that share memory, another host for ranks that must not.
+fn in_process_world(nodes: &[&str]) -> Vec<*mut accio_world> {
+    use ::accio_world::{listen_all, NodeId, Rules, World};
+    let size = nodes.len();
+    let mut listeners = Vec::new();
+    let mut table = Vec::new();
+    for (rank, host) in nodes.iter().enumerate() {
+        let mut node = NodeId::current();
+        node.host = host.to_string();
+        let (l, rec) = listen_all(rank, size, "127.0.0.1", node, Rules::default())
+            .expect("listening for an in-process rank");
+        listeners.push(l);
+        table.push(rec);
+    }
+    listeners
+        .into_iter()
+        .enumerate()
+        .map(|(rank, l)| {
+            let w = World::from_table(rank, table.clone(), l, std::time::Duration::from_secs(5))
+                .expect("an in-process world");
+            into_handle(crate::world::WorldObj::new(w).expect("the pair choices"))
+        })
+        .collect()
+}
+
+/// A C string the library owns, as text.
+fn text(p: *const std::ffi::c_char) -> String {
+    assert!(!p.is_null());
+    // SAFETY: a NUL-terminated string the world keeps alive while the test uses it.
+    unsafe { CStr::from_ptr(p) }.to_string_lossy().into_owned()
+}
+
+#[test]
+fn world_join_outside_a_launch_is_a_bootstrap_failure_naming_the_variable() {
+    let launched = [
+        "ACCIO_RANK",
+        "OMPI_COMM_WORLD_SIZE",
+        "PMI_SIZE",
+        "PMIX_RANK",
+    ]
+    .iter()
+    .any(|v| std::env::var_os(v).is_some());
+    if launched {
+        eprintln!("skipped: this test process was started by a launcher");
+        return;
+    }
+    let mut w: *mut accio_world = ptr::null_mut();
+    // SAFETY: a writable out-pointer, then a NULL one.
+    unsafe {
+        assert_eq!(accio_world_join(&mut w), ACCIO_BOOTSTRAP);
+        let e = last_error();
+        assert!(
+            e.starts_with("accio_world_join: ACCIO_RANK: not set") && e.contains("accio run -n N"),
+            "{e}"
+        );
+        assert!(w.is_null(), "a failed join stores nothing");
+        assert_eq!(accio_world_join(ptr::null_mut()), ACCIO_NULL_POINTER);
+        assert_eq!(accio_world_destroy(ptr::null_mut()), ACCIO_OK);
+        let mut r = 0usize;
+        assert_eq!(accio_world_rank(ptr::null(), &mut r), ACCIO_NULL_POINTER);
+        assert!(
+            last_error().contains("accio_world is NULL"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            CStr::from_ptr(accio_status_name(ACCIO_BOOTSTRAP as _)).to_str(),
+            Ok("ACCIO_BOOTSTRAP")
+        );
+        assert_eq!(
+            CStr::from_ptr(accio_status_name(ACCIO_WOULD_BLOCK as _)).to_str(),
+            Ok("ACCIO_WOULD_BLOCK")
+        );
+    }
+}
+
+#[test]
+fn world_ranks_nodes_choices_and_bad_peers_named() {
+    // Ranks 0 and 1 share a node, rank 2 is on another.
+    let w = in_process_world(&["n1", "n1", "n2"]);
+    // SAFETY: live world handles, writable out-pointers; destroyed once at the end.
+    unsafe {
+        let (mut rank, mut size) = (9usize, 0usize);
+        assert_eq!(accio_world_rank(w[1], &mut rank), ACCIO_OK);
+        assert_eq!(accio_world_size(w[1], &mut size), ACCIO_OK);
+        assert_eq!((rank, size), (1, 3));
+
+        let mut ranks = [99usize; 3];
+        let mut count = 0usize;
+        assert_eq!(
+            accio_world_node_ranks(w[0], ranks.as_mut_ptr(), 1, &mut count),
+            ACCIO_BUFFER_TOO_SMALL
+        );
+        assert_eq!((count, ranks[0]), (2, 99), "the count stored, nothing else");
+        assert_eq!(
+            accio_world_node_ranks(w[0], ranks.as_mut_ptr(), 3, &mut count),
+            ACCIO_OK
+        );
+        assert_eq!(&ranks[..count], &[0, 1]);
+        assert_eq!(
+            accio_world_node_ranks(w[2], ranks.as_mut_ptr(), 3, &mut count),
+            ACCIO_OK
+        );
+        assert_eq!(&ranks[..count], &[2]);
+
+        let mut name = [0 as std::ffi::c_char; 128];
+        let mut len = 0usize;
+        assert_eq!(
+            accio_world_node(w[0], 2, name.as_mut_ptr(), name.len(), &mut len),
+            ACCIO_OK
+        );
+        let node = text(name.as_ptr());
+        assert!(node.starts_with("n2 (boot "), "{node}");
+        assert_eq!(len, node.len());
+        assert_eq!(
+            accio_world_node(w[0], 2, name.as_mut_ptr(), 3, &mut len),
+            ACCIO_BUFFER_TOO_SMALL
+        );
+        assert_eq!(len, node.len(), "the length stored for a second try");
+        assert_eq!(
+            accio_world_node(w[0], 3, name.as_mut_ptr(), name.len(), &mut len),
+            ACCIO_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            last_error(),
+            "accio_world_node: rank 3 is outside the world of 3 ranks (0 to 2)"
+        );
+
+        // The rule and its reason, as strings the world keeps.
+        let (mut scheme, mut reason) = (ptr::null(), ptr::null());
+        assert_eq!(
+            accio_world_choice(w[0], 1, &mut scheme, &mut reason),
+            ACCIO_OK
+        );
+        assert_eq!(text(scheme), "shm");
+        assert!(
+            text(reason).starts_with("same node n1 "),
+            "{}",
+            text(reason)
+        );
+        assert_eq!(
+            accio_world_choice(w[2], 0, &mut scheme, &mut reason),
+            ACCIO_OK
+        );
+        assert_eq!(text(scheme), "tcp");
+        assert!(
+            text(reason).contains("hosts differ (n1 vs n2)"),
+            "{}",
+            text(reason)
+        );
+        assert_eq!(
+            accio_world_choice(w[2], 1, &mut scheme, ptr::null_mut()),
+            ACCIO_OK
+        );
+
+        // A peer outside the world, or this rank: refused by rank, nothing connected.
+        let mut ep: *mut accio_endpoint = ptr::null_mut();
+        assert_eq!(
+            accio_world_endpoint(w[1], 7, &mut ep),
+            ACCIO_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            last_error(),
+            "accio_world_endpoint: peer rank 7 is outside the world of 3 ranks (0 to 2)"
+        );
+        assert_eq!(
+            accio_world_endpoint(w[1], 1, &mut ep),
+            ACCIO_INVALID_ARGUMENT
+        );
+        assert_eq!(
+            last_error(),
+            "accio_world_endpoint: peer rank 1 is this rank: a rank has no endpoint to itself"
+        );
+        assert!(ep.is_null());
+        assert_eq!(
+            accio_world_choice(w[0], 3, &mut scheme, &mut reason),
+            ACCIO_INVALID_ARGUMENT
+        );
+        assert!(
+            last_error().contains("peer rank 3 is outside"),
+            "{}",
+            last_error()
+        );
+        assert_eq!(
+            accio_world_endpoint(w[1], 0, ptr::null_mut()),
+            ACCIO_NULL_POINTER
+        );
+        // A world handle is not an endpoint handle, and the other way round.
+        assert_eq!(
+            accio_endpoint_send(w[0] as *const accio_endpoint, ptr::null(), 0),
+            ACCIO_INVALID_HANDLE
+        );
+
+        for h in w {
+            assert_eq!(accio_world_destroy(h), ACCIO_OK);
+        }
+    }
+}
+
+#[test]
+fn world_endpoints_are_cached_owned_by_the_world_and_carry_try_send_and_try_recv() {
+    // Rank 0 and 1 on one node (shm), rank 2 on another (tcp): both backends.
+    let w = in_process_world(&["n1", "n1", "n2"]);
+    // SAFETY: live handles throughout; the endpoints are the worlds', freed with them.
+    unsafe {
+        for peer in [1usize, 2] {
+            // The lower rank connects (returns at once), the higher one takes it.
+            let (mut a, mut b, mut again) = (ptr::null_mut(), ptr::null_mut(), ptr::null_mut());
+            assert_eq!(
+                accio_world_endpoint(w[0], peer, &mut a),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                accio_world_endpoint(w[peer], 0, &mut b),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(accio_world_endpoint(w[0], peer, &mut again), ACCIO_OK);
+            assert_eq!(a, again, "the second call returns the same endpoint");
+
+            // The world owns it: destroy is refused and the endpoint stays usable.
+            assert_eq!(accio_endpoint_destroy(a), ACCIO_INVALID_ARGUMENT);
+            assert!(
+                last_error().contains("accio_world_destroy frees it"),
+                "{}",
+                last_error()
+            );
+
+            // Nothing there yet: a would-block, which leaves the last message alone.
+            let mut buf = [0u8; 16];
+            let mut len = 0usize;
+            assert_eq!(
+                accio_endpoint_try_recv(b, buf.as_mut_ptr(), 16, &mut len),
+                ACCIO_WOULD_BLOCK
+            );
+            assert!(
+                last_error().contains("accio_world_destroy frees it"),
+                "{}",
+                last_error()
+            );
+
+            assert_eq!(
+                accio_endpoint_try_send(a, b"ping".as_ptr(), 4),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(accio_endpoint_send(a, b"second!".as_ptr(), 7), ACCIO_OK);
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+            let s = loop {
+                let s = accio_endpoint_try_recv(b, buf.as_mut_ptr(), 16, &mut len);
+                if s != ACCIO_WOULD_BLOCK || std::time::Instant::now() > deadline {
+                    break s;
+                }
+                std::hint::spin_loop();
+            };
+            assert_eq!(s, ACCIO_OK, "{}", last_error());
+            assert_eq!(&buf[..len], b"ping");
+            // Too long for the buffer: kept, its length told, returned by the next call.
+            let mut small = [0u8; 2];
+            assert_eq!(
+                accio_endpoint_recv(b, small.as_mut_ptr(), 2, &mut len, 5000),
+                ACCIO_BUFFER_TOO_SMALL
+            );
+            assert_eq!(len, 7);
+            assert_eq!(
+                accio_endpoint_try_recv(b, small.as_mut_ptr(), 2, &mut len),
+                ACCIO_BUFFER_TOO_SMALL
+            );
+            assert_eq!(
+                accio_endpoint_try_recv(b, buf.as_mut_ptr(), 16, &mut len),
+                ACCIO_OK
+            );
+            assert_eq!(&buf[..len], b"second!");
+            // try_send takes messages up to the backend's limit only.
+            let big = vec![0u8; 1 << 20];
+            assert_eq!(
+                accio_endpoint_try_send(b, big.as_ptr(), big.len()),
+                ACCIO_MESSAGE_TOO_LARGE
+            );
+            assert!(last_error().contains("1048576"), "{}", last_error());
+            assert_eq!(
+                accio_endpoint_try_send(b, ptr::null(), 5),
+                ACCIO_NULL_POINTER
+            );
+            assert_eq!(
+                accio_endpoint_try_recv(b, buf.as_mut_ptr(), 16, ptr::null_mut()),
+                ACCIO_NULL_POINTER
+            );
+        }
+        for h in w {
+            assert_eq!(accio_world_destroy(h), ACCIO_OK);
+        }
+    }
+}
+
+#[test]
+fn world_barrier_waits_for_every_rank_and_resumes_after_a_timeout() {
+    let w = in_process_world(&["n1", "n1", "n1"]);
+    // SAFETY: live handles; each rank's thread uses its own world, destroyed after joining.
+    unsafe {
+        // Rank 2 alone: it times out naming the rank it waited for.
+        assert_eq!(accio_world_barrier(w[2], 100), ACCIO_TIMEOUT);
+        let e = last_error();
+        // (In round 0 rank 2 tells rank 0, whose connection it waits for.)
+        assert!(
+            e.starts_with("accio_world_barrier: rank 2: no endpoint from rank 0 over shm"),
+            "{e}"
+        );
+        let ranks: Vec<_> = w.iter().map(|&h| Send_(h)).collect();
+        let threads: Vec<_> = ranks
+            .into_iter()
+            .map(|h| {
+                std::thread::spawn(move || {
+                    let h = h;
+                    let mut s = Vec::new();
+                    for _ in 0..3 {
+                        s.push(accio_world_barrier(h.0, 5000));
+                    }
+                    (s, last_error())
+                })
+            })
+            .collect();
+        for t in threads {
+            let (s, e) = t.join().unwrap();
+            assert_eq!(s, [ACCIO_OK; 3], "{e}");
+        }
+        for h in w {
+            assert_eq!(accio_world_destroy(h), ACCIO_OK);
+        }
+    }
+}
+
+#[test]
+fn register_view_exposes_the_callers_region_on_shm_and_tcp() {
+    for base in ["shm://", "tcp://127.0.0.1:0"] {
+        let addr = if base == "shm://" {
+            format!("shm://{}", unique("view"))
+        } else {
+            base.to_string()
+        };
+        let addr = CString::new(addr).unwrap();
+        // SAFETY: valid arguments; every handle destroyed once.
+        unsafe {
+            let mut l = ptr::null_mut();
+            assert_eq!(
+                accio_listener_create(addr.as_ptr(), &mut l),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            let mut bound = [0 as std::ffi::c_char; 128];
+            assert_eq!(
+                accio_listener_addr(l, bound.as_mut_ptr(), 128, ptr::null_mut()),
+                ACCIO_OK
+            );
+            // The listener accepts in a thread: an shm connect completes with the accept.
+            let lh = Send_(l);
+            let acceptor = std::thread::spawn(move || {
+                let lh = lh;
+                let mut b = ptr::null_mut();
+                let s = accio_listener_accept(lh.0, 5000, &mut b);
+                (s, Send_(b))
+            });
+            let mut a = ptr::null_mut();
+            assert_eq!(
+                accio_endpoint_connect(bound.as_ptr(), 5000, &mut a),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            let (s, b) = acceptor.join().unwrap();
+            assert_eq!(s, ACCIO_OK);
+            let b = b.0;
+
+            // Three pages of the caller's, the middle one lent to the peer.
+            let mut r = ptr::null_mut();
+            assert_eq!(
+                accio_region_create(3 * ACCIO_PAGE, &mut r),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            let (mut mem, mut n) = (ptr::null_mut(), 0usize);
+            assert_eq!(accio_region_memory(r, &mut mem, &mut n), ACCIO_OK);
+            assert_eq!(n, 3 * ACCIO_PAGE);
+            assert_eq!(mem as usize % ACCIO_PAGE, 0);
+            *mem.add(ACCIO_PAGE) = 0xAB;
+
+            let mut win = ptr::null_mut();
+            let rw = ACCIO_ACCESS_READ_WRITE;
+            assert_eq!(
+                accio_window_register_view(b, r, ACCIO_PAGE + 8, 64, rw, &mut win),
+                ACCIO_INVALID_ARGUMENT
+            );
+            let e = last_error();
+            assert!(
+                e.contains("start = 4104") && e.contains("ACCIO_PAGE = 4096"),
+                "{e}"
+            );
+            assert_eq!(
+                accio_window_register_view(b, r, ACCIO_PAGE, 0, rw, &mut win),
+                ACCIO_INVALID_ARGUMENT
+            );
+            assert!(last_error().contains("len = 0"), "{}", last_error());
+            assert_eq!(
+                accio_window_register_view(b, r, 2 * ACCIO_PAGE, ACCIO_PAGE + 1, rw, &mut win),
+                ACCIO_INVALID_ARGUMENT
+            );
+            assert!(
+                last_error().contains("past the end of the 12288-byte region"),
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                accio_window_register_view(b, r, 0, 8, 0x40, &mut win),
+                ACCIO_INVALID_ARGUMENT
+            );
+            assert_eq!(
+                accio_window_register_view(b, a as *const accio_region, 0, 8, rw, &mut win),
+                ACCIO_INVALID_HANDLE
+            );
+            assert!(
+                last_error().contains("not a live accio_region"),
+                "{}",
+                last_error()
+            );
+            assert!(win.is_null(), "refusals store nothing");
+
+            assert_eq!(
+                accio_window_register_view(b, r, ACCIO_PAGE, ACCIO_PAGE, rw, &mut win),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            let mut off = 0u64;
+            assert_eq!(accio_window_offset(win, &mut off), ACCIO_OK);
+            let (mut wp, mut wl) = (ptr::null_mut(), 0usize);
+            assert_eq!(accio_window_memory(win, &mut wp, &mut wl), ACCIO_OK);
+            assert_eq!(
+                (wp, wl),
+                (mem.add(ACCIO_PAGE), ACCIO_PAGE),
+                "the window is the region's memory"
+            );
+
+            // Announced with a message, as the contract asks (a window is visible to the
+            // peer once a message sent after its registration arrived).
+            assert_eq!(
+                accio_endpoint_send(b, off.to_le_bytes().as_ptr(), 8),
+                ACCIO_OK
+            );
+            let mut m = [0u8; 8];
+            let mut mlen = 0usize;
+            assert_eq!(
+                accio_endpoint_recv(a, m.as_mut_ptr(), 8, &mut mlen, 5000),
+                ACCIO_OK
+            );
+            assert_eq!(u64::from_le_bytes(m), off);
+            // The peer reads what the caller wrote, and its write lands in the region.
+            let mut got = [0u8; 1];
+            assert_eq!(
+                accio_endpoint_vread_from(a, got.as_mut_ptr(), 1, off, 0),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(got[0], 0xAB);
+            assert_eq!(
+                accio_endpoint_vwrite_to(a, b"view".as_ptr(), 4, off + 16, ACCIO_RMA_SYNC),
+                ACCIO_OK
+            );
+            let sig = accio_signal {
+                offset: off + 8,
+                value: 5,
+            };
+            assert_eq!(accio_endpoint_fence_signal(a, ptr::null(), &sig), ACCIO_OK);
+            assert_eq!(
+                accio_window_wait_u64(win, 8, 5, 5000),
+                ACCIO_OK,
+                "{}",
+                last_error()
+            );
+            assert_eq!(
+                std::slice::from_raw_parts(mem.add(ACCIO_PAGE + 16), 4),
+                b"view"
+            );
+            // Outside the view (the third page is the region's, not the window's): refused.
+            assert_eq!(
+                accio_endpoint_vwrite_to(a, b"x".as_ptr(), 1, off + ACCIO_PAGE as u64, 0),
+                ACCIO_OUT_OF_WINDOW
+            );
+
+            assert_eq!(accio_region_create(0, &mut r), ACCIO_INVALID_ARGUMENT);
+            let mut r2 = ptr::null_mut();
+            assert_eq!(
+                accio_region_create(usize::MAX / 2, &mut r2),
+                ACCIO_OUT_OF_MEMORY
+            );
+            assert!(r2.is_null());
+
+            assert_eq!(accio_window_destroy(win), ACCIO_OK);
+            assert_eq!(accio_region_destroy(r), ACCIO_OK);
+            assert_eq!(accio_endpoint_destroy(a), ACCIO_OK);
+            assert_eq!(accio_endpoint_destroy(b), ACCIO_OK);
+            assert_eq!(accio_listener_destroy(l), ACCIO_OK);
+        }
+    }
+}
