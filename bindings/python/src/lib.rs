@@ -33,6 +33,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple, PyType};
 use pyo3::{create_exception, ffi};
 
+mod grid;
 mod world;
 
 /// How long a blocking call waits before it checks for Ctrl-C (and other signals).
@@ -1390,6 +1391,7 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Merger>()?;
     m.add_class::<Producer>()?;
     m.add_class::<world::World>()?;
+    m.add_class::<grid::HaloExchange>()?;
     m.add_function(wrap_pyfunction!(listen, m)?)?;
     m.add_function(wrap_pyfunction!(connect, m)?)?;
     m.add_function(wrap_pyfunction!(container_index, m)?)?;

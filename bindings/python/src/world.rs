@@ -26,9 +26,7 @@ pub(crate) fn world_err(e: &WorldError) -> PyErr {
         WorldError::Timeout { .. } => Timeout::new_err(e.to_string()),
         WorldError::Transport { source, .. } => {
             let err = super::transport_err(source);
-            Python::attach(|py| {
-                PyErr::from_type(err.get_type(py), e.to_string())
-            })
+            Python::attach(|py| PyErr::from_type(err.get_type(py), e.to_string()))
         }
         _ => Error::new_err(e.to_string()),
     }
@@ -38,13 +36,13 @@ pub(crate) fn world_err(e: &WorldError) -> PyErr {
 #[pyclass(module = "accio", frozen)]
 pub(crate) struct World {
     world: Mutex<Option<Arc<accio_world::World>>>,
-    rank: usize,
-    size: usize,
+    pub(crate) rank: usize,
+    pub(crate) size: usize,
     eps: Mutex<HashMap<usize, Py<Endpoint>>>,
 }
 
 impl World {
-    fn world(&self) -> PyResult<Arc<accio_world::World>> {
+    pub(crate) fn world(&self) -> PyResult<Arc<accio_world::World>> {
         let w = self.world.lock().unwrap_or_else(|p| p.into_inner());
         w.clone()
             .ok_or_else(|| Error::new_err("accio.World: the world is closed (close() was called)"))

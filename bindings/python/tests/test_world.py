@@ -158,3 +158,69 @@ def test_a_process_not_started_as_a_rank_is_told_how_to_start_it():
     )
     assert p.returncode == 1
     assert "accio.Error: ACCIO_RANK: not set: start the program with `accio run -n N`" in p.stderr, p.stderr
+
+
+def laplace(accio_bin, n, *args):
+    """`accio run -n N python3 -m accio.demo.laplace ARGS`: (timing line, crc line)."""
+    p = subprocess.run(
+        [accio_bin, "run", "-n", str(n), sys.executable, "-m", "accio.demo.laplace", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 2, p.stdout
+    return lines
+
+
+@pytest.mark.parametrize("ranks,dims", [(2, None), (3, "1x3"), (3, "3x1"), (4, None), (6, "2x3")])
+def test_the_numpy_jacobi_on_many_ranks_computes_the_grid_of_one(accio_bin, ranks, dims, tmp_path):
+    grid = ["--n", "61", "--iters", "7", "--check"]
+    one = laplace(accio_bin, 1, *grid, "--out", str(tmp_path / "one.npy"))
+    many = laplace(accio_bin, ranks, *grid, *(["--dims", dims] if dims else []), "--out", str(tmp_path / "many.npy"))
+    assert many[1] == one[1] and one[1].startswith("grid crc32 ")
+    import numpy as np
+
+    a, b = np.load(tmp_path / "one.npy"), np.load(tmp_path / "many.npy")
+    assert a.shape == (61, 61) and (a == b).all()
+    # The run did something: the inside moved away from its start, the border did not.
+    from accio.demo.laplace import initial
+
+    start = initial(np.arange(61)[:, None], np.arange(61)[None, :], 61)
+    assert (a[0] == 1.0).all() and (a[:, -1] == 1.0).all()
+    assert np.abs(a[1:-1, 1:-1] - start[1:-1, 1:-1]).mean() > 0.01
+    want = f"{ranks} rank(s) ({dims or ('2x2' if ranks == 4 else '2x1')}), 7 iterations (accio): "
+    assert want in many[0], many[0]
+
+
+def test_halo_exchange_fills_ghosts_with_the_neighbours_faces(accio_bin):
+    script = """
+        import numpy as np
+        import accio, accio.grid
+
+        with accio.World() as w:
+            ex = accio.grid.HaloExchange(w, (6, 10), dims=(1, 2), periodic=(False, True))
+            assert ex.local_shape == (6, 7) and ex.halo == (0, 1) and ex.owned == (6, 5)
+            assert ex.start == (0, 5 * w.rank) and ex.coords == (0, w.rank) and ex.dims == (1, 2)
+            u = ex.array
+            assert u.dtype == np.float64 and u.flags.writeable and not u.flags.owndata
+            ex.interior[...] = np.arange(60).reshape(6, 10)[:, 5 * w.rank : 5 * w.rank + 5]
+            sync, communicate = ex.exchange()
+            assert sync >= 0 and communicate >= 0
+            # x is periodic over 2 ranks: both ghost columns come from the other rank.
+            full = np.arange(60).reshape(6, 10)
+            assert (u[:, 0] == full[:, (5 * w.rank - 1) % 10]).all(), u
+            assert (u[:, 6] == full[:, (5 * w.rank + 5) % 10]).all(), u
+            for kw, text in [(dict(dims=(2, 2)), "make 4 ranks, the world has 2"),
+                             (dict(path="carrier pigeon"), "neither \\"rma\\" nor \\"messages\\""),
+                             (dict(dtype="int8"), "neither \\"float64\\" nor \\"float32\\"")]:
+                try:
+                    accio.grid.HaloExchange(w, (6, 10), **kw)
+                except accio.InvalidArgument as e:
+                    assert text in str(e), str(e)
+                else:
+                    raise AssertionError(kw)
+    """
+    p = run(accio_bin, 2, script)
+    assert p.returncode == 0, p.stderr

@@ -1,0 +1,315 @@
+//! `accio.grid.HaloExchange`: the grid communicator of the Rust crate `accio-grid` over
+//! NumPy. The rank's subgrid (owned cells and ghost layers) lives in memory the exchange
+//! owns and registers with its neighbours; Python sees it as one writable NumPy array
+//! (`accio.grid` wraps the buffer this class exports), computes on it in place, and calls
+//! `exchange()` to fill the ghosts from the neighbours' faces.
+
+use std::ffi::c_void;
+use std::sync::Mutex;
+
+use accio_grid::{Decomposition, ExchangeOptions, GridError, Path};
+use pyo3::ffi;
+use pyo3::prelude::*;
+use pyo3::types::{PySlice, PyTuple};
+
+use super::world::World;
+use super::{guarded, invalid_arg, Error, Failure};
+
+impl From<GridError> for Failure {
+    fn from(e: GridError) -> Self {
+        Failure::Other(Error::new_err(e.to_string()))
+    }
+}
+
+/// The subgrid of one element type.
+enum Field {
+    F64(accio_grid::HaloExchange<f64>),
+    F32(accio_grid::HaloExchange<f32>),
+}
+
+macro_rules! each {
+    ($f:expr, $ex:ident => $body:expr) => {
+        match $f {
+            Field::F64($ex) => $body,
+            Field::F32($ex) => $body,
+        }
+    };
+}
+
+/// One rank's part of a grid decomposed over a world, and the exchange of its halos.
+#[pyclass(module = "accio.grid", frozen)]
+pub(crate) struct HaloExchange {
+    field: Mutex<Field>,
+    /// Where the array lives and how long it is, in bytes (fixed for the object's life).
+    ptr: usize,
+    bytes: usize,
+    dtype: &'static str,
+    ndim: usize,
+    alloc: [usize; 3],
+    halo: [usize; 3],
+    start: [usize; 3],
+    len: [usize; 3],
+    shape: [usize; 3],
+    dims: [usize; 3],
+    coords: [usize; 3],
+    rank: usize,
+}
+
+/// The last `ndim` axes of a 3-axis value, as a tuple.
+fn axes<'py>(py: Python<'py>, v: &[usize; 3], ndim: usize) -> PyResult<Bound<'py, PyTuple>> {
+    PyTuple::new(py, &v[3 - ndim..])
+}
+
+#[pymethods]
+impl HaloExchange {
+    /// Decomposes a grid of `shape` (2 or 3 extents, the last contiguous) over the ranks
+    /// of `world` (`None`: this process alone) and sets up this rank's part with ghost
+    /// layers `halo` thick: collective, every rank of the world calls it with the same
+    /// arguments. `dims`: ranks per axis (None: chosen to keep faces small); `periodic`:
+    /// which axes wrap (None: none); `path`: "rma" (faces written straight into the
+    /// neighbours' ghosts) or "messages"; `dtype`: "float64" or "float32".
+    #[new]
+    #[pyo3(signature = (world, shape, *, dims=None, periodic=None, halo=1, path="rma", dtype="float64", timeout=60.0))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        world: Option<&World>,
+        shape: Vec<usize>,
+        dims: Option<Vec<usize>>,
+        periodic: Option<Vec<bool>>,
+        halo: usize,
+        path: &str,
+        dtype: &str,
+        timeout: f64,
+    ) -> PyResult<HaloExchange> {
+        const OP: &str = "HaloExchange";
+        let path = match path {
+            "rma" => Path::Rma,
+            "messages" => Path::Messages,
+            p => {
+                return Err(invalid_arg(format!(
+                    "{OP}: path={p:?} is neither \"rma\" nor \"messages\""
+                )))
+            }
+        };
+        let timeout = super::secs(OP, "timeout", timeout)?;
+        let (world, rank, size) = match world {
+            Some(w) => (Some(w.world()?), w.rank, w.size),
+            None => (None, 0, 1),
+        };
+        let decomp = Decomposition::new(
+            &shape,
+            size,
+            dims.as_deref(),
+            periodic.as_deref().unwrap_or(&[]),
+            halo,
+        )
+        .map_err(|e| invalid_arg(format!("{OP}: {e}")))?;
+        let opts = ExchangeOptions {
+            path,
+            timeout,
+            ..Default::default()
+        };
+        let mut connect = |peer: usize| -> Result<Box<dyn accio::Endpoint>, accio_grid::BoxError> {
+            match &world {
+                Some(w) => Ok(w.endpoint(peer)?),
+                None => Err("a grid of one rank has no neighbours to connect to".into()),
+            }
+        };
+        let field = match dtype {
+            "float64" | "f8" | "d" => guarded(py, || {
+                Ok(Field::F64(accio_grid::HaloExchange::new(
+                    &decomp,
+                    rank,
+                    opts,
+                    &mut connect,
+                )?))
+            })?,
+            "float32" | "f4" | "f" => guarded(py, || {
+                Ok(Field::F32(accio_grid::HaloExchange::new(
+                    &decomp,
+                    rank,
+                    opts,
+                    &mut connect,
+                )?))
+            })?,
+            d => {
+                return Err(invalid_arg(format!(
+                    "{OP}: dtype={d:?} is neither \"float64\" nor \"float32\""
+                )))
+            }
+        };
+        let (ptr, bytes, dtype) = match &field {
+            Field::F64(ex) => (
+                ex.field().as_ptr() as usize,
+                std::mem::size_of_val(ex.field()),
+                "float64",
+            ),
+            Field::F32(ex) => (
+                ex.field().as_ptr() as usize,
+                std::mem::size_of_val(ex.field()),
+                "float32",
+            ),
+        };
+        let block = decomp.block(rank);
+        Ok(HaloExchange {
+            ptr,
+            bytes,
+            dtype,
+            ndim: decomp.ndim(),
+            alloc: [0, 1, 2].map(|a| block.len[a] + 2 * decomp.halo_on(a)),
+            halo: [0, 1, 2].map(|a| decomp.halo_on(a)),
+            start: block.start,
+            len: block.len,
+            shape: decomp.shape(),
+            dims: decomp.dims(),
+            coords: decomp.coords(rank),
+            rank,
+            field: Mutex::new(field),
+        })
+    }
+
+    /// Fills every ghost layer from the neighbours' faces (collective with the
+    /// neighbours). Returns `(sync, communicate)` in seconds: waiting for the neighbours to
+    /// be done with their ghosts, then moving the faces.
+    fn exchange(&self, py: Python<'_>) -> PyResult<(f64, f64)> {
+        let t = guarded(py, || {
+            let mut f = self.field.lock().unwrap_or_else(|p| p.into_inner());
+            Ok(each!(&mut *f, ex => ex.exchange()?))
+        })?;
+        Ok((t.sync.as_secs_f64(), t.communicate.as_secs_f64()))
+    }
+
+    /// This rank's subgrid as a writable NumPy array of `local_shape` (owned cells and
+    /// ghosts), a view of the memory the exchange moves: compute on it in place.
+    #[getter]
+    fn array<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let me = slf.get();
+        let flat = py
+            .import("numpy")?
+            .call_method1("frombuffer", (slf, me.dtype))?;
+        flat.call_method1("reshape", (axes(py, &me.alloc, me.ndim)?,))
+    }
+
+    /// The owned cells of `array` (ghosts left out), a view.
+    #[getter]
+    fn interior<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
+        let py = slf.py();
+        let me = slf.get();
+        let cut = (3 - me.ndim..3)
+            .map(|a| {
+                PySlice::new(
+                    py,
+                    me.halo[a] as isize,
+                    (me.halo[a] + me.len[a]) as isize,
+                    1,
+                )
+            })
+            .collect::<Vec<_>>();
+        Self::array(slf)?.get_item(PyTuple::new(py, cut)?)
+    }
+
+    /// The NumPy dtype name of the array: "float64" or "float32".
+    #[getter]
+    fn dtype(&self) -> &'static str {
+        self.dtype
+    }
+
+    /// The local array's shape, ghosts included (per axis: owned cells + 2 × halo, the
+    /// halo being 0 along an axis no neighbour shares).
+    #[getter]
+    fn local_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.alloc, self.ndim)
+    }
+
+    /// Ghost layers per axis (0 along an axis not split and not periodic).
+    #[getter]
+    fn halo<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.halo, self.ndim)
+    }
+
+    /// Global index of this rank's first owned cell, per axis.
+    #[getter]
+    fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.start, self.ndim)
+    }
+
+    /// Owned cells per axis.
+    #[getter]
+    fn owned<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.len, self.ndim)
+    }
+
+    /// The whole grid's shape.
+    #[getter]
+    fn shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.shape, self.ndim)
+    }
+
+    /// Ranks per axis.
+    #[getter]
+    fn dims<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.dims, self.ndim)
+    }
+
+    /// This rank's position in the rank grid.
+    #[getter]
+    fn coords<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
+        axes(py, &self.coords, self.ndim)
+    }
+
+    /// This rank.
+    #[getter]
+    fn rank(&self) -> usize {
+        self.rank
+    }
+
+    /// Exports the local array (ghosts included), writable, as bytes; `accio.grid` views
+    /// it with its dtype and shape.
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: std::ffi::c_int,
+    ) -> PyResult<()> {
+        let me = slf.get();
+        // SAFETY: the array stays mapped as long as the exchange lives (it is never
+        // reallocated), and PyBuffer_FillInfo stores a new reference to this object in
+        // `view.obj`, so every view keeps it alive. `view` is the caller's Py_buffer.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                me.ptr as *mut c_void,
+                me.bytes as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(PyErr::take(slf.py())
+                .unwrap_or_else(|| Error::new_err("grid buffer export failed")));
+        }
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    fn __repr__(&self) -> String {
+        let s = |v: &[usize; 3]| {
+            v[3 - self.ndim..]
+                .iter()
+                .map(|x| x.to_string())
+                .collect::<Vec<_>>()
+                .join("x")
+        };
+        format!(
+            "<accio.grid.HaloExchange rank {} of grid {} over ranks {}, owns {} at {:?}>",
+            self.rank,
+            s(&self.shape),
+            s(&self.dims),
+            s(&self.len),
+            &self.start[3 - self.ndim..]
+        )
+    }
+}
