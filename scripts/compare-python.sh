@@ -13,17 +13,22 @@
 #                               from a window), fenced passes
 #   merge into /dev/shm         Merger + 8 multiprocessing workers x 64 x    `accio bench merge /dev/shm --producers 8
 #                               2 MiB, Producer.write(numpy array)            --buffers 64 --sizes 2M --placement processes`
+#   latency next to a busy      the latency ping-pong unpinned (--no-pin),   mpi4py's ping-pong under mpirun, as its
+#   process                     a spinning Python loop running beside it     users launch it, the same loop beside it
+#   Jacobi 4096x4096, 100 it.   `accio run -n R python3 -m accio.demo.laplace` `mpirun -n R python3 laplace_mpi4py.py`
+#   on 2 and 4 ranks            (accio.grid.HaloExchange)                   (the same kernel; Sendrecv of faces)
 #
 # All latencies use one method (every round trip timed, a sample is a batch's median round
 # trip halved); a run contributes its median, the table shows median (min–max) over runs.
 #
-# Usage: scripts/compare-python.sh [--reps N] [--accio PATH] [--python PY] [--out DIR]
+# Usage: scripts/compare-python.sh [--reps N] [--accio PATH] [--python PY] [--out DIR] [--no-laplace]
 #   --reps N      repetitions of every side (default 3)
 #   --accio PATH  the accio binary (default target/release/accio;
 #                 `cargo build --release -p accio-cli`)
 #   --python PY   the interpreter with the accio package (default python3;
 #                 `pip install ./bindings/python`)
 #   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
+#   --no-laplace  leave the Jacobi rows out (about 25 s per repetition)
 # Needs jq. mpi4py rows need mpirun (openmpi-bin) and mpi4py (`pip install mpi4py`); without
 # them the rows are left out and said so. Installs nothing.
 
@@ -33,8 +38,10 @@ REPS=3
 ACCIO=""
 PY=python3
 OUT=""
+LAPLACE=1
 while [ $# -gt 0 ]; do
     case "$1" in
+        --no-laplace) LAPLACE=0; shift ;;
         --reps) REPS="$2"; shift 2 ;;
         --accio) ACCIO="$2"; shift 2 ;;
         --python) PY="$2"; shift 2 ;;
@@ -67,6 +74,12 @@ if ! command -v mpirun >/dev/null || ! "$PY" -c 'import mpi4py' 2>/dev/null; the
 fi
 
 log() { echo "compare-python: $*" >&2; }
+LAPLACE_PY="$ROOT/bindings/python/bench/laplace_mpi4py.py"
+# A process that keeps one CPU busy for the "busy" rows: a spinning Python loop.
+BUSY=""
+busy_start() { "$PY" -c 'while True: pass' & BUSY=$!; }
+busy_stop() { kill "$BUSY" 2>/dev/null; wait "$BUSY" 2>/dev/null || true; BUSY=""; }
+trap 'busy_stop' EXIT
 P=8 F=64
 echo "compare-python: $(bash "$(dirname "$0")/host-line.sh"); $REPS reps; raw output in $OUT" >&2
 for rep in $(seq "$REPS"); do
@@ -80,6 +93,15 @@ for rep in $(seq "$REPS"); do
         (cd / && timeout 300 mpirun -np 2 --allow-run-as-root --bind-to core "$PY" "$BENCH" mpi-latency --size 8) \
             > "$OUT/mpi4py-latency.$rep.json" 2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
     fi
+    log "rep $rep/$REPS: python latency, unpinned, a busy process beside it"
+    busy_start
+    (cd / && timeout 300 "$PY" "$BENCH" latency --size 8 --no-pin) > "$OUT/py-latency-busy.$rep.json"
+    if [ "$HAVE_MPI" = 1 ]; then
+        log "rep $rep/$REPS: mpi4py latency, a busy process beside it"
+        (cd / && timeout 300 mpirun -np 2 --allow-run-as-root --bind-to core "$PY" "$BENCH" mpi-latency --size 8) \
+            > "$OUT/mpi4py-latency-busy.$rep.json" 2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
+    fi
+    busy_stop
     log "rep $rep/$REPS: python two-sided 2 MiB"
     (cd / && timeout 300 "$PY" "$BENCH" bw --size 2M) > "$OUT/py-bw.$rep.json"
     if [ "$HAVE_MPI" = 1 ]; then
@@ -96,11 +118,24 @@ for rep in $(seq "$REPS"); do
     log "rep $rep/$REPS: python merge ($P multiprocessing workers x $F x 2 MiB into /dev/shm)"
     (cd / && timeout 600 "$PY" "$BENCH" merge --dir /dev/shm --workers "$P" --buffers "$F" --size 2M) \
         > "$OUT/py-merge.$rep.json"
+    if [ "$LAPLACE" = 1 ]; then
+        for r in 2 4; do
+            log "rep $rep/$REPS: python Jacobi 4096x4096 x 100 on $r ranks (accio run)"
+            (cd / && timeout 600 "$ACCIO" run -n "$r" "$PY" -m accio.demo.laplace --n 4096 --iters 100 --json) \
+                > "$OUT/py-laplace-$r.$rep.json"
+            if [ "$HAVE_MPI" = 1 ]; then
+                log "rep $rep/$REPS: mpi4py Jacobi 4096x4096 x 100 on $r ranks (mpirun)"
+                (cd / && timeout 600 mpirun -np "$r" --allow-run-as-root --oversubscribe "$PY" "$LAPLACE_PY" \
+                    --n 4096 --iters 100 --json) > "$OUT/mpi4py-laplace-$r.$rep.json" 2>>"$OUT/mpi.log" \
+                    || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
+            fi
+        done
+    fi
 done
 
-"$PY" - "$OUT" "$REPS" "$HAVE_MPI" <<'PYEOF'
+"$PY" - "$OUT" "$REPS" "$HAVE_MPI" "$LAPLACE" <<'PYEOF'
 import json, statistics, sys
-out, reps, have_mpi = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+out, reps, have_mpi, laplace = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1", sys.argv[4] == "1"
 
 def rust(kind, metric, size):
     vals = []
@@ -147,7 +182,9 @@ M = 1 << 20
 lat = py("py-latency", "python accio latency")
 if have_mpi:
     row("shm latency 8 B (one-way)", lat, "mpi4py Send/Recv ping-pong",
-        py("mpi4py-latency", "mpi4py latency"), "us", "<= 1.0")
+        py("mpi4py-latency", "mpi4py latency"), "us", "<= 0.5")
+    row("latency 8 B, unpinned, busy process beside", py("py-latency-busy", "python accio latency"),
+        "mpi4py, same busy process", py("mpi4py-latency-busy", "mpi4py latency"), "us", "<= 1.0")
 row("shm latency 8 B (one-way)", lat, "Rust accio bench transport", rust("transport", "latency", 8), "us", "")
 if have_mpi:
     row("shm two-sided 2 MiB, send + recv_into(numpy)", py("py-bw", "python accio two-sided bw"),
@@ -157,8 +194,31 @@ row("RMA write 2 MiB, vwrite_to(numpy)", py("py-rma", "python accio rma_write_bw
     "Rust write_to (accio bench)", rrma, "GB/s", ">= 0.9")
 row("RMA write 2 MiB, write_to(window)", py("py-rma", "python accio rma_write_bw write_to"),
     "Rust write_to (accio bench)", rrma, "GB/s", ">= 0.9")
+if have_mpi:
+    row("RMA write 2 MiB, write_to(window)", py("py-rma", "python accio rma_write_bw write_to"),
+        "mpi4py Send/Recv ping-pong", py("mpi4py-bw", "mpi4py two-sided bw"), "GB/s", ">= 1.0")
 row("merge 8 procs x 64 x 2 MiB, /dev/shm", py("py-merge", "python accio merge"),
     "Rust accio bench merge, same shape", rust("merge", "merge", None), "GB/s", ">= 0.8")
+
+def jacobi(name, field):
+    vals = []
+    for r in range(1, reps + 1):
+        try:
+            d = json.loads(open(f"{out}/{name}.{r}.json").read().strip().splitlines()[0])
+        except (FileNotFoundError, IndexError):
+            continue
+        vals.append(d[field] if isinstance(field, str) else sum(d[f] for f in field))
+    return vals
+
+if laplace and have_mpi:
+    for r in (2, 4):
+        a, m = f"py-laplace-{r}", f"mpi4py-laplace-{r}"
+        row(f"Jacobi 4096^2 x 100, {r} ranks: total per iteration", jacobi(a, "total_ms"),
+            "mpi4py Sendrecv, same kernel", jacobi(m, "total_ms"), "ms", "<= 1.0")
+        # accio splits waiting for the neighbours (sync) from moving the faces; mpi4py's
+        # Sendrecv does both, so its communicate is compared with accio's sum.
+        row(f"Jacobi {r} ranks: communicate + sync", jacobi(a, ("communicate_ms", "sync_ms")),
+            "mpi4py Sendrecv time", jacobi(m, "communicate_ms"), "ms", "<= 0.5")
 
 headers = ["figure", "Python median (min–max)", "compared with", "its median (min–max)", "ratio", "target"]
 width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]

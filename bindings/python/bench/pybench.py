@@ -11,7 +11,7 @@ Each prints one JSON object on stdout: {"figure": ..., "unit": ..., "samples": [
 "median": ...}. Methods (the same as the Rust bench's, see crates/bench):
 
 - latency: ping-pong between this process and a second one it starts (pinned to another
-  CPU when there are two); every round trip timed on its own, a sample is the median round
+  CPU when there are two; not pinned with --no-pin, as a plain Python process is); every round trip timed on its own, a sample is the median round
   trip of one batch, halved. accio: `send` + `recv_into` over shm. mpi4py: `Send` +
   `Recv` of NumPy buffers, the same batches.
 - bw: two-sided bandwidth, a ping-pong of SIZE-byte NumPy arrays between this process and
@@ -43,6 +43,8 @@ def size_arg(s):
 
 
 def pin(cpu):
+    if os.environ.get("PYBENCH_NO_PIN"):
+        return
     if hasattr(os, "sched_setaffinity") and os.cpu_count() and os.cpu_count() >= 2:
         try:
             os.sched_setaffinity(0, {cpu % os.cpu_count()})
@@ -316,6 +318,8 @@ def main():
     for name in ("latency", "mpi-latency"):
         p = sub.add_parser(name)
         p.add_argument("--size", type=size_arg, default=8)
+        if name == "latency":
+            p.add_argument("--no-pin", action="store_true", help="leave both processes unpinned")
         p.add_argument("--batches", type=int, default=11)
         p.add_argument("--batch-time", type=float, default=0.08)
     for name in ("rma", "bw", "mpi-bw"):
@@ -337,6 +341,8 @@ def main():
     p.add_argument("addr")
     p.add_argument("size", type=int)
     a = ap.parse_args()
+    if getattr(a, "no_pin", False):
+        os.environ["PYBENCH_NO_PIN"] = "1"  # inherited by the echo process
     {"latency": cmd_latency, "mpi-latency": cmd_mpi_latency, "rma": cmd_rma,
      "bw": cmd_bw, "mpi-bw": cmd_mpi_bw,
      "merge": cmd_merge, "_echo": cmd_echo, "_target": cmd_target}[a.cmd](a)

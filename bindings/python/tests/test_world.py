@@ -224,3 +224,20 @@ def test_halo_exchange_fills_ghosts_with_the_neighbours_faces(accio_bin):
     """
     p = run(accio_bin, 2, script)
     assert p.returncode == 0, p.stderr
+
+
+def test_ranks_lines_never_interleave_mid_line(accio_bin):
+    # print(a, b) writes each piece apart; accio run forwards each rank's stdout by lines.
+    script = """
+        import accio
+        with accio.World() as w:
+            for i in range(300):
+                print("rank", w.rank, "line", i, "end", flush=True)
+    """
+    p = run(accio_bin, 4, script)
+    assert p.returncode == 0, p.stderr
+    lines = p.stdout.splitlines()
+    assert len(lines) == 1200
+    for r in range(4):
+        mine = [l for l in lines if l.startswith(f"rank {r} ")]
+        assert mine == [f"rank {r} line {i} end" for i in range(300)]

@@ -3,7 +3,7 @@
 //! backend that can serve it and says what the rule chose and why.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::process::{Child, ChildStderr, Command, ExitStatus, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
@@ -139,13 +139,29 @@ fn stop(sig: libc::c_int, children: &mut [Child], rdv: Rendezvous) -> ! {
 /// The longest piece of a rank's stderr written as one line.
 const MAX_LINE: u64 = 64 * 1024;
 
-/// Copies a rank's stderr to ours line by line, each line prefixed with the rank and
-/// written with one call, so that ranks' lines never interleave mid-line. Tells `done`
-/// when the rank's stderr closed.
-fn forward_stderr(rank: usize, pipe: ChildStderr, done: mpsc::Sender<()>) -> std::io::Result<()> {
-    let prefix = format!("[rank {rank}] ");
+/// Where a rank's output goes: ours, stdout or stderr.
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// Copies a rank's stdout or stderr to ours line by line, each line written with one call,
+/// so that ranks' lines never interleave mid-line (as `print(a, b)` in Python, which
+/// writes each piece apart, would on a shared descriptor). Stderr lines are prefixed with
+/// the rank; stdout lines are not, as mpirun's are not. Tells `done` when the pipe closed.
+fn forward(
+    rank: usize,
+    pipe: impl Read + Send + 'static,
+    to: Stream,
+    done: mpsc::Sender<()>,
+) -> std::io::Result<()> {
+    let (prefix, name) = match to {
+        Stream::Stdout => (String::new(), "stdout"),
+        Stream::Stderr => (format!("[rank {rank}] "), "stderr"),
+    };
     std::thread::Builder::new()
-        .name(format!("rank-{rank}-stderr"))
+        .name(format!("rank-{rank}-{name}"))
         .stack_size(64 * 1024)
         .spawn(move || {
             let mut r = BufReader::new(pipe);
@@ -159,7 +175,13 @@ fn forward_stderr(rank: usize, pipe: ChildStderr, done: mpsc::Sender<()>) -> std
                         if line.last() != Some(&b'\n') {
                             line.push(b'\n');
                         }
-                        let _ = std::io::stderr().lock().write_all(&line);
+                        let _ = match to {
+                            Stream::Stdout => {
+                                let mut out = std::io::stdout().lock();
+                                out.write_all(&line).and_then(|()| out.flush())
+                            }
+                            Stream::Stderr => std::io::stderr().lock().write_all(&line),
+                        };
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                     Err(_) => break,
@@ -183,7 +205,8 @@ fn kill_all(children: &mut [Child]) {
 /// fail ends the others (as mpirun does) and is named in the error.
 ///
 /// Each rank gets a fresh per-job `ACCIO_TCP_SECRET` (one already set is passed on), and
-/// its stderr is copied to ours line by line, each line prefixed with `[rank N] `. On
+/// its stdout and stderr are copied to ours line by line (stderr lines prefixed with
+/// `[rank N] `), so that ranks' lines never interleave mid-line. On
 /// SIGINT, SIGTERM or SIGHUP the ranks are ended and the rendezvous socket removed.
 pub fn run(a: RunArgs) -> anyhow::Result<()> {
     check_ranks(a.n, a.oversubscribe)?;
@@ -224,18 +247,24 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             .env("ACCIO_RENDEZVOUS", rdv.addr())
             .env("ACCIO_WORLD_TIMEOUT_MS", timeout.as_millis().to_string())
             .env("ACCIO_TCP_SECRET", &secret)
+            .stdout(Stdio::piped())
             .stderr(Stdio::piped())
             .spawn();
         match child {
             Ok(mut c) => {
-                let forwarded = match c.stderr.take() {
-                    Some(pipe) => forward_stderr(rank, pipe, done_tx.clone()),
-                    None => Ok(()),
-                };
+                let out = c
+                    .stdout
+                    .take()
+                    .map(|p| forward(rank, p, Stream::Stdout, done_tx.clone()));
+                let err = c
+                    .stderr
+                    .take()
+                    .map(|p| forward(rank, p, Stream::Stderr, done_tx.clone()));
+                let forwarded = out.unwrap_or(Ok(())).and(err.unwrap_or(Ok(())));
                 children.push(c);
                 if let Err(e) = forwarded {
                     kill_all(&mut children);
-                    bail!("starting the stderr thread of rank {rank}: {e}");
+                    bail!("starting the output threads of rank {rank}: {e}");
                 }
             }
             Err(e) => {
@@ -245,7 +274,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         }
     }
     drop(done_tx);
-    // Waits (a little) for the ranks' last stderr lines to be written out.
+    // Waits (a little) for the ranks' last output lines to be written out.
     let drain = |rx: &mpsc::Receiver<()>| {
         let deadline = Instant::now() + Duration::from_secs(2);
         while rx
