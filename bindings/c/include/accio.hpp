@@ -2,6 +2,17 @@
 //
 // Every object owns its handle and frees it in its destructor; every failing call throws
 // accio::Error carrying the status and the library's message. Move-only, like the handles.
+// The exceptions: an EndpointRef (what World::endpoint gives) refers to an endpoint its
+// world owns, and try_send/try_recv report "would block" as false, not by throwing.
+//
+//   accio::World world;                     // in a program started by `accio run -n N`
+//   for (size_t r = 0; r < world.size(); r++) {
+//       if (r == world.rank()) continue;
+//       accio::EndpointRef ep = world.endpoint(r);   // connected once, owned by the world
+//       ep.send(&r, sizeof r);
+//       std::vector<uint8_t> msg = ep.recv();
+//   }
+//   world.barrier();
 //
 //   accio::Merger merger("shm://events", "events.accio");
 //   std::thread worker([&] {
@@ -84,6 +95,31 @@ private:
 };
 } // namespace detail
 
+/// Page-aligned memory of the caller's that windows on any number of endpoints may expose
+/// (EndpointRef::register_view). Valid until destroyed.
+class Region {
+public:
+    explicit Region(size_t len) {
+        accio_region *h;
+        detail::check(accio_region_create(len, &h));
+        h_ = decltype(h_)(h);
+    }
+    uint8_t *data() const {
+        uint8_t *p;
+        detail::check(accio_region_memory(h_.get(), &p, nullptr));
+        return p;
+    }
+    size_t size() const {
+        size_t n;
+        detail::check(accio_region_memory(h_.get(), nullptr, &n));
+        return n;
+    }
+    accio_region *handle() const noexcept { return h_.get(); }
+
+private:
+    detail::Owned<accio_region, accio_region_destroy> h_;
+};
+
 /// A registered window: memory the peer reaches with RMA.
 class Window {
 public:
@@ -117,73 +153,200 @@ private:
     detail::Owned<accio_window, accio_window_destroy> h_;
 };
 
-/// One end of a connection.
-class Endpoint {
+/// The operations of an endpoint, on a handle it does not own: what World::endpoint gives
+/// (the world frees it), and the base of the owning Endpoint.
+class EndpointRef {
 public:
-    explicit Endpoint(accio_endpoint *h) : h_(h) {}
-    static Endpoint connect(const std::string &addr, int64_t timeout_ms = 10000) {
-        accio_endpoint *h;
-        detail::check(accio_endpoint_connect(addr.c_str(), timeout_ms, &h));
-        return Endpoint(h);
-    }
+    explicit EndpointRef(accio_endpoint *h) noexcept : h_(h) {}
     void send(const void *data, size_t len) const {
-        detail::check(accio_endpoint_send(h_.get(), static_cast<const uint8_t *>(data), len));
+        detail::check(accio_endpoint_send(h_, static_cast<const uint8_t *>(data), len));
+    }
+    /// Sends the message if it can be enqueued whole without waiting; false when it cannot
+    /// (nothing was sent). Up to the backend's limit (256 KiB on shm and tcp).
+    bool try_send(const void *data, size_t len) const {
+        accio_status s = accio_endpoint_try_send(h_, static_cast<const uint8_t *>(data), len);
+        if (s == ACCIO_WOULD_BLOCK) return false;
+        detail::check(s);
+        return true;
     }
     /// The next message, whatever its size.
     std::vector<uint8_t> recv(int64_t timeout_ms = ACCIO_FOREVER) const {
         std::vector<uint8_t> buf(256);
         size_t len = 0;
-        accio_status s = accio_endpoint_recv(h_.get(), buf.data(), buf.size(), &len, timeout_ms);
+        accio_status s = accio_endpoint_recv(h_, buf.data(), buf.size(), &len, timeout_ms);
         if (s == ACCIO_BUFFER_TOO_SMALL) {
             buf.resize(len);
-            s = accio_endpoint_recv(h_.get(), buf.data(), buf.size(), &len, timeout_ms);
+            s = accio_endpoint_recv(h_, buf.data(), buf.size(), &len, timeout_ms);
         }
         detail::check(s);
         buf.resize(len);
         return buf;
     }
+    /// Receives the next message into `buf` (`cap` bytes) and returns its length; one longer
+    /// than `cap` throws ACCIO_BUFFER_TOO_SMALL and is kept for the next receive.
+    size_t recv(void *buf, size_t cap, int64_t timeout_ms = ACCIO_FOREVER) const {
+        size_t len = 0;
+        detail::check(
+            accio_endpoint_recv(h_, static_cast<uint8_t *>(buf), cap, &len, timeout_ms));
+        return len;
+    }
+    /// Receives the next message into `msg` if one is there (true), else leaves `msg`
+    /// alone and returns false, without waiting.
+    bool try_recv(std::vector<uint8_t> &msg) const {
+        std::vector<uint8_t> buf(256);
+        size_t len = 0;
+        accio_status s = accio_endpoint_try_recv(h_, buf.data(), buf.size(), &len);
+        if (s == ACCIO_BUFFER_TOO_SMALL) {
+            buf.resize(len);
+            s = accio_endpoint_try_recv(h_, buf.data(), buf.size(), &len);
+        }
+        if (s == ACCIO_WOULD_BLOCK) return false;
+        detail::check(s);
+        buf.resize(len);
+        msg = std::move(buf);
+        return true;
+    }
     Window register_window(size_t len, uint32_t access = ACCIO_ACCESS_READ_WRITE) const {
         accio_window *w;
-        detail::check(accio_window_register(h_.get(), len, access, &w));
+        detail::check(accio_window_register(h_, len, access, &w));
+        return Window(w);
+    }
+    /// A window over `len` bytes of `region` from byte `start` (a multiple of ACCIO_PAGE):
+    /// the peer reaches that memory itself.
+    Window register_view(const Region &region, size_t start, size_t len,
+                         uint32_t access = ACCIO_ACCESS_READ_WRITE) const {
+        accio_window *w;
+        detail::check(accio_window_register_view(h_, region.handle(), start, len, access, &w));
         return Window(w);
     }
     void unregister(uint64_t offset) const {
-        detail::check(accio_endpoint_unregister(h_.get(), offset));
+        detail::check(accio_endpoint_unregister(h_, offset));
     }
     void write_to(uint64_t local_off, size_t len, uint64_t remote_off, uint32_t flags = 0) const {
-        detail::check(accio_endpoint_write_to(h_.get(), local_off, len, remote_off, flags));
+        detail::check(accio_endpoint_write_to(h_, local_off, len, remote_off, flags));
     }
     void read_from(uint64_t local_off, size_t len, uint64_t remote_off, uint32_t flags = 0) const {
-        detail::check(accio_endpoint_read_from(h_.get(), local_off, len, remote_off, flags));
+        detail::check(accio_endpoint_read_from(h_, local_off, len, remote_off, flags));
     }
     void vwrite_to(const void *src, size_t len, uint64_t remote_off, uint32_t flags = 0) const {
-        detail::check(accio_endpoint_vwrite_to(h_.get(), static_cast<const uint8_t *>(src), len,
+        detail::check(accio_endpoint_vwrite_to(h_, static_cast<const uint8_t *>(src), len,
                                                remote_off, flags));
     }
     void vread_from(void *dst, size_t len, uint64_t remote_off, uint32_t flags = 0) const {
-        detail::check(accio_endpoint_vread_from(h_.get(), static_cast<uint8_t *>(dst), len,
+        detail::check(accio_endpoint_vread_from(h_, static_cast<uint8_t *>(dst), len,
                                                 remote_off, flags));
     }
     uint64_t fence_mark() const {
         uint64_t m;
-        detail::check(accio_endpoint_fence_mark(h_.get(), &m));
+        detail::check(accio_endpoint_fence_mark(h_, &m));
         return m;
     }
-    void fence_wait(uint64_t mark) const { detail::check(accio_endpoint_fence_wait(h_.get(), mark)); }
+    void fence_wait(uint64_t mark) const { detail::check(accio_endpoint_fence_wait(h_, mark)); }
     /// Stores `value` at the peer's `remote_off` once every earlier RMA completed.
     void fence_signal_remote(uint64_t remote_off, uint64_t value) const {
         accio_signal s{remote_off, value};
-        detail::check(accio_endpoint_fence_signal(h_.get(), nullptr, &s));
+        detail::check(accio_endpoint_fence_signal(h_, nullptr, &s));
     }
     std::string peer_addr() const {
         return detail::text([&](char *b, size_t c, size_t *l) {
-            return accio_endpoint_peer_addr(h_.get(), b, c, l);
+            return accio_endpoint_peer_addr(h_, b, c, l);
         });
     }
-    accio_endpoint *handle() const noexcept { return h_.get(); }
+    accio_endpoint *handle() const noexcept { return h_; }
+
+protected:
+    accio_endpoint *h_;
+};
+
+/// One end of a connection, owned: closed and freed when destroyed.
+class Endpoint : public EndpointRef {
+public:
+    explicit Endpoint(accio_endpoint *h) noexcept : EndpointRef(h) {}
+    static Endpoint connect(const std::string &addr, int64_t timeout_ms = 10000) {
+        accio_endpoint *h;
+        detail::check(accio_endpoint_connect(addr.c_str(), timeout_ms, &h));
+        return Endpoint(h);
+    }
+    Endpoint(Endpoint &&o) noexcept : EndpointRef(std::exchange(o.h_, nullptr)) {}
+    Endpoint &operator=(Endpoint &&o) noexcept {
+        if (this != &o) {
+            reset();
+            h_ = std::exchange(o.h_, nullptr);
+        }
+        return *this;
+    }
+    Endpoint(const Endpoint &) = delete;
+    Endpoint &operator=(const Endpoint &) = delete;
+    ~Endpoint() { reset(); }
 
 private:
-    detail::Owned<accio_endpoint, accio_endpoint_destroy> h_;
+    void reset() noexcept {
+        if (h_) accio_endpoint_destroy(std::exchange(h_, nullptr));
+    }
+};
+
+/// The backend chosen for a pair of ranks and the rule's reason.
+struct Choice {
+    std::string scheme;
+    std::string reason;
+};
+
+/// This process's place in its world of ranks (a program started by `accio run -n N`, or
+/// by mpirun with a libaccio built with MPI). Joining is collective: every rank makes one.
+class World {
+public:
+    World() {
+        accio_world *h;
+        detail::check(accio_world_join(&h));
+        h_ = decltype(h_)(h);
+    }
+    size_t rank() const {
+        size_t r;
+        detail::check(accio_world_rank(h_.get(), &r));
+        return r;
+    }
+    size_t size() const {
+        size_t n;
+        detail::check(accio_world_size(h_.get(), &n));
+        return n;
+    }
+    /// The node `rank` runs on (host, boot id, network namespace).
+    std::string node(size_t rank) const {
+        return detail::text([&](char *b, size_t c, size_t *l) {
+            return accio_world_node(h_.get(), rank, b, c, l);
+        });
+    }
+    std::string node() const { return node(rank()); }
+    /// The ranks sharing this rank's node, itself included, ascending.
+    std::vector<size_t> node_ranks() const {
+        std::vector<size_t> ranks(size());
+        size_t n = 0;
+        detail::check(accio_world_node_ranks(h_.get(), ranks.data(), ranks.size(), &n));
+        ranks.resize(n);
+        return ranks;
+    }
+    /// The endpoint to `peer` over the backend chosen for the pair: the first call connects
+    /// (`peer` asks for this rank too), later ones return the same endpoint. The world owns
+    /// it: it stays valid until the World is destroyed.
+    EndpointRef endpoint(size_t peer) const {
+        accio_endpoint *e;
+        detail::check(accio_world_endpoint(h_.get(), peer, &e));
+        return EndpointRef(e);
+    }
+    Choice choice(size_t peer) const {
+        const char *scheme, *reason;
+        detail::check(accio_world_choice(h_.get(), peer, &scheme, &reason));
+        return Choice{scheme, reason};
+    }
+    /// Waits until every rank called barrier() as often; a timeout throws ACCIO_TIMEOUT and
+    /// the next call resumes the same barrier.
+    void barrier(int64_t timeout_ms = ACCIO_FOREVER) const {
+        detail::check(accio_world_barrier(h_.get(), timeout_ms));
+    }
+    accio_world *handle() const noexcept { return h_.get(); }
+
+private:
+    detail::Owned<accio_world, accio_world_destroy> h_;
 };
 
 /// A bound address accepting connections.
