@@ -126,10 +126,25 @@ echo "== C++: worker threads hand buffers to a merging file (RAII wrappers, acci
 "$work/merging_file" --workers 8 --writes 10 "$work/merging_file.accio"
 "$work/merging_file" --workers 8 --writes 10 --processes "$work/merging_file.accio"
 
-echo "== the README's C example, as printed there"
-awk '/^## C and C\+\+/ { s = 1 } s && /^```c$/ { f = 1; next } f && /^```$/ { exit } f' README.md > "$work/readme.c"
-[ -s "$work/readme.c" ] || { echo "no C example found under the README's 'C and C++' section" >&2; exit 1; }
-cc -std=c11 "${flags[@]}" "$work/readme.c" $(pkg-config --cflags --libs accio) -o "$work/readme"
-(cd "$work" && ./readme | grep -qx "1 block(s) in out.accio")
+echo "== the README's C examples, as printed there"
+# `readme_c K`: the K-th ```c block of the README's "C and C++" section.
+readme_c() {
+    awk -v want="$1" '/^## / { s = /^## C and C\+\+/ } s && /^```c$/ { if (++n == want) { f = 1; next } }
+        f && /^```$/ { exit } f' README.md
+}
+for k in 1 2; do
+    readme_c "$k" > "$work/readme$k.c"
+    [ -s "$work/readme$k.c" ] || { echo "no C example $k under the README's 'C and C++' section" >&2; exit 1; }
+    cc -std=c11 "${flags[@]}" "$work/readme$k.c" $(pkg-config --cflags --libs accio) -o "$work/readme$k"
+done
+# 1: a ring of 4 ranks, each hearing from the previous one.
+out=$(cd "$work" && timeout 60 "$accio" run -n 4 ./readme1)
+echo "$out"
+for r in 0 1 2 3; do
+    grep -q "^rank $r of 4 got $(( (r + 3) % 4 )); to rank $(( (r + 1) % 4 )) over shm (same node" <<<"$out" \
+        || { echo "the README's world example: no line of rank $r" >&2; exit 1; }
+done
+# 2: many producers, one file.
+(cd "$work" && ./readme2 | grep -qx "1 block(s) in out.accio")
 
 echo "c-bindings: ok"
