@@ -96,8 +96,8 @@ static void exchange(accio_world *w, accio_region *region, size_t me, size_t pee
     CHECK(accio_world_choice(w, peer, &scheme, &reason));
     printf("rank %zu <-> rank %zu: %s (%s): message and %zu-byte RMA write ok\n", me, peer,
            scheme, reason, data);
-    /* The window may go: the peer wrote all it will. (Its own page stays registered until
-     * the peer is done reading, which is the peer's business.) */
+    /* The peer has written all it will: the handle may go (the window itself stays
+     * registered on the endpoint, which the world closes at accio_world_destroy). */
     CHECK(accio_window_destroy(page));
 }
 
