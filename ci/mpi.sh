@@ -90,6 +90,24 @@ if ! grep -q '^skipped:' <<<"$out"; then
         || { echo "error: expected shm within and mpi across the 2 namespace hosts"; exit 1; }
 fi
 
+echo "== C ranks under mpirun: libaccio built with MPI (--features mpi), bindings/c/examples/world.c"
+# (Before the namespace step, which ends the script where namespaces cannot be made.)
+cargo build --release -p accio-capi --features mpi
+cdir=$(mktemp -d)
+# The library under its soname, beside the program that loads it.
+cp "${CARGO_TARGET_DIR:-target}/release/libaccio.so" "$cdir/libaccio.so.0"
+ln -s libaccio.so.0 "$cdir/libaccio.so"
+cc -std=c11 -D_GNU_SOURCE -O2 -Wall -Wextra -Werror bindings/c/examples/world.c \
+    -I crates/capi/include -L "$cdir" -laccio -Wl,-rpath,"$cdir" -o "$cdir/world"
+for transport in "" mpi; do
+    out=$(timeout 120 "${MPIRUN[@]}" -x ACCIO_TRANSPORT="$transport" -n 4 "$cdir/world")
+    echo "$out"
+    want=$([ -n "$transport" ] && echo 'mpi (ACCIO_TRANSPORT=mpi)' || echo 'shm (same node')
+    [ "$(grep -cF ": $want" <<<"$out")" = 12 ] && grep -qx 'world: 4 ranks, every pair ok' <<<"$out" \
+        || { echo "error: expected the 12 ordered pairs of C ranks over ${transport:-shm}"; exit 1; }
+done
+rm -rf "$cdir"
+
 echo "== world of 4 ranks over 2 namespace hosts"
 out=$(timeout 300 scripts/netns-world.sh -n 4 target/release/accio world-check)
 echo "$out"
