@@ -1210,9 +1210,23 @@ struct Producer {
     inner: Mutex<Option<accio_merge::Producer>>,
     id: u32,
     slot_bytes: usize,
+    /// A `ProducerBuffer` is out: it borrows the producer in `inner`, which nothing else
+    /// may touch (or move) until the buffer is committed or given back.
+    lent: std::sync::atomic::AtomicBool,
 }
 
 impl Producer {
+    /// Refused while a buffer is out, naming the producer.
+    fn not_lent(&self) -> Result<(), Failure> {
+        if self.lent.load(std::sync::atomic::Ordering::Acquire) {
+            return Err(Failure::Other(Error::new_err(format!(
+                "producer {}: a buffer is out (Producer.buffer()); commit or release it first",
+                self.id
+            ))));
+        }
+        Ok(())
+    }
+
     fn with<T: Send>(
         &self,
         py: Python<'_>,
@@ -1220,11 +1234,19 @@ impl Producer {
     ) -> PyResult<T> {
         guarded(py, || {
             let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+            self.not_lent()?;
             match g.as_mut() {
                 Some(p) => f(p),
                 None => Err(Failure::Other(Error::new_err("producer is finished"))),
             }
         })
+    }
+
+    /// The producer, taken out to finish or drop it; refused while a buffer is out.
+    fn take(&self) -> Result<Option<accio_merge::Producer>, Failure> {
+        let mut g = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        self.not_lent()?;
+        Ok(g.take())
     }
 }
 
@@ -1243,6 +1265,7 @@ impl Producer {
             id: p.id(),
             slot_bytes: p.buffer_bytes(),
             inner: Mutex::new(Some(p)),
+            lent: Default::default(),
         })
     }
 
@@ -1270,6 +1293,47 @@ impl Producer {
         self.with(py, move |p| Ok(p.write_block(s)?))
     }
 
+    /// Lends this producer a buffer of `max_block` bytes to fill in place (on shm through
+    /// the merger's slots, the merger's own memory: the block is never copied by the
+    /// producer). View it with NumPy (`numpy.frombuffer(buf, dtype)`), fill it, let the
+    /// views go, then `buf.commit(length)`. Other calls on the producer are refused until
+    /// then. See `ProducerBuffer`.
+    fn buffer(slf: &Bound<'_, Self>) -> PyResult<ProducerBuffer> {
+        let py = slf.py();
+        let me = slf.get();
+        let mut g = me.inner.lock().unwrap_or_else(|p| p.into_inner());
+        me.not_lent()?;
+        let p = g
+            .as_mut()
+            .ok_or_else(|| Error::new_err(format!("producer {} is finished", me.id)))?;
+        let p: *mut accio_merge::Producer = p;
+        drop(g);
+        me.lent.store(true, std::sync::atomic::Ordering::Release);
+        // SAFETY: the producer lives in this Producer's `inner` (inside the Python object,
+        // which never moves), kept alive by the buffer's reference to the object. While
+        // `lent` is set, every other access locks `inner` and is refused before it touches
+        // the producer, and nothing takes it out (`take`), so the buffer's borrow is the
+        // only one until the buffer commits or drops, which clears `lent`.
+        let prod: &'static mut accio_merge::Producer = unsafe { &mut *p };
+        let lent = guarded(py, move || Ok(prod.buffer()?));
+        let mut buf = match lent {
+            Ok(b) => b,
+            Err(e) => {
+                me.lent.store(false, std::sync::atomic::Ordering::Release);
+                return Err(e);
+            }
+        };
+        let slice = buf.as_mut_slice();
+        let (ptr, cap) = (slice.as_mut_ptr() as usize, slice.len());
+        Ok(ProducerBuffer {
+            producer: slf.clone().unbind(),
+            buf: Mutex::new(Some(buf)),
+            ptr,
+            cap,
+            exports: Default::default(),
+        })
+    }
+
     /// Appends one record (bytes-like); records are packed into blocks for you.
     fn write_record(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<()> {
         let buf = Buf::get(data, false)?;
@@ -1291,10 +1355,7 @@ impl Producer {
     /// {"id", "blocks", "bytes"}.
     fn finish<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
         let p = self
-            .inner
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
+            .take()?
             .ok_or_else(|| Error::new_err(format!("producer {} is already finished", self.id)))?;
         let s = guarded(py, move || Ok(p.finish()?))?;
         let d = PyDict::new(py);
@@ -1326,8 +1387,8 @@ impl Producer {
         if open {
             if exc_type.is_none_or(|t| t.is_none()) {
                 self.finish(py)?;
-            } else {
-                let p = self.inner.lock().unwrap_or_else(|p| p.into_inner()).take();
+            } else if let Ok(p) = self.take() {
+                // (With a buffer still out, the connection closes when both are gone.)
                 guarded(py, move || {
                     drop(p);
                     Ok(())
@@ -1339,6 +1400,158 @@ impl Producer {
 
     fn __repr__(&self) -> String {
         format!("<accio.Producer id={}>", self.id)
+    }
+}
+
+/// A buffer a Producer lends (`Producer.buffer()`): writable memory of `capacity` bytes
+/// with the buffer protocol. `commit(length)` writes its first `length` bytes as one block;
+/// `release()` gives it back unused (so does leaving a `with` block without a commit).
+/// Views of it (NumPy arrays, memoryviews) must be gone before either: a view kept after
+/// would write into memory that is then another block's, so both raise `BufferError`
+/// while one is alive.
+#[pyclass(module = "accio", frozen)]
+struct ProducerBuffer {
+    producer: Py<Producer>,
+    buf: Mutex<Option<accio_merge::Buffer<'static>>>,
+    ptr: usize,
+    cap: usize,
+    exports: std::sync::atomic::AtomicUsize,
+}
+
+impl ProducerBuffer {
+    /// The lent buffer, taken out to commit or release it: refused while views are alive.
+    fn take(&self, op: &str) -> PyResult<accio_merge::Buffer<'static>> {
+        let n = self.exports.load(std::sync::atomic::Ordering::Acquire);
+        if n > 0 {
+            return Err(pyo3::exceptions::PyBufferError::new_err(format!(
+                "ProducerBuffer.{op}: {n} view(s) of the buffer are alive (a NumPy array, a \
+                 memoryview); delete them first, or they would write into another block"
+            )));
+        }
+        let b = self.buf.lock().unwrap_or_else(|p| p.into_inner()).take();
+        b.ok_or_else(|| {
+            Error::new_err(format!(
+                "ProducerBuffer.{op}: producer {}'s buffer was already committed or released",
+                self.producer.get().id
+            ))
+        })
+    }
+
+    fn give_back(&self) {
+        self.producer
+            .get()
+            .lent
+            .store(false, std::sync::atomic::Ordering::Release);
+    }
+}
+
+#[pymethods]
+impl ProducerBuffer {
+    /// Bytes the buffer holds (the producer's `max_block`).
+    #[getter]
+    fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    /// Writes the first `length` bytes as one block; returns its sequence number.
+    fn commit(&self, py: Python<'_>, length: Int) -> PyResult<u64> {
+        let len = length.at_most("commit", "length", self.cap as u64, "the buffer's capacity")?;
+        let b = self.take("commit")?;
+        let r = guarded(py, move || Ok(b.commit(len as usize)?));
+        self.give_back();
+        r
+    }
+
+    /// Gives the buffer back unused (no-op once committed or released).
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        if self.buf.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return Ok(());
+        }
+        let b = self.take("release")?;
+        guarded(py, move || {
+            drop(b);
+            Ok(())
+        })?;
+        self.give_back();
+        Ok(())
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    /// Gives the buffer back if it was not committed. With views still alive it stays
+    /// lent until they are gone (then it goes back when this object does).
+    #[pyo3(signature = (*_args))]
+    fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
+        if self.exports.load(std::sync::atomic::Ordering::Acquire) == 0 {
+            self.release(py)?;
+        }
+        Ok(false)
+    }
+
+    unsafe fn __getbuffer__(
+        slf: Bound<'_, Self>,
+        view: *mut ffi::Py_buffer,
+        flags: c_int,
+    ) -> PyResult<()> {
+        let me = slf.get();
+        if me.buf.lock().unwrap_or_else(|p| p.into_inner()).is_none() {
+            return Err(pyo3::exceptions::PyBufferError::new_err(
+                "the buffer was already committed or released",
+            ));
+        }
+        // SAFETY: the memory stays valid while the buffer is lent, and commit and release
+        // refuse while a view is exported; PyBuffer_FillInfo stores a new reference to this
+        // object in `view.obj`, so every view keeps it (and the lent buffer) alive.
+        let rc = unsafe {
+            ffi::PyBuffer_FillInfo(
+                view,
+                slf.as_ptr(),
+                me.ptr as *mut c_void,
+                me.cap as ffi::Py_ssize_t,
+                0,
+                flags,
+            )
+        };
+        if rc != 0 {
+            return Err(PyErr::take(slf.py())
+                .unwrap_or_else(|| Error::new_err("producer buffer export failed")));
+        }
+        me.exports.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        Ok(())
+    }
+
+    unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
+        self.exports
+            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+    }
+
+    fn __repr__(&self) -> String {
+        let state = if self.buf.lock().unwrap_or_else(|p| p.into_inner()).is_some() {
+            "lent"
+        } else {
+            "done"
+        };
+        format!(
+            "<accio.ProducerBuffer of producer {} capacity={} {state}>",
+            self.producer.get().id,
+            self.cap
+        )
+    }
+}
+
+impl Drop for ProducerBuffer {
+    fn drop(&mut self) {
+        // Dropped lent (never committed or released): the slot goes back to the merger.
+        if self
+            .buf
+            .get_mut()
+            .map(|b| b.take().is_some())
+            .unwrap_or(false)
+        {
+            self.give_back();
+        }
     }
 }
 
@@ -1390,6 +1603,7 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Window>()?;
     m.add_class::<Merger>()?;
     m.add_class::<Producer>()?;
+    m.add_class::<ProducerBuffer>()?;
     m.add_class::<world::World>()?;
     m.add_class::<grid::HaloExchange>()?;
     m.add_function(wrap_pyfunction!(listen, m)?)?;

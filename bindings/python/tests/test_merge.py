@@ -215,3 +215,42 @@ def test_results_load_without_pandas_gives_dicts(tmp_path, monkeypatch):
     p = tmp_path / "r.json"
     p.write_text(json.dumps({"schema": "accio-results", "version": 1, "figures": []}))
     assert accio.results.load(p) == []
+
+
+def test_a_producer_fills_a_lent_buffer_in_place_from_numpy(shm_addr, tmp_path):
+    path = tmp_path / "lent.accio"
+    with accio.Merger(shm_addr, str(path)) as m, accio.Producer(m.addr) as p:
+        buf = p.buffer()
+        assert buf.capacity == p.max_block and "lent" in repr(buf)
+        a = np.frombuffer(buf, dtype=np.float64)
+        a[:1000] = np.arange(1000.0)
+        # A view still alive would write into memory that is another block's after the
+        # commit: refused, and the buffer stays lent.
+        with pytest.raises(BufferError, match="1 view"):
+            buf.commit(8000)
+        with pytest.raises(accio.Error, match="a buffer is out"):
+            p.write(b"no")
+        with pytest.raises(accio.Error, match="a buffer is out"):
+            p.finish()
+        del a
+        with pytest.raises(accio.InvalidArgument, match="length=2097153"):
+            buf.commit(p.max_block + 1)
+        assert buf.commit(8000) == 0
+        with pytest.raises(accio.Error, match="already committed"):
+            buf.commit(8)
+        with pytest.raises(BufferError):
+            memoryview(buf)
+        with p.buffer() as b:
+            v = memoryview(b)
+            v[:3] = b"abc"
+            v.release()
+            b.commit(3)
+        with p.buffer():
+            pass  # given back unused
+        lost = p.buffer()
+        del lost  # dropped: given back too
+        p.write(b"tail")
+    blocks = list(accio.open(path))
+    assert [(b.seq, len(b.data)) for b in blocks] == [(0, 8000), (1, 3), (2, 4)]
+    assert (np.frombuffer(blocks[0].data, dtype=np.float64) == np.arange(1000.0)).all()
+    assert bytes(blocks[1].data) == b"abc" and bytes(blocks[2].data) == b"tail"

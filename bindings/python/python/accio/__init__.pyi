@@ -233,6 +233,24 @@ class Merger:
     def __enter__(self) -> Merger: ...
     def __exit__(self, *args: object) -> bool: ...
 
+class ProducerBuffer:
+    """A buffer a Producer lends (``Producer.buffer()``), writable, with the buffer
+    protocol. Views of it (NumPy arrays, memoryviews) must be gone before ``commit`` or
+    ``release``, which raise ``BufferError`` otherwise: a view kept after would write into
+    memory that is then another block's."""
+
+    @property
+    def capacity(self) -> int:
+        """Bytes the buffer holds."""
+    def commit(self, length: int) -> int:
+        """Writes the first ``length`` bytes as one block; returns its sequence number."""
+    def release(self) -> None:
+        """Gives the buffer back unused (no-op once committed or released)."""
+    def __enter__(self) -> ProducerBuffer: ...
+    def __exit__(self, *args: object) -> bool:
+        """Releases the buffer if it was not committed (with views still alive, it goes
+        back once they and this object are gone)."""
+
 class Producer:
     """One producer's connection to a Merger (one per thread or process)."""
 
@@ -244,6 +262,11 @@ class Producer:
     @property
     def max_block(self) -> int:
         """The largest block ``write`` takes."""
+    def buffer(self) -> ProducerBuffer:
+        """Lends a buffer of ``max_block`` bytes to fill in place (on shm the merger's own
+        memory: the producer never copies the block). Fill it through views
+        (``numpy.frombuffer(buf, dtype)``), delete them, then ``buf.commit(length)``; the
+        producer's other calls are refused until the buffer is committed or released."""
     def write(self, data: Any) -> int:
         """Writes one block (a contiguous buffer, or a pyarrow RecordBatch for Arrow and
         Parquet mergers); returns its sequence number."""
