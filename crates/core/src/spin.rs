@@ -28,6 +28,8 @@ pub struct Spin {
     next: Duration,
     /// Time between hand-overs, doubled after each that nobody took.
     gap: Duration,
+    /// The peer shares this core ([`Spin::share_core`]): hand it over at every call.
+    shared: bool,
 }
 
 impl Spin {
@@ -46,7 +48,15 @@ impl Spin {
             budget,
             next: Self::ALONE,
             gap: Self::ALONE,
+            shared: false,
         }
+    }
+
+    /// The peer awaited last ran on this core: it makes progress only while this thread
+    /// lets it, so from now on every call hands the core over, none polls first.
+    pub fn share_core(&mut self) {
+        self.shared = true;
+        self.next = Duration::ZERO;
     }
 
     /// True while the budget lasts; now and then first hands the core to any other thread
@@ -59,8 +69,12 @@ impl Spin {
         if at >= self.next {
             let t = Instant::now();
             std::thread::yield_now();
-            self.gap = next_gap(self.gap, t.elapsed(), self.budget);
-            self.next = self.start.elapsed() + self.gap;
+            if self.shared {
+                self.next = Duration::ZERO;
+            } else {
+                self.gap = next_gap(self.gap, t.elapsed(), self.budget);
+                self.next = self.start.elapsed() + self.gap;
+            }
         }
         true
     }
@@ -92,6 +106,16 @@ mod tests {
         assert!(t.elapsed() >= budget);
         assert!(looks > 0);
         assert!(!s.go_on(), "a spent spin stays spent");
+    }
+
+    #[test]
+    fn a_spin_beside_its_peer_hands_the_core_over_at_every_call() {
+        let mut s = Spin::new(Duration::from_secs(1));
+        s.share_core();
+        for _ in 0..3 {
+            assert!(s.go_on());
+            assert_eq!(s.next, Duration::ZERO, "the next call hands over again");
+        }
     }
 
     #[test]

@@ -53,6 +53,13 @@ fn closed_offset(side: usize) -> usize {
     64 + 64 * side
 }
 
+/// Where side `side`'s CPU word lives in the header page: 1 + the CPU the side last found
+/// itself waiting on (0: not known yet). Each word has a pair of cache lines of its own and
+/// is stored only when its side's CPU changed, so reading the peer's costs a cache hit.
+fn cpu_offset(side: usize) -> usize {
+    256 + 128 * side
+}
+
 /// A mapped link segment (raw pointer; the owner keeps the mapping alive).
 #[derive(Clone, Copy, Debug)]
 pub struct Link {
@@ -142,6 +149,7 @@ impl Link {
             // SAFETY: the closed words and rings lie inside the segment, 64-byte aligned.
             unsafe {
                 sync::place_u32(base.add(closed_offset(side)), 0);
+                sync::place_u32(base.add(cpu_offset(side)), 0);
                 RingMem::place(base.add(geo.ring_offset(side)), geo.ring_cap);
             }
         }
@@ -163,6 +171,13 @@ impl Link {
         // SAFETY: 64 and 128 are aligned offsets in the header page (under loom, `place`
         // put model atomics there).
         unsafe { sync::u32_at(self.base.add(closed_offset(side))) }
+    }
+
+    /// Side `side`'s CPU word (see [`cpu_offset`]): a hint, read and written Relaxed.
+    pub fn cpu(&self, side: usize) -> &AtomicU32 {
+        // SAFETY: 256 and 384 are aligned offsets in the header page (under loom, `place`
+        // put model atomics there).
+        unsafe { sync::u32_at(self.base.add(cpu_offset(side))) }
     }
 
     /// Whether side `side` has closed. Relaxed: deciding that the peer is gone needs no

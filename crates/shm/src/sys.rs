@@ -183,6 +183,38 @@ pub fn euid() -> u32 {
 
 /// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: a few ns to read (vDSO, no system call), and
 /// exact to a scheduler tick (1-4 ms), plenty for rate-limiting a probe.
+/// Moves the calling thread off CPU `cpu` onto another CPU its affinity allows, then
+/// gives it its own affinity back (the scheduler may move it again later, as it would
+/// have). False, and nothing changed, where `cpu` is the only CPU it may use.
+pub fn move_off_cpu(cpu: usize) -> bool {
+    // SAFETY: cpu_set_t is a plain bit set; all-zero is the empty set.
+    let mut mine: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `mine` is a cpu_set_t of `size` bytes; 0 is the calling thread.
+    if unsafe { libc::sched_getaffinity(0, size, &mut mine) } != 0
+        || cpu >= libc::CPU_SETSIZE as usize
+        // SAFETY: `mine` is initialized; `cpu` is below CPU_SETSIZE.
+        || !unsafe { libc::CPU_ISSET(cpu, &mine) }
+        // SAFETY: `mine` is initialized.
+        || unsafe { libc::CPU_COUNT(&mine) } < 2
+    {
+        return false;
+    }
+    let mut elsewhere = mine;
+    // SAFETY: as above.
+    unsafe { libc::CPU_CLR(cpu, &mut elsewhere) };
+    // SAFETY: both sets are initialized cpu_set_t of `size` bytes.
+    unsafe {
+        if libc::sched_setaffinity(0, size, &elsewhere) != 0 {
+            return false;
+        }
+        // The thread runs on another CPU now; its own set again lets the scheduler place
+        // it as before. Should this fail, the thread keeps every CPU but one.
+        libc::sched_setaffinity(0, size, &mine);
+    }
+    true
+}
+
 pub fn coarse_clock_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,
@@ -274,4 +306,53 @@ fn meminfo_field(text: &str, key: &str) -> Option<u64> {
         .parse()
         .ok()?;
     kib.checked_mul(1024)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn affinity() -> libc::cpu_set_t {
+        // SAFETY: as in move_off_cpu.
+        let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+        // SAFETY: `set` is a cpu_set_t of the size given.
+        let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
+        assert_eq!(rc, 0);
+        set
+    }
+
+    fn cpus(set: &libc::cpu_set_t) -> Vec<usize> {
+        // SAFETY: `set` is initialized and every index is below CPU_SETSIZE.
+        (0..libc::CPU_SETSIZE as usize)
+            .filter(|&c| unsafe { libc::CPU_ISSET(c, set) })
+            .collect()
+    }
+
+    #[test]
+    fn a_thread_moved_off_its_cpu_runs_elsewhere_and_keeps_its_affinity() {
+        // On a thread of its own: the test changes the calling thread's affinity.
+        std::thread::spawn(|| {
+            let before = affinity();
+            // SAFETY: no arguments.
+            let here = unsafe { libc::sched_getcpu() } as usize;
+            if cpus(&before).len() < 2 {
+                assert!(!move_off_cpu(here), "one CPU allowed: nowhere to go");
+                eprintln!("skipped the move: this thread may use one CPU only");
+                return;
+            }
+            assert!(move_off_cpu(here));
+            // SAFETY: no arguments.
+            let now = unsafe { libc::sched_getcpu() } as usize;
+            assert_ne!(now, here, "still on CPU {here}");
+            assert_eq!(
+                cpus(&affinity()),
+                cpus(&before),
+                "the affinity is given back"
+            );
+            let absent = libc::CPU_SETSIZE as usize;
+            assert!(!move_off_cpu(absent), "a CPU beyond the set is refused");
+        })
+        .join()
+        .unwrap();
+    }
 }

@@ -22,7 +22,7 @@ use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
-use std::sync::atomic::{AtomicBool, AtomicU64};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64};
 use std::sync::{Arc, Mutex, RwLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -273,6 +273,10 @@ pub struct ShmEndpoint {
     marked: AtomicU64,
     /// When a call last probed for a hang-up, in ns of [`sys::coarse_clock_ns`].
     probed: AtomicU64,
+    /// The CPU word this side last stored in the link (see `peer_on_this_cpu`).
+    cpu_noted: AtomicU32,
+    /// When this endpoint last moved its waiting thread off its peer's CPU (coarse ns).
+    moved_off: AtomicU64,
 }
 
 impl ShmEndpoint {
@@ -418,6 +422,8 @@ impl ShmEndpoint {
             rma_issued: AtomicU64::new(0),
             marked: AtomicU64::new(0),
             probed: AtomicU64::new(0),
+            cpu_noted: AtomicU32::new(0),
+            moved_off: AtomicU64::new(0),
         })
     }
 
