@@ -148,10 +148,14 @@ fn launch(a: &LaplaceArgs) -> anyhow::Result<()> {
     // The cap of `accio run`, checked before it starts (ACCIO_OVERSUBSCRIBE=1 lifts it).
     crate::world_cmd::check_ranks(n, false).context("--ranks")?;
     let exe = std::env::current_exe().context("finding the accio binary")?;
+    // `accio run` pins the ranks where each has a core (`--bind core`), as `place` did.
+    let bind_to = if a.bind == "core" { "auto" } else { "none" };
     let status = std::process::Command::new(&exe)
         .arg("run")
         .arg("-n")
         .arg(n.to_string())
+        .arg("--bind-to")
+        .arg(bind_to)
         .arg("--")
         .arg(&exe)
         .args(std::env::args_os().skip(1))
@@ -272,38 +276,26 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
 }
 
 /// Whether every rank of this node has a core of its own; if so and `bind`, pins this rank
-/// to the core of its place among the node's ranks.
+/// to the core of its place among the node's ranks. Ranks a launcher already pinned
+/// (`accio run`, `mpirun --bind-to core`: each record names one CPU, no two the same) have
+/// a core each and stay where they are.
 fn place(w: &World, bind: bool) -> anyhow::Result<bool> {
-    // SAFETY: `cpu_set_t` is plain data; sched_getaffinity fills it for this thread.
-    let mut set: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-    // SAFETY: a valid pointer to a cpu_set_t of the size passed.
-    let rc = unsafe { libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set) };
-    anyhow::ensure!(
-        rc == 0,
-        "reading this rank's CPUs: {}",
-        std::io::Error::last_os_error()
-    );
-    // SAFETY: CPU_ISSET reads the set filled above.
-    let cpus: Vec<usize> = (0..libc::CPU_SETSIZE as usize)
-        .filter(|&c| unsafe { libc::CPU_ISSET(c, &set) })
-        .collect();
     let node = w.node_ranks();
+    let mut pinned: Vec<usize> = node
+        .iter()
+        .filter_map(|&r| crate::cpus::single(&w.table()[r].cpus))
+        .collect();
+    pinned.sort_unstable();
+    pinned.dedup();
+    if pinned.len() == node.len() {
+        return Ok(true);
+    }
+    let cpus = crate::cpus::allowed().context("reading this rank's CPUs")?;
     let own_core = node.len() <= cpus.len();
     if own_core && bind {
         let k = node.iter().position(|&r| r == w.rank()).unwrap_or(0);
-        // SAFETY: as above, a zeroed set with one CPU added.
-        let mut one: libc::cpu_set_t = unsafe { std::mem::zeroed() };
-        // SAFETY: CPU_SET writes bit `cpus[k]` (< CPU_SETSIZE) of `one`.
-        unsafe { libc::CPU_SET(cpus[k], &mut one) };
-        // SAFETY: a valid cpu_set_t for the calling process.
-        let rc = unsafe { libc::sched_setaffinity(0, std::mem::size_of_val(&one), &one) };
-        anyhow::ensure!(
-            rc == 0,
-            "pinning rank {} to CPU {}: {}",
-            w.rank(),
-            cpus[k],
-            std::io::Error::last_os_error()
-        );
+        crate::cpus::pin(cpus[k])
+            .with_context(|| format!("pinning rank {} to CPU {}", w.rank(), cpus[k]))?;
     }
     Ok(own_core)
 }

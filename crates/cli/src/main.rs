@@ -7,6 +7,7 @@ mod bench_matrix;
 mod bench_merge;
 mod bench_transport;
 mod common;
+mod cpus;
 mod demo_laplace;
 mod files;
 mod report_cmd;

@@ -3,6 +3,7 @@
 //! backend that can serve it and says what the rule chose and why.
 
 use std::io::{BufRead, BufReader, Read, Write};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicI32, Ordering};
 use std::sync::mpsc;
@@ -28,6 +29,11 @@ pub struct RunArgs {
     /// does the same, also for `accio demo laplace`, which starts `accio run` itself.
     #[arg(long)]
     oversubscribe: bool,
+    /// Pin each rank to a CPU of its own (`core`, rank r on the r-th CPU this process may
+    /// use, as `mpirun --bind-to core` does), or let them float (`none`). `auto`: `core`
+    /// when there is a CPU for every rank, else `none`.
+    #[arg(long, default_value = "auto", value_parser = ["auto", "core", "none"], value_name = "HOW")]
+    bind_to: String,
     /// The program and its arguments, started once per rank. Every rank must join the
     /// world (`accio_world::World::from_env`), as every MPI rank calls `MPI_Init`. The
     /// program `accio` is this accio, whether or not it is on PATH.
@@ -205,6 +211,7 @@ fn kill_all(children: &mut [Child]) {
 /// fail ends the others (as mpirun does) and is named in the error.
 ///
 /// Each rank gets a fresh per-job `ACCIO_TCP_SECRET` (one already set is passed on), and
+/// each is pinned to a CPU of its own when there is one for every rank (`--bind-to`);
 /// its stdout and stderr are copied to ours line by line (stderr lines prefixed with
 /// `[rank N] `), so that ranks' lines never interleave mid-line. On
 /// SIGINT, SIGTERM or SIGHUP the ranks are ended and the rendezvous socket removed.
@@ -218,6 +225,21 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         .into());
     }
     let timeout = Duration::from_secs_f64(a.timeout);
+    let cpus = crate::cpus::allowed().context("accio run: reading the CPUs it may use")?;
+    let pinned = match a.bind_to.as_str() {
+        "core" if a.n > cpus.len() => {
+            return Err(ExitWith::usage(format!(
+                "--bind-to core: {} ranks, but {} CPU(s) to pin them to; pass --bind-to none \
+                 to let them share",
+                a.n,
+                cpus.len()
+            ))
+            .into())
+        }
+        "core" => true,
+        "auto" => a.n <= cpus.len(),
+        _ => false,
+    };
     catch_stop_signals()?;
     let secret = match std::env::var_os("ACCIO_TCP_SECRET") {
         Some(s) => s,
@@ -240,7 +262,15 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         if let Some(sig) = stop_signal() {
             stop(sig, &mut children, rdv);
         }
-        let child = Command::new(&program)
+        let mut cmd = Command::new(&program);
+        if let Some(&cpu) = cpus.get(rank).filter(|_| pinned) {
+            // SAFETY: the closure runs in the forked child before exec and makes one
+            // async-signal-safe system call (sched_setaffinity) on a set on its stack.
+            unsafe {
+                cmd.pre_exec(move || crate::cpus::pin(cpu));
+            }
+        }
+        let child = cmd
             .args(&a.program[1..])
             .env("ACCIO_RANK", rank.to_string())
             .env("ACCIO_SIZE", a.n.to_string())

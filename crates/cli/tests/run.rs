@@ -371,3 +371,81 @@ fn the_program_accio_is_this_accio_without_path() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "{err}");
 }
+
+/// The CPU list world-check prints for each rank: `rank R of N on NODE (cpus LIST), ...`.
+fn cpus_of_ranks(out: &str) -> Vec<(usize, String)> {
+    let mut v: Vec<(usize, String)> = out
+        .lines()
+        .filter(|l| l.contains(" (cpus "))
+        .map(|l| {
+            let rank = l["rank ".len()..]
+                .split(' ')
+                .next()
+                .unwrap()
+                .parse()
+                .unwrap();
+            let cpus = l
+                .split(" (cpus ")
+                .nth(1)
+                .unwrap()
+                .split(')')
+                .next()
+                .unwrap();
+            (rank, cpus.to_string())
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn ranks_are_pinned_one_per_cpu_when_there_is_one_for_each() {
+    let cpus = std::thread::available_parallelism().unwrap().get();
+    if cpus < 2 {
+        eprintln!("skipped: one CPU, no two ranks can be pinned apart");
+        return;
+    }
+    // Default (auto) with a CPU per rank, and --bind-to core: each rank on its own CPU.
+    for extra in [&[][..], &["--bind-to", "core"][..]] {
+        let mut args = vec!["run", "-n", "2"];
+        args.extend_from_slice(extra);
+        args.extend_from_slice(&[ACCIO, "world-check", "--bytes", "4096"]);
+        let (ok, out, err) = accio(&args, &[]);
+        assert!(ok, "{out}\n{err}");
+        let got = cpus_of_ranks(&out);
+        assert_eq!(got.len(), 2, "{out}");
+        assert!(
+            got[0].1.parse::<usize>().is_ok(),
+            "rank 0 not on one CPU: {out}"
+        );
+        assert!(
+            got[1].1.parse::<usize>().is_ok(),
+            "rank 1 not on one CPU: {out}"
+        );
+        assert_ne!(got[0].1, got[1].1, "two ranks on one CPU: {out}");
+    }
+    // --bind-to none, and (auto) more ranks than CPUs: nobody is pinned.
+    let more = (cpus + 1).to_string();
+    for args in [
+        vec!["run", "-n", "2", "--bind-to", "none"],
+        vec!["run", "-n", more.as_str()],
+    ] {
+        let mut args = args.clone();
+        args.extend_from_slice(&[ACCIO, "world-check", "--bytes", "4096"]);
+        let (ok, out, err) = accio(&args, &[]);
+        assert!(ok, "{out}\n{err}");
+        for (r, list) in cpus_of_ranks(&out) {
+            assert!(
+                list.parse::<usize>().is_err(),
+                "rank {r} pinned to {list}: {out}"
+            );
+        }
+    }
+    // Asked to pin more ranks than there are CPUs: a usage error before anything starts.
+    let (code, err) = accio_on_one_cpu(&["run", "-n", "2", "--bind-to", "core", "true"], &[]);
+    assert_eq!(code, Some(2), "{err}");
+    assert!(
+        err.contains("--bind-to core: 2 ranks, but 1 CPU(s) to pin them to; pass --bind-to none"),
+        "{err}"
+    );
+}
