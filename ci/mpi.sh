@@ -90,6 +90,21 @@ if ! grep -q '^skipped:' <<<"$out"; then
         || { echo "error: expected shm within and mpi across the 2 namespace hosts"; exit 1; }
 fi
 
+echo "== the NumPy Jacobi with mpi4py computes the grid accio.demo.laplace does"
+mpi4py_flags=(--disable-pip-version-check --no-input)
+if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
+    mpi4py_flags+=(--break-system-packages)
+fi
+python3 -m pip install --quiet "${mpi4py_flags[@]}" mpi4py
+crc() { grep -o 'grid crc32 [0-9a-f]*' <<<"$1"; }
+want=$(crc "$(timeout 120 target/release/accio run -n 1 "$py" -m accio.demo.laplace --n 301 --iters 13 --check)")
+for r in 2 4; do
+    got=$(crc "$(timeout 120 "${MPIRUN[@]}" -n "$r" "$py" bindings/python/bench/laplace_mpi4py.py --n 301 --iters 13 --check)")
+    echo "mpi4py on $r ranks: $got (accio on 1 rank: $want)"
+    [ -n "$want" ] && [ "$got" = "$want" ] \
+        || { echo "error: the mpi4py Jacobi on $r ranks differs from accio's grid"; exit 1; }
+done
+
 echo "== C ranks under mpirun: libaccio built with MPI (--features mpi), bindings/c/examples/world.c"
 # (Before the namespace step, which ends the script where namespaces cannot be made.)
 cargo build --release -p accio-capi --features mpi

@@ -174,11 +174,14 @@ def laplace(accio_bin, n, *args):
     return lines
 
 
-@pytest.mark.parametrize("ranks,dims", [(2, None), (3, "1x3"), (3, "3x1"), (4, None), (6, "2x3")])
-def test_the_numpy_jacobi_on_many_ranks_computes_the_grid_of_one(accio_bin, ranks, dims, tmp_path):
+@pytest.mark.parametrize(
+    "ranks,dims,phases", [(2, None, False), (3, "1x3", False), (3, "3x1", True), (4, None, True), (6, "2x3", False)]
+)
+def test_the_numpy_jacobi_on_many_ranks_computes_the_grid_of_one(accio_bin, ranks, dims, phases, tmp_path):
     grid = ["--n", "61", "--iters", "7", "--check"]
     one = laplace(accio_bin, 1, *grid, "--out", str(tmp_path / "one.npy"))
-    many = laplace(accio_bin, ranks, *grid, *(["--dims", dims] if dims else []), "--out", str(tmp_path / "many.npy"))
+    extra = (["--dims", dims] if dims else []) + (["--phases"] if phases else [])
+    many = laplace(accio_bin, ranks, *grid, *extra, "--out", str(tmp_path / "many.npy"))
     assert many[1] == one[1] and one[1].startswith("grid crc32 ")
     import numpy as np
 

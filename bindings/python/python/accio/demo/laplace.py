@@ -12,7 +12,9 @@ CRC-32, ``--out FILE.npy`` saves it.
 
 Rank 0 prints the time per iteration and its split: compute (the NumPy sweep),
 communicate (moving the faces) and sync (waiting for the neighbours to be done with their
-ghosts). ``bench/laplace_mpi4py.py`` beside the package's sources is the same program
+ghosts). A rank whose neighbour computes longer waits for it in sync (or, in mpi4py, inside
+``Sendrecv``); ``--phases`` puts a barrier after each sweep, timed as sync, so that
+communicate is the exchange alone in both programs. ``bench/laplace_mpi4py.py`` beside the package's sources is the same program
 with mpi4py (``Sendrecv`` of contiguous faces), run with ``mpirun``.
 """
 
@@ -103,6 +105,12 @@ def arguments(prog: str, argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--check", action="store_true", help="gather the grid on rank 0, print its CRC-32")
     ap.add_argument("--out", default=None, help="save the gathered grid to this .npy file")
     ap.add_argument("--json", action="store_true", help="print the timing as one JSON line")
+    ap.add_argument(
+        "--phases",
+        action="store_true",
+        help="a barrier after each sweep, timed as sync, so that communicate is the exchange "
+        "alone (not the wait for a slower neighbour's sweep)",
+    )
     a = ap.parse_args(argv)
     if a.n < 3 or a.iters < 1:
         ap.error("--n must be at least 3 and --iters at least 1")
@@ -134,10 +142,17 @@ def main(argv: list[str] | None = None) -> int:
         for _ in range(a.iters):
             c0 = time.perf_counter()
             sweep()
-            compute += time.perf_counter() - c0
-            s, c = ex.exchange()
-            sync += s
-            communicate += c
+            c1 = time.perf_counter()
+            compute += c1 - c0
+            if a.phases:
+                world.barrier()
+                sync += time.perf_counter() - c1
+                s, c = ex.exchange()
+                communicate += s + c  # after the barrier: the exchange's own handshake
+            else:
+                s, c = ex.exchange()
+                sync += s
+                communicate += c
         world.barrier()
         total = time.perf_counter() - t0
         if world.rank == 0:
