@@ -77,8 +77,15 @@ mkdir -p "$OUT"
 mpicc -O3 -march=native -ffp-contract=off -o "$OUT/laplace_mpi" "$ROOT/benches/peers/laplace_mpi.c"
 
 # Open MPI as root, one rank per core; its UCX layer needs "any" devices on this machine.
-MPIRUN=(mpirun -np "$RANKS" --allow-run-as-root --bind-to core --map-by core
-        --mca pml_ucx_tls any --mca pml_ucx_devices any)
+# More ranks than cores: as a user must, --oversubscribe and no binding (Open MPI then
+# yields the core in its waits, mpi_yield_when_idle); accio's ranks float the same way.
+if [ "$RANKS" -le "$(nproc)" ]; then
+    MPIRUN=(mpirun -np "$RANKS" --allow-run-as-root --bind-to core --map-by core
+            --mca pml_ucx_tls any --mca pml_ucx_devices any)
+else
+    MPIRUN=(mpirun -np "$RANKS" --allow-run-as-root --oversubscribe --bind-to none
+            --mca pml_ucx_tls any --mca pml_ucx_devices any)
+fi
 ACCIO_RUN=("$ACCIO")
 case "$HOSTS" in
     1) BACKEND_ARGS=(--backend "$BACKEND") ;;
