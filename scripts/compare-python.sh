@@ -75,6 +75,7 @@ fi
 
 log() { echo "compare-python: $*" >&2; }
 LAPLACE_PY="$ROOT/bindings/python/bench/laplace_mpi4py.py"
+FLOOR_PY="$ROOT/bindings/python/bench/barrier_floor.py"
 # A process that keeps one CPU busy for the "busy" rows: a spinning Python loop.
 BUSY=""
 busy_start() { "$PY" -c 'while True: pass' & BUSY=$!; }
@@ -135,6 +136,12 @@ for rep in $(seq "$REPS"); do
                 fi
             done
         done
+        log "rep $rep/$REPS: control on 4 ranks: a barrier right after a barrier (accio, mpi4py)"
+        (cd / && timeout 300 "$ACCIO" run -n 4 "$PY" "$FLOOR_PY" accio) > "$OUT/py-floor.$rep.json"
+        if [ "$HAVE_MPI" = 1 ]; then
+            (cd / && timeout 300 mpirun -np 4 --allow-run-as-root --oversubscribe "$PY" "$FLOOR_PY" mpi4py) \
+                > "$OUT/mpi4py-floor.$rep.json" 2>>"$OUT/mpi.log" || log "mpirun failed, see $OUT/mpi.log"
+        fi
     fi
 done
 
@@ -229,6 +236,12 @@ if laplace and have_mpi:
         # With --phases a barrier after each sweep takes that wait: the exchange alone.
         row(f"Jacobi {r} ranks: communicate (--phases)", jacobi(a + "-phases", "communicate_ms"),
             "mpi4py Sendrecv after a Barrier", jacobi(m + "-phases", "communicate_ms"), "ms", "<= 0.5")
+
+if laplace:
+    # The floor under the 4-rank exchange: a barrier right after a barrier moves no data,
+    # yet costs each rank a turn of the scheduler where ranks outnumber cores.
+    row("control, 4 ranks: a second barrier", jacobi("py-floor", "second_barrier_ms"),
+        "mpi4py Barrier, the same", jacobi("mpi4py-floor", "second_barrier_ms") if have_mpi else [], "ms", "")
 
 headers = ["figure", "Python median (min–max)", "compared with", "its median (min–max)", "ratio", "target"]
 width = [max(len(h), *(len(r[i]) for r in rows)) for i, h in enumerate(headers)]
