@@ -13,7 +13,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
 
 use super::world::World;
-use super::{guarded, invalid_arg, Error, Failure};
+use super::{export_bytes, guarded, invalid_arg, Error, Failure};
 
 impl From<GridError> for Failure {
     fn from(e: GridError) -> Self {
@@ -274,23 +274,17 @@ impl HaloExchange {
     ) -> PyResult<()> {
         let me = slf.get();
         // SAFETY: the array stays mapped as long as the exchange lives (it is never
-        // reallocated), and PyBuffer_FillInfo stores a new reference to this object in
-        // `view.obj`, so every view keeps it alive. `view` is the caller's Py_buffer.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
+        // reallocated); `view` is the caller's.
+        unsafe {
+            export_bytes(
+                slf.as_any(),
                 view,
-                slf.as_ptr(),
                 me.ptr as *mut c_void,
-                me.bytes as ffi::Py_ssize_t,
-                0,
+                me.bytes,
                 flags,
+                "grid",
             )
-        };
-        if rc != 0 {
-            return Err(PyErr::take(slf.py())
-                .unwrap_or_else(|| Error::new_err("grid buffer export failed")));
         }
-        Ok(())
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}

@@ -237,6 +237,32 @@ fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
     }
 }
 
+/// Exports `len` writable bytes at `ptr` through `obj`'s buffer protocol (a Window, a
+/// ProducerBuffer, a grid's array): `PyBuffer_FillInfo` stores a new reference to `obj` in
+/// `view.obj`, so every view keeps the object, and with it the memory, alive.
+///
+/// # Safety
+/// `view` is the caller's Py_buffer; the `len` bytes at `ptr` stay valid and writable for
+/// as long as `obj` lives.
+unsafe fn export_bytes(
+    obj: &Bound<'_, PyAny>,
+    view: *mut ffi::Py_buffer,
+    ptr: *mut c_void,
+    len: usize,
+    flags: c_int,
+    what: &str,
+) -> PyResult<()> {
+    // SAFETY: the caller's contract.
+    let rc = unsafe {
+        ffi::PyBuffer_FillInfo(view, obj.as_ptr(), ptr, len as ffi::Py_ssize_t, 0, flags)
+    };
+    if rc != 0 {
+        return Err(PyErr::take(obj.py())
+            .unwrap_or_else(|| Error::new_err(format!("{what}: buffer export failed"))));
+    }
+    Ok(())
+}
+
 /// Calls `step(slice)` without the GIL until it returns something other than a timeout,
 /// checking for signals between slices; fails with `Timeout` once `total` has passed
 /// (`None`: never).
@@ -906,24 +932,18 @@ impl Window {
         flags: c_int,
     ) -> PyResult<()> {
         let w = &slf.get().inner;
-        // SAFETY: the memory stays mapped as long as the Window lives, and
-        // PyBuffer_FillInfo stores a new reference to the Window in `view.obj`, so every
-        // view keeps it (and the mapping) alive. `view` is the caller's Py_buffer.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
+        // SAFETY: the memory stays mapped as long as the Window lives; `view` is the
+        // caller's.
+        unsafe {
+            export_bytes(
+                slf.as_any(),
                 view,
-                slf.as_ptr(),
                 w.as_ptr() as *mut c_void,
-                w.len() as ffi::Py_ssize_t,
-                0,
+                w.len(),
                 flags,
+                "window",
             )
-        };
-        if rc != 0 {
-            return Err(PyErr::take(slf.py())
-                .unwrap_or_else(|| Error::new_err("window buffer export failed")));
         }
-        Ok(())
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
@@ -1502,22 +1522,17 @@ impl ProducerBuffer {
             ));
         }
         // SAFETY: the memory stays valid while the buffer is lent, and commit and release
-        // refuse while a view is exported; PyBuffer_FillInfo stores a new reference to this
-        // object in `view.obj`, so every view keeps it (and the lent buffer) alive.
-        let rc = unsafe {
-            ffi::PyBuffer_FillInfo(
+        // refuse while a view is exported; `view` is the caller's.
+        unsafe {
+            export_bytes(
+                slf.as_any(),
                 view,
-                slf.as_ptr(),
                 me.ptr as *mut c_void,
-                me.cap as ffi::Py_ssize_t,
-                0,
+                me.cap,
                 flags,
-            )
+                "producer buffer",
+            )?
         };
-        if rc != 0 {
-            return Err(PyErr::take(slf.py())
-                .unwrap_or_else(|| Error::new_err("producer buffer export failed")));
-        }
         me.exports.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
         Ok(())
     }
