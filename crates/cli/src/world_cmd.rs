@@ -240,6 +240,7 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
         "auto" => a.n <= cpus.len(),
         _ => false,
     };
+    let columns = crate::term::stdout_width();
     catch_stop_signals()?;
     let secret = match std::env::var_os("ACCIO_TCP_SECRET") {
         Some(s) => s,
@@ -263,6 +264,11 @@ pub fn run(a: RunArgs) -> anyhow::Result<()> {
             stop(sig, &mut children, rdv);
         }
         let mut cmd = Command::new(&program);
+        // The ranks write into pipes (forwarded line by line), not to the terminal: they
+        // learn its width from COLUMNS, so that their tables and warnings still fit it.
+        if columns != usize::MAX {
+            cmd.env("COLUMNS", columns.to_string());
+        }
         if let Some(&cpu) = cpus.get(rank).filter(|_| pinned) {
             // SAFETY: the closure runs in the forked child before exec and makes one
             // async-signal-safe system call (sched_setaffinity) on a set on its stack.
