@@ -95,15 +95,20 @@ mpi4py_flags=(--disable-pip-version-check --no-input)
 if python3 -m pip install --help 2>/dev/null | grep -q -- --break-system-packages; then
     mpi4py_flags+=(--break-system-packages)
 fi
-python3 -m pip install --quiet "${mpi4py_flags[@]}" mpi4py
-crc() { grep -o 'grid crc32 [0-9a-f]*' <<<"$1"; }
-want=$(crc "$(timeout 120 target/release/accio run -n 1 "$py" -m accio.demo.laplace --n 301 --iters 13 --check)")
-for r in 2 4; do
-    got=$(crc "$(timeout 120 "${MPIRUN[@]}" -n "$r" "$py" bindings/python/bench/laplace_mpi4py.py --n 301 --iters 13 --check)")
-    echo "mpi4py on $r ranks: $got (accio on 1 rank: $want)"
-    [ -n "$want" ] && [ "$got" = "$want" ] \
-        || { echo "error: the mpi4py Jacobi on $r ranks differs from accio's grid"; exit 1; }
-done
+# mpi4py builds from source against this Open MPI (a minute or two); a peer program's
+# check, so a failed install skips it with the reason rather than failing accio's CI.
+if python3 -m pip install --quiet "${mpi4py_flags[@]}" mpi4py; then
+    crc() { grep -o 'grid crc32 [0-9a-f]*' <<<"$1"; }
+    want=$(crc "$(timeout 120 target/release/accio run -n 1 "$py" -m accio.demo.laplace --n 301 --iters 13 --check)")
+    for r in 2 4; do
+        got=$(crc "$(timeout 120 "${MPIRUN[@]}" -n "$r" "$py" bindings/python/bench/laplace_mpi4py.py --n 301 --iters 13 --check)")
+        echo "mpi4py on $r ranks: $got (accio on 1 rank: $want)"
+        [ -n "$want" ] && [ "$got" = "$want" ] \
+            || { echo "error: the mpi4py Jacobi on $r ranks differs from accio's grid"; exit 1; }
+    done
+else
+    echo "warning: pip could not install mpi4py (above): the mpi4py Jacobi check is skipped"
+fi
 
 echo "== C ranks under mpirun: libaccio built with MPI (--features mpi), bindings/c/examples/world.c"
 # (Before the namespace step, which ends the script where namespaces cannot be made.)
