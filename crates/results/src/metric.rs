@@ -216,3 +216,23 @@ pub fn no_ceiling_reason(f: &crate::model::Figure) -> Option<&'static str> {
         _ => "none",
     })
 }
+
+/// The GPU copy bench (`accio bench device`): NVIDIA nvbandwidth's copy-engine tests, one
+/// figure per GPU (param `gpu`: its PCI address), host memory (`memory`: pinned, pageable,
+/// device) and size.
+pub mod device {
+    /// The `bench` name of every figure this module records.
+    pub const BENCH: &str = "device";
+    /// Host → device copy bandwidth, GB/s.
+    pub const H2D: &str = "h2d";
+    /// Device → host copy bandwidth, GB/s.
+    pub const D2H: &str = "d2h";
+    /// Both directions at once, bytes of both over the time, GB/s.
+    pub const BIDIR: &str = "bidir";
+    /// Device → device copy within one GPU, GB/s.
+    pub const D2D: &str = "d2d";
+    /// A small host → device copy and its completion, us.
+    pub const LATENCY_H2D: &str = "latency_h2d";
+    /// A small device → host copy and its completion, us.
+    pub const LATENCY_D2H: &str = "latency_d2h";
+}

@@ -44,6 +44,7 @@ pub const CONTEXT_PARAMS: &[&str] = &[
     "resident_after_drop",
     "iodepth",
     "for",
+    "gpu_name",
 ];
 
 /// Numeric parameters that identify a figure (a sweep's x axis) rather than report a
