@@ -5,7 +5,7 @@
 //! number is in MPI, not a new connection per call as in Rust.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex};
 use std::time::Instant;
 
 use accio_world::WorldError;
@@ -38,7 +38,17 @@ pub(crate) struct World {
     world: Mutex<Option<Arc<accio_world::World>>>,
     pub(crate) rank: usize,
     pub(crate) size: usize,
-    eps: Mutex<HashMap<usize, Py<Endpoint>>>,
+    /// The endpoints by peer rank, and a wake-up for threads waiting on a connect.
+    eps: Mutex<HashMap<usize, Slot>>,
+    connected: Condvar,
+}
+
+/// A peer's entry in the endpoint cache.
+enum Slot {
+    /// A thread is connecting to the peer; others wait for it rather than connect twice
+    /// (the pair would then hold two connections, and the peer accept only one).
+    Connecting,
+    Ready(Py<Endpoint>),
 }
 
 impl World {
@@ -81,6 +91,7 @@ impl World {
             size: w.size(),
             world: Mutex::new(Some(Arc::new(w))),
             eps: Mutex::new(HashMap::new()),
+            connected: Condvar::new(),
         })
     }
 
@@ -121,26 +132,48 @@ impl World {
     /// The endpoint to `rank`, over the backend `choice(rank)` names. The first call for a
     /// rank connects, and is collective for the pair: `rank` must call `endpoint` for this
     /// rank too (within the world's timeout). Later calls return the same endpoint; after
-    /// its `close()`, the next call connects anew (collective again). Call it for one peer
-    /// from one thread at a time.
+    /// its `close()`, the next call connects anew (collective again). Threads asking for
+    /// the same rank at once share one connection: the others wait for the first.
     fn endpoint(&self, py: Python<'_>, rank: Int) -> PyResult<Py<Endpoint>> {
         let p = self.peer("World.endpoint", rank)?;
-        {
-            let eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
-            if let Some(ep) = eps.get(&p) {
-                if ep.borrow(py).ep.is_some() {
-                    return Ok(ep.clone_ref(py));
+        let lock = || self.eps.lock().unwrap_or_else(|e| e.into_inner());
+        loop {
+            {
+                let mut eps = lock();
+                match eps.get(&p) {
+                    Some(Slot::Ready(ep)) if ep.try_borrow(py).map_or(true, |e| e.ep.is_some()) => {
+                        return Ok(ep.clone_ref(py));
+                    }
+                    Some(Slot::Connecting) => {}
+                    _ => {
+                        eps.insert(p, Slot::Connecting);
+                        break;
+                    }
                 }
             }
+            // Another thread is connecting to `rank`: wait for it without the GIL (it needs
+            // the GIL to finish), then look again.
+            py.detach(|| {
+                let eps = lock();
+                drop(
+                    self.connected
+                        .wait_while(eps, |m| matches!(m.get(&p), Some(Slot::Connecting)))
+                        .unwrap_or_else(|e| e.into_inner()),
+                );
+            });
         }
-        // Connecting may wait for the peer: without the GIL, and without the cache's lock
-        // (another thread may want an endpoint already made meanwhile).
-        let w = self.world()?;
-        let ep = guarded(py, || Ok(w.endpoint(p)?))?;
-        let ep = Py::new(py, Endpoint::new(ep))?;
-        let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
-        eps.insert(p, ep.clone_ref(py));
-        Ok(ep)
+        // Connecting may wait for the peer: without the GIL and without the cache's lock.
+        let made = self
+            .world()
+            .and_then(|w| guarded(py, move || Ok(w.endpoint(p)?)))
+            .and_then(|ep| Py::new(py, Endpoint::new(ep)));
+        let mut eps = lock();
+        match &made {
+            Ok(ep) => eps.insert(p, Slot::Ready(ep.clone_ref(py))),
+            Err(_) => eps.remove(&p),
+        };
+        self.connected.notify_all();
+        made
     }
 
     /// Waits until every rank has called `barrier` (collective). `timeout` in seconds
@@ -181,7 +214,13 @@ impl World {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let eps: Vec<Py<Endpoint>> = {
             let mut eps = self.eps.lock().unwrap_or_else(|e| e.into_inner());
-            eps.drain().map(|(_, e)| e).collect()
+            let ready = eps.extract_if(|_, s| matches!(s, Slot::Ready(_)));
+            ready
+                .filter_map(|(_, s)| match s {
+                    Slot::Ready(ep) => Some(ep),
+                    Slot::Connecting => None,
+                })
+                .collect()
         };
         // An endpoint another thread is using right now is left to close when that call
         // and the last reference to it end.

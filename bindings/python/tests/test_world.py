@@ -244,3 +244,32 @@ def test_ranks_lines_never_interleave_mid_line(accio_bin):
     for r in range(4):
         mine = [l for l in lines if l.startswith(f"rank {r} ")]
         assert mine == [f"rank {r} line {i} end" for i in range(300)]
+
+
+def test_threads_asking_for_one_peer_at_once_share_one_connection(accio_bin):
+    script = """
+        import sys, threading, time
+        import accio
+
+        with accio.World() as w:
+            if w.rank == 0:
+                got, start = [], threading.Barrier(4)
+                def ask():
+                    start.wait()
+                    got.append(w.endpoint(1))
+                ts = [threading.Thread(target=ask) for _ in range(4)]
+                for t in ts:
+                    t.start()
+                for t in ts:
+                    t.join()
+                assert len(got) == 4 and all(e is got[0] for e in got), got
+                got[0].send(b"one connection")
+            else:
+                time.sleep(0.3)  # the four threads of rank 0 meet while rank 1 is late
+                assert w.endpoint(0).recv(timeout=10) == b"one connection"
+            w.barrier(timeout=10)
+            sys.stdout.write(f"rank {w.rank} ok\\n")
+    """
+    p = run(accio_bin, 2, script, env={"ACCIO_WORLD_TIMEOUT_MS": "3000"})
+    assert p.returncode == 0, p.stderr
+    assert sorted(p.stdout.splitlines()) == ["rank 0 ok", "rank 1 ok"]

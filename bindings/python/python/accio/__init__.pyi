@@ -99,8 +99,8 @@ class World:
     def endpoint(self, rank: int) -> Endpoint:
         """The endpoint to ``rank``. The first call for a rank connects and is collective
         for the pair (``rank`` calls ``endpoint`` for this rank too); later calls return
-        the same endpoint; after its ``close()`` the next call connects anew. Call it for
-        one peer from one thread at a time."""
+        the same endpoint; after its ``close()`` the next call connects anew. Threads asking
+        for the same rank at once share one connection."""
     def barrier(self, timeout: Optional[float] = None) -> None:
         """Waits until every rank has called ``barrier`` (``timeout`` seconds, None:
         as long as it takes; a dead rank raises ``PeerGone``). Ctrl-C interrupts it; after
