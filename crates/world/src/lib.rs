@@ -630,8 +630,14 @@ impl World {
     fn barrier_ep(&self, st: &mut BarrierState, peer: usize, left: Option<Duration>) -> Result<()> {
         if let Entry::Vacant(slot) = st.eps.entry(peer) {
             let scheme = self.choice(peer)?.scheme.clone();
-            // Without a deadline a connection may take as long as the world lets any.
-            let patience = left.unwrap_or(self.timeout);
+            // The lower rank connects to a listener that is up since bootstrap: it gets the
+            // world's patience whatever is left of this call, so that a caller waiting in
+            // short slices never cuts a connect (and its handshake) short. The higher rank
+            // only waits for that connection, which a later call can go on waiting for.
+            let patience = match left {
+                Some(l) if self.rank > peer => l,
+                _ => self.timeout,
+            };
             slot.insert(self.connect_pair(peer, &scheme, Channel::Barrier, patience)?);
         }
         Ok(())
