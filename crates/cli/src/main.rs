@@ -2,6 +2,7 @@
 //! this binary adds context.
 
 mod bench_coalesce;
+mod bench_device;
 mod bench_fs;
 mod bench_matrix;
 mod bench_merge;
@@ -104,6 +105,11 @@ enum BenchCommand {
     /// backend that can serve the pair, with the transport choice per pair explained. Run
     /// it as a world's program: `accio run -n 4 accio bench matrix` or under mpirun.
     Matrix(bench_matrix::MatrixArgs),
+    /// GPU copies (NVIDIA nvbandwidth's copy-engine tests): host to device and back from
+    /// pinned and pageable memory, both ways at once, device to device, small-copy latency,
+    /// each beside the PCIe link's theoretical bandwidth. Needs a build with `--features
+    /// cuda`; without a GPU it says so in one line and exits 0.
+    Device(bench_device::DeviceArgs),
 }
 
 /// Exit status of a run ended by Ctrl-C (128 + SIGINT, as shells report it).
@@ -210,6 +216,11 @@ fn run_bench(b: BenchCommand, parent: &common::CommonArgs) -> anyhow::Result<()>
             let mut rec = common::recorder(&a.common)?;
             bench_merge::run(a, &mut rec)
         }
+        BenchCommand::Device(mut a) => {
+            a.resolve(parent);
+            let mut rec = common::recorder(&a.common)?;
+            bench_device::run(a, &mut rec)
+        }
     }
 }
 
@@ -285,7 +296,15 @@ mod vocabulary_tests {
 
     #[test]
     fn each_bench_lists_only_its_own_flags_and_counts_repetitions_with_reps() {
-        for sub in ["transport", "fs", "mem", "coalesce", "merge", "matrix"] {
+        for sub in [
+            "transport",
+            "fs",
+            "mem",
+            "coalesce",
+            "merge",
+            "matrix",
+            "device",
+        ] {
             let l = listed(sub);
             assert!(l.contains(&"reps".to_string()), "{sub}: {l:?}");
             for other in ["out", "full", "repetitions", "repeats", "samples"] {

@@ -1,7 +1,8 @@
 //! The default suite: what plain `accio bench` runs.
 //!
 //! Every bench in turn (mem, fs on a temporary directory and /dev/shm, transport over shm
-//! and tcp, merge, coalesce) into one report folder:
+//! and tcp, merge, coalesce, and device where a GPU can be measured: elsewhere one line says
+//! why) into one report folder:
 //!
 //! - `results.json`: the figures, rewritten after each one (an interrupted run keeps what
 //!   it measured), with the node facts of `info.json` inside;
@@ -30,7 +31,7 @@ use anyhow::Context as _;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use crate::common::{CommonArgs, SizeList};
-use crate::{bench_coalesce, bench_fs, bench_merge, bench_transport};
+use crate::{bench_coalesce, bench_device, bench_fs, bench_merge, bench_transport};
 
 /// How thorough a run is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -205,6 +206,9 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
     let mut rec = Recorder::new(Some(&results))
         .with_context(|| format!("creating the results file {}", results.display()))?;
     let info = NodeInfo::detect();
+    // The GPU part runs only where a GPU can be measured; elsewhere one line says why.
+    let no_gpu = bench_device::unavailable(&info);
+    let device_info = no_gpu.is_none().then(|| info.clone());
     let info_path = dir.join("info.json");
     std::fs::write(
         &info_path,
@@ -215,12 +219,16 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         .with_context(|| format!("writing {}", results.display()))?;
     crate::term::eprint_para(
         &format!(
-            "accio bench ({} preset): mem, fs, transport, merge, coalesce; report folder {}",
+            "accio bench ({} preset): mem, fs, transport, merge, coalesce{}; report folder {}",
             preset.name(),
+            if no_gpu.is_none() { ", device" } else { "" },
             dir.display()
         ),
         "  ",
     );
+    if let Some(line) = &no_gpu {
+        crate::term::eprint_para(line, "  ");
+    }
 
     // Each bench's arguments: its own default-suite variant, adjusted by the preset. The
     // shared flags that only concern some benches are cleared for the others, so that no
@@ -255,7 +263,7 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
         }
     }
 
-    let steps = 5;
+    let steps = if device_info.is_some() { 6 } else { 5 };
     let mut outcomes: Vec<Outcome> = Vec::new();
     let mut interrupted = false;
 
@@ -303,6 +311,18 @@ pub fn run(common: CommonArgs) -> anyhow::Result<()> {
             false,
         );
         outcomes.push(finish(p, "coalesce", r, &rec));
+        interrupted |= cancel::interrupted();
+    }
+    if let (false, Some(info)) = (interrupted, &device_info) {
+        let p = Progress::start(tty, 6, steps, "device");
+        let r = bench_device::run_with(
+            bench_device::DeviceArgs::default_suite(&common),
+            info,
+            &mut rec,
+            &mut |e| p.event(e),
+            false,
+        );
+        outcomes.push(finish(p, "device", r, &rec));
         interrupted |= cancel::interrupted();
     }
 

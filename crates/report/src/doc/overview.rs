@@ -183,7 +183,9 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
     }
     blocks.push(Block::Heading("GPUs".into()));
     if info.gpus.is_empty() {
-        blocks.push(Block::Para("None found.".into()));
+        blocks.push(Block::Para(
+            "None on PCI (no display-class device in sysfs).".into(),
+        ));
     } else {
         let mut t = Table::new(
             &["address", "name", "memory", "driver", "PCIe link", "GB/s"],

@@ -3,6 +3,7 @@
 //! tables), all built with one table builder ([`table::render`]).
 
 pub mod coalesce;
+pub mod device;
 pub mod fs;
 pub mod info;
 pub mod mem;
