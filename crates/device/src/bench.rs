@@ -4,7 +4,9 @@
 //! For each GPU, each size and each [`Test`] (host→device and device→host from pinned and
 //! pageable memory, both at once, device→device): one warm-up pass, then `passes` timed
 //! passes of [`copies_per_pass`] copies (see [`crate::copy`] for the method); then the
-//! small-copy latency each way. Host↔device figures stand beside the PCIe link's
+//! small-copy latency each way, and the one-way time of a flag handed between host and GPU
+//! through mapped pinned memory (the GPU's stream polls it; skipped with the reason where
+//! stream memory operations are unsupported). Host↔device figures stand beside the PCIe link's
 //! theoretical bandwidth (from sysfs, as `accio info` reads it: give it with
 //! [`DeviceBench::node`]); device→device beside the device memory's copy rate.
 //!
@@ -36,6 +38,8 @@ use crate::{DeviceInfo, Error, Result};
 
 /// Small copies per latency pass.
 const LATENCY_COPIES: u64 = 200;
+/// Flag round trips per pass.
+const FLAG_ROUND_TRIPS: u64 = 1000;
 
 /// `accio bench device` (a builder; see the module docs).
 #[derive(Clone, Debug)]
@@ -133,7 +137,7 @@ impl DeviceBench {
 
     /// The figures one GPU gives: a figure per test and size, and two latencies.
     pub fn figures_per_gpu(&self) -> usize {
-        self.tests.len() * self.sizes.len() + if self.latency { 2 } else { 0 }
+        self.tests.len() * self.sizes.len() + if self.latency { 3 } else { 0 }
     }
 
     /// Measures every GPU, recording each figure as it comes and reporting through
@@ -233,6 +237,29 @@ impl DeviceBench {
                 }
                 events(Event::Advanced(1));
             }
+            self.check_stop()?;
+            // Stream memory operations may be unsupported (old drivers, some
+            // virtualized GPUs): then this one figure is skipped, with the reason.
+            let flag = gpu.flag_pass(FLAG_ROUND_TRIPS / 4).and_then(|_| {
+                (0..self.passes)
+                    .map(|_| gpu.flag_pass(FLAG_ROUND_TRIPS))
+                    .collect::<Result<Vec<f64>>>()
+            });
+            match flag {
+                Ok(secs) => {
+                    if let Some(f) = copy::flag_latency_figure(g, FLAG_ROUND_TRIPS, &secs) {
+                        record(rec, events, f)?;
+                    }
+                }
+                Err(e @ (Error::Driver { .. } | Error::Argument(_))) => {
+                    events(Event::Skipped(&format!(
+                        "GPU {}: flag latency through mapped pinned memory: {e}",
+                        g.ordinal
+                    )));
+                }
+                Err(e) => return Err(e),
+            }
+            events(Event::Advanced(1));
         }
         Ok(())
     }
@@ -256,7 +283,7 @@ mod tests {
     fn bad_sizes_are_refused_before_any_gpu_call() {
         assert!(DeviceBench::new().sizes(&[0]).is_err());
         let b = DeviceBench::quick().sizes(&[4096, 1 << 20]).unwrap();
-        assert_eq!(b.figures_per_gpu(), 6 * 2 + 2);
+        assert_eq!(b.figures_per_gpu(), 6 * 2 + 3);
         assert_eq!(b.latency(false).figures_per_gpu(), 12);
     }
 

@@ -315,6 +315,33 @@ pub fn latency_figure(
     )
 }
 
+/// The figure of flag round trips: each pass ran `round_trips` host→GPU→host hand-offs
+/// through mapped pinned memory in `pass_secs`; the figure is the one-way time, half a
+/// round trip, in microseconds. `None` without passes.
+pub fn flag_latency_figure(
+    gpu: &DeviceInfo,
+    round_trips: u64,
+    pass_secs: &[f64],
+) -> Option<Figure> {
+    let samples = pass_secs
+        .iter()
+        .map(|&s| s / round_trips.max(1) as f64 / 2.0 * 1e6)
+        .collect();
+    Some(
+        Figure::new(names::BENCH, names::LATENCY_FLAG, Unit::Micros, samples)?
+            .param("gpu", gpu.pci_bus_id.as_str())
+            .param("memory", "mapped")
+            .param("size", 4u64)
+            .param("gpu_name", gpu.name.as_str())
+            .method(format!(
+                "{round_trips} round trips per pass: the host writes a 4-byte flag in mapped \
+                 pinned memory, the GPU's stream, waiting on it (cuStreamWaitValue32), writes \
+                 another one back (cuStreamWriteValue32) that the host spins on; half a round \
+                 trip, median of the passes"
+            )),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -444,6 +471,14 @@ mod tests {
         assert_eq!(f.unit, Unit::Micros);
         assert!((f.summary.min - 10.0).abs() < 1e-9);
         assert_eq!(f.param_u64("size"), Some(LATENCY_BYTES));
+    }
+
+    #[test]
+    fn flag_latency_is_half_a_round_trip() {
+        let f = flag_latency_figure(&gpu(), 1000, &[0.004, 0.005]).unwrap();
+        assert_eq!(f.metric, "latency_flag");
+        assert!((f.summary.min - 2.0).abs() < 1e-9, "{:?}", f.summary);
+        assert_eq!(f.param_str("memory"), "mapped");
     }
 
     #[test]

@@ -140,7 +140,20 @@ pub(crate) struct Gpu {
     pinned_b: *mut c_void,
     pageable: Vec<u8>,
     len: usize,
+    /// Mapped pinned memory (`CU_MEMHOSTALLOC_DEVICEMAP`): the ping word at offset 0 and
+    /// the pong word at [`PONG`], a cache line apart; `flags_dev` is its device address.
+    flags: *mut c_void,
+    flags_dev: sys::CUdeviceptr,
+    /// The last value the ping word took (values only grow, so a wait never sees an old
+    /// one).
+    seq: u32,
 }
+
+/// Byte offset of the pong word in the flag page.
+const PONG: usize = 128;
+
+/// How long the host waits for the GPU's answer in a flag round trip before giving up.
+const FLAG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Gpu {
     /// Opens GPU `ordinal` with buffers of `len` bytes.
@@ -161,6 +174,9 @@ impl Gpu {
                 pinned_b: std::ptr::null_mut(),
                 pageable: Vec::new(),
                 len,
+                flags: std::ptr::null_mut(),
+                flags_dev: 0,
+                seq: 0,
             };
             // SAFETY: each call gets a valid out-pointer into `g`, whose Drop releases
             // whatever was created if a later call fails. The context is made current
@@ -187,6 +203,19 @@ impl Gpu {
                     // Fault every page in before any timing.
                     std::ptr::write_bytes(*h as *mut u8, 0x5a, len);
                 }
+                check(
+                    "cuMemHostAlloc",
+                    sys::cuMemHostAlloc(
+                        &mut g.flags,
+                        2 * PONG,
+                        sys::CU_MEMHOSTALLOC_DEVICEMAP | sys::CU_MEMHOSTALLOC_PORTABLE,
+                    ),
+                )?;
+                std::ptr::write_bytes(g.flags as *mut u8, 0, 2 * PONG);
+                check(
+                    "cuMemHostGetDevicePointer",
+                    sys::cuMemHostGetDevicePointer_v2(&mut g.flags_dev, g.flags, 0),
+                )?;
             }
             // Written, so that every page is present before any timing.
             g.pageable = vec![0x5a; len];
@@ -315,6 +344,75 @@ impl Gpu {
     }
 }
 
+impl Gpu {
+    /// One flag round-trip pass: the GPU's stream waits until the ping word in mapped
+    /// pinned memory reaches a value (`cuStreamWaitValue32`: the GPU polls host memory over
+    /// PCIe), then writes it to the pong word (`cuStreamWriteValue32`); the host writes
+    /// ping and spins on pong, `copies` times. Returns the host's wall time in seconds.
+    pub(crate) fn flag_pass(&mut self, copies: u64) -> Result<f64> {
+        use std::sync::atomic::{AtomicU32, Ordering};
+        no_panic(|| {
+            let s0 = self.streams[0];
+            let base = self.seq;
+            let n = copies.min(u64::from(u32::MAX / 4)) as u32;
+            let geq = sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
+            // SAFETY: the context is `self`'s; both words lie in the flag page that `self`
+            // owns, mapped for the device at `flags_dev`; the stream is synchronized
+            // before the pass returns, also on a timeout (the final ping releases every
+            // wait).
+            unsafe {
+                check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.ctx))?;
+                for k in 1..=n {
+                    check(
+                        "cuStreamWaitValue32",
+                        sys::cuStreamWaitValue32_v2(s0, self.flags_dev, base + k, geq),
+                    )?;
+                    check(
+                        "cuStreamWriteValue32",
+                        sys::cuStreamWriteValue32_v2(s0, self.flags_dev + PONG as u64, base + k, 0),
+                    )?;
+                }
+            }
+            // SAFETY: the page is 2 * PONG bytes, aligned to a page; both words are
+            // 4-byte aligned and only ever accessed atomically on the host.
+            let (ping, pong) = unsafe {
+                (
+                    &*(self.flags as *const AtomicU32),
+                    &*((self.flags as *const u8).add(PONG) as *const AtomicU32),
+                )
+            };
+            let t = Instant::now();
+            let mut answered = true;
+            'outer: for k in 1..=n {
+                ping.store(base + k, Ordering::Release);
+                let asked = Instant::now();
+                while pong.load(Ordering::Acquire) != base + k {
+                    std::hint::spin_loop();
+                    if asked.elapsed() > FLAG_TIMEOUT {
+                        answered = false;
+                        break 'outer;
+                    }
+                }
+            }
+            let secs = t.elapsed().as_secs_f64();
+            // Release every wait still queued, then drain the stream.
+            ping.store(base + n, Ordering::Release);
+            self.seq = base + n;
+            // SAFETY: the stream is `self`'s.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(s0)
+            })?;
+            if !answered {
+                return Err(Error::Argument(format!(
+                    "flag round trip: the GPU did not answer within {} s",
+                    FLAG_TIMEOUT.as_secs()
+                )));
+            }
+            Ok(secs)
+        })
+    }
+}
+
 impl Drop for Gpu {
     fn drop(&mut self) {
         if self.ctx.is_null() {
@@ -343,7 +441,7 @@ impl Drop for Gpu {
                         sys::cuMemFree_v2(d);
                     }
                 }
-                for h in [self.pinned_a, self.pinned_b] {
+                for h in [self.pinned_a, self.pinned_b, self.flags] {
                     if !h.is_null() {
                         sys::cuMemFreeHost(h);
                     }

@@ -18,7 +18,8 @@
 //! - [`devices`]: the GPUs the driver sees (ordinal, name, memory, PCI bus id).
 //! - [`bench::DeviceBench`]: NVIDIA `nvbandwidth`'s copy-engine method for `accio bench
 //!   device`: host→device and device→host (pinned and pageable host memory), both
-//!   directions at once, device→device, and host↔device latency, each figure beside its
+//!   directions at once, device→device, and host↔device latency (a small copy, and a flag
+//!   polled by the GPU in mapped pinned memory), each figure beside its
 //!   ceiling (the GPU's PCIe link, or the device memory's own copy rate).
 //!
 //! ```

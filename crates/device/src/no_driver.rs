@@ -31,4 +31,8 @@ impl Gpu {
     pub(crate) fn latency_pass(&mut self, _way: Way, _copies: u64) -> Result<f64> {
         match *self {}
     }
+
+    pub(crate) fn flag_pass(&mut self, _copies: u64) -> Result<f64> {
+        match *self {}
+    }
 }

@@ -235,4 +235,7 @@ pub mod device {
     pub const LATENCY_H2D: &str = "latency_h2d";
     /// A small device → host copy and its completion, us.
     pub const LATENCY_D2H: &str = "latency_d2h";
+    /// One way of a flag round trip through mapped pinned memory (the host writes, the
+    /// GPU's stream waits on it and answers), half the round trip, us.
+    pub const LATENCY_FLAG: &str = "latency_flag";
 }

@@ -87,9 +87,11 @@ pub fn device_table(report: &Report) -> Option<Table> {
             .map(|f| f.param_str("gpu_name"))
             .unwrap_or_default();
         t.notes.push(format!(
-            "{gpu} {name}: latency h2d {}, d2h {} (8 B copy + stream synchronize); ceilings: {}",
+            "{gpu} {name}: latency h2d {}, d2h {} (8 B copy + stream synchronize), flag one \
+             way {} (mapped pinned memory); ceilings: {}",
             lat(names::LATENCY_H2D).unwrap_or_else(|| "-".into()),
             lat(names::LATENCY_D2H).unwrap_or_else(|| "-".into()),
+            lat(names::LATENCY_FLAG).unwrap_or_else(|| "-".into()),
             if ceilings.is_empty() {
                 "none known".into()
             } else {
