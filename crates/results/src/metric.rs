@@ -189,6 +189,12 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
             matches!(m, coalesce::ITEM_RATE | coalesce::ITEM_BW)
                 && f.param_str("pattern") != "repeated",
         ),
+        // Copies stand beside the link or the device memory; small-copy and flag latencies
+        // have no floor accio can measure.
+        (device::BENCH, m) => Some(matches!(
+            m,
+            device::H2D | device::D2H | device::BIDIR | device::D2D
+        )),
         _ => None,
     }
 }
@@ -238,4 +244,25 @@ pub mod device {
     /// One way of a flag round trip through mapped pinned memory (the host writes, the
     /// GPU's stream waits on it and answers), half the round trip, us.
     pub const LATENCY_FLAG: &str = "latency_flag";
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::{Figure, Unit};
+
+    #[test]
+    fn device_copies_have_a_ceiling_and_device_latencies_none() {
+        let fig = |m: &str, unit| Figure::new(device::BENCH, m, unit, vec![1.0]).unwrap();
+        for m in [device::H2D, device::D2H, device::BIDIR, device::D2D] {
+            assert_eq!(ceiling_defined(&fig(m, Unit::GBps)), Some(true), "{m}");
+        }
+        for m in [
+            device::LATENCY_H2D,
+            device::LATENCY_D2H,
+            device::LATENCY_FLAG,
+        ] {
+            assert_eq!(ceiling_defined(&fig(m, Unit::Micros)), Some(false), "{m}");
+        }
+    }
 }
