@@ -188,7 +188,15 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
         ));
     } else {
         let mut t = Table::new(
-            &["address", "name", "memory", "driver", "PCIe link", "GB/s"],
+            &[
+                "address",
+                "name",
+                "memory",
+                "driver",
+                "NUMA",
+                "PCIe link",
+                "GB/s",
+            ],
             &["GB/s"],
         );
         for g in &info.gpus {
@@ -197,6 +205,7 @@ pub fn node_blocks(info: &NodeInfo) -> Vec<Block> {
                 g.name.clone(),
                 g.memory_bytes.map_or("-".into(), human),
                 g.driver.clone().unwrap_or_else(|| "-".into()),
+                g.numa_node.map_or("-".into(), |n| n.to_string()),
                 g.current_link
                     .as_ref()
                     .map_or("-".into(), super::cells::link),

@@ -267,6 +267,9 @@ pub struct Gpu {
     pub current_link: Option<Link>,
     /// The most the link can do.
     pub max_link: Option<Link>,
+    /// The NUMA node it is attached to (sysfs; `None`: unknown or no NUMA): host memory on
+    /// that node is the near side of its copies.
+    pub numa_node: Option<i32>,
 }
 
 /// Everything `accio info` reports.

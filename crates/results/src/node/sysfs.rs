@@ -495,6 +495,7 @@ pub(super) fn gpus(pci: &[PciDevice], smi: Vec<SmiGpu>) -> Vec<Gpu> {
             driver: d.driver.clone(),
             current_link: d.current_link.clone(),
             max_link: d.max_link.clone(),
+            numa_node: d.numa_node,
         })
         .collect();
     for s in smi {
@@ -513,6 +514,7 @@ pub(super) fn gpus(pci: &[PciDevice], smi: Vec<SmiGpu>) -> Vec<Gpu> {
                 driver: Some(s.driver),
                 current_link: None,
                 max_link: None,
+                numa_node: None,
             }),
         }
     }

@@ -164,6 +164,11 @@ fn fixture_node_with_a_gen4_gpu_two_numa_nodes_and_a_virtio_device() {
     assert!((link.gbps - 31.5077).abs() < 1e-3, "{}", link.gbps);
     assert_eq!(info.gpus.len(), 1);
     assert_eq!(info.gpus[0].name, "NVIDIA 0x20b0");
+    assert_eq!(
+        info.gpus[0].numa_node,
+        Some(1),
+        "the GPU's NUMA node, from its PCI device"
+    );
     assert_eq!(info.gpu_links().count(), 1);
     assert!(info.notes.is_empty(), "{:?}", info.notes);
     // The JSON form reads back the same.
