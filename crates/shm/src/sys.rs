@@ -181,8 +181,6 @@ pub fn euid() -> u32 {
     unsafe { libc::geteuid() }
 }
 
-/// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: a few ns to read (vDSO, no system call), and
-/// exact to a scheduler tick (1-4 ms), plenty for rate-limiting a probe.
 /// Moves the calling thread off CPU `cpu` onto another CPU its affinity allows, then
 /// gives it its own affinity back (the scheduler may move it again later, as it would
 /// have). False, and nothing changed, where `cpu` is the only CPU it may use.
@@ -215,6 +213,8 @@ pub fn move_off_cpu(cpu: usize) -> bool {
     true
 }
 
+/// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: a few ns to read (vDSO, no system call), and
+/// exact to a scheduler tick (1-4 ms), plenty for rate-limiting a probe.
 pub fn coarse_clock_ns() -> u64 {
     let mut ts = libc::timespec {
         tv_sec: 0,

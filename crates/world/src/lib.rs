@@ -521,12 +521,7 @@ impl World {
                 rank: peer,
                 cause: format!("has no {scheme} listener"),
             })?;
-        let terr = |source: accio::Error| WorldError::Transport {
-            rank: self.rank,
-            peer,
-            scheme: scheme.to_string(),
-            source: Box::new(source),
-        };
+        let terr = |source| self.transport(peer, scheme, source);
         if self.rank < peer {
             let ep = accio::connect_with(&addr, patience, &self.opts).map_err(terr)?;
             let mut hello = HELLO.to_vec();
@@ -575,7 +570,7 @@ impl World {
         let start = Instant::now();
         let size = self.size();
         let mut st = self.barrier.lock().unwrap_or_else(|p| p.into_inner());
-        // A round's wait: what is left of `timeout`, or a long while when there is none.
+        // A round's wait: what is left of `timeout` (`None`: no limit).
         let left = || timeout.map(|t| t.saturating_sub(start.elapsed()));
         while (1usize << st.round) < size {
             let d = 1usize << st.round;
@@ -584,16 +579,13 @@ impl World {
             let tag = st.done.to_le_bytes();
             if !st.sent {
                 self.barrier_ep(&mut st, to, left())?;
-                let scheme = self.choices[to].as_ref().map_or("", |c| c.scheme.as_str());
                 st.eps[&to]
                     .send(&tag)
-                    .map_err(|e| self.transport(to, scheme, e))?;
+                    .map_err(|e| self.transport(to, self.scheme(to), e))?;
                 st.sent = true;
             }
             self.barrier_ep(&mut st, from, left())?;
-            let scheme = self.choices[from]
-                .as_ref()
-                .map_or("", |c| c.scheme.as_str());
+            let scheme = self.scheme(from);
             let mut m = Vec::new();
             match st.eps[&from].recv_timeout(&mut m, left()) {
                 Ok(_) if m == tag => {}
@@ -629,7 +621,7 @@ impl World {
     /// Makes sure the barrier has its connection to `peer`.
     fn barrier_ep(&self, st: &mut BarrierState, peer: usize, left: Option<Duration>) -> Result<()> {
         if let Entry::Vacant(slot) = st.eps.entry(peer) {
-            let scheme = self.choice(peer)?.scheme.clone();
+            let scheme = self.scheme(peer);
             // The lower rank connects to a listener that is up since bootstrap: it gets the
             // world's patience whatever is left of this call, so that a caller waiting in
             // short slices never cuts a connect (and its handshake) short. The higher rank
@@ -638,9 +630,17 @@ impl World {
                 Some(l) if self.rank > peer => l,
                 _ => self.timeout,
             };
-            slot.insert(self.connect_pair(peer, &scheme, Channel::Barrier, patience)?);
+            slot.insert(self.connect_pair(peer, scheme, Channel::Barrier, patience)?);
         }
         Ok(())
+    }
+
+    /// The backend the rule chose for the pair (this rank, `peer`); `peer` is another rank
+    /// of the world (the barrier's ranks are, by construction).
+    fn scheme(&self, peer: usize) -> &str {
+        self.choices[peer]
+            .as_ref()
+            .map_or("", |c| c.scheme.as_str())
     }
 
     fn transport(&self, peer: usize, scheme: &str, source: accio::Error) -> WorldError {
