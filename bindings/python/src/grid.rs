@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use accio_grid::{Decomposition, ExchangeOptions, GridError, Path};
+use accio_grid::{Decomposition, ExchangeOptions, GridError, Layout, Path};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
@@ -45,10 +45,8 @@ pub(crate) struct HaloExchange {
     bytes: usize,
     dtype: &'static str,
     ndim: usize,
-    alloc: [usize; 3],
-    halo: [usize; 3],
-    start: [usize; 3],
-    len: [usize; 3],
+    /// Where this rank's cells sit in the array (the exchange's own layout).
+    layout: Layout,
     shape: [usize; 3],
     dims: [usize; 3],
     coords: [usize; 3],
@@ -139,28 +137,21 @@ impl HaloExchange {
                 )))
             }
         };
-        let (ptr, bytes, dtype) = match &field {
-            Field::F64(ex) => (
-                ex.field().as_ptr() as usize,
-                std::mem::size_of_val(ex.field()),
-                "float64",
-            ),
-            Field::F32(ex) => (
-                ex.field().as_ptr() as usize,
-                std::mem::size_of_val(ex.field()),
-                "float32",
-            ),
+        let (ptr, bytes, layout) = each!(&field, ex => (
+            ex.field().as_ptr() as usize,
+            std::mem::size_of_val(ex.field()),
+            ex.layout().clone(),
+        ));
+        let dtype = match field {
+            Field::F64(_) => "float64",
+            Field::F32(_) => "float32",
         };
-        let block = decomp.block(rank);
         Ok(HaloExchange {
             ptr,
             bytes,
             dtype,
             ndim: decomp.ndim(),
-            alloc: [0, 1, 2].map(|a| block.len[a] + 2 * decomp.halo_on(a)),
-            halo: [0, 1, 2].map(|a| decomp.halo_on(a)),
-            start: block.start,
-            len: block.len,
+            layout,
             shape: decomp.shape(),
             dims: decomp.dims(),
             coords: decomp.coords(rank),
@@ -189,7 +180,7 @@ impl HaloExchange {
         let flat = py
             .import("numpy")?
             .call_method1("frombuffer", (slf, me.dtype))?;
-        flat.call_method1("reshape", (axes(py, &me.alloc, me.ndim)?,))
+        flat.call_method1("reshape", (axes(py, &me.layout.alloc, me.ndim)?,))
     }
 
     /// The owned cells of `array` (ghosts left out), a view.
@@ -201,8 +192,8 @@ impl HaloExchange {
             .map(|a| {
                 PySlice::new(
                     py,
-                    me.halo[a] as isize,
-                    (me.halo[a] + me.len[a]) as isize,
+                    me.layout.halo[a] as isize,
+                    (me.layout.halo[a] + me.layout.block.len[a]) as isize,
                     1,
                 )
             })
@@ -220,25 +211,25 @@ impl HaloExchange {
     /// halo being 0 along an axis no neighbour shares).
     #[getter]
     fn local_shape<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        axes(py, &self.alloc, self.ndim)
+        axes(py, &self.layout.alloc, self.ndim)
     }
 
     /// Ghost layers per axis (0 along an axis not split and not periodic).
     #[getter]
     fn halo<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        axes(py, &self.halo, self.ndim)
+        axes(py, &self.layout.halo, self.ndim)
     }
 
     /// Global index of this rank's first owned cell, per axis.
     #[getter]
     fn start<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        axes(py, &self.start, self.ndim)
+        axes(py, &self.layout.block.start, self.ndim)
     }
 
     /// Owned cells per axis.
     #[getter]
     fn owned<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyTuple>> {
-        axes(py, &self.len, self.ndim)
+        axes(py, &self.layout.block.len, self.ndim)
     }
 
     /// The whole grid's shape.
@@ -302,8 +293,8 @@ impl HaloExchange {
             self.rank,
             s(&self.shape),
             s(&self.dims),
-            s(&self.len),
-            &self.start[3 - self.ndim..]
+            s(&self.layout.block.len),
+            &self.layout.block.start[3 - self.ndim..]
         )
     }
 }
