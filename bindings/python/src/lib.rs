@@ -18,6 +18,7 @@
 
 use std::ffi::{c_int, c_void, CStr};
 use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -1232,13 +1233,13 @@ struct Producer {
     slot_bytes: usize,
     /// A `ProducerBuffer` is out: it borrows the producer in `inner`, which nothing else
     /// may touch (or move) until the buffer is committed or given back.
-    lent: std::sync::atomic::AtomicBool,
+    lent: AtomicBool,
 }
 
 impl Producer {
     /// Refused while a buffer is out, naming the producer.
     fn not_lent(&self) -> Result<(), Failure> {
-        if self.lent.load(std::sync::atomic::Ordering::Acquire) {
+        if self.lent.load(Ordering::Acquire) {
             return Err(Failure::Other(Error::new_err(format!(
                 "producer {}: a buffer is out (Producer.buffer()); commit or release it first",
                 self.id
@@ -1328,7 +1329,7 @@ impl Producer {
             .ok_or_else(|| Error::new_err(format!("producer {} is finished", me.id)))?;
         let p: *mut accio_merge::Producer = p;
         drop(g);
-        me.lent.store(true, std::sync::atomic::Ordering::Release);
+        me.lent.store(true, Ordering::Release);
         // SAFETY: the producer lives in this Producer's `inner` (inside the Python object,
         // which never moves), kept alive by the buffer's reference to the object. While
         // `lent` is set, every other access locks `inner` and is refused before it touches
@@ -1339,7 +1340,7 @@ impl Producer {
         let mut buf = match lent {
             Ok(b) => b,
             Err(e) => {
-                me.lent.store(false, std::sync::atomic::Ordering::Release);
+                me.lent.store(false, Ordering::Release);
                 return Err(e);
             }
         };
@@ -1435,13 +1436,13 @@ struct ProducerBuffer {
     buf: Mutex<Option<accio_merge::Buffer<'static>>>,
     ptr: usize,
     cap: usize,
-    exports: std::sync::atomic::AtomicUsize,
+    exports: AtomicUsize,
 }
 
 impl ProducerBuffer {
     /// The lent buffer, taken out to commit or release it: refused while views are alive.
     fn take(&self, op: &str) -> PyResult<accio_merge::Buffer<'static>> {
-        let n = self.exports.load(std::sync::atomic::Ordering::Acquire);
+        let n = self.exports.load(Ordering::Acquire);
         if n > 0 {
             return Err(pyo3::exceptions::PyBufferError::new_err(format!(
                 "ProducerBuffer.{op}: {n} view(s) of the buffer are alive (a NumPy array, a \
@@ -1458,10 +1459,7 @@ impl ProducerBuffer {
     }
 
     fn give_back(&self) {
-        self.producer
-            .get()
-            .lent
-            .store(false, std::sync::atomic::Ordering::Release);
+        self.producer.get().lent.store(false, Ordering::Release);
     }
 }
 
@@ -1504,7 +1502,7 @@ impl ProducerBuffer {
     /// lent until they are gone (then it goes back when this object does).
     #[pyo3(signature = (*_args))]
     fn __exit__(&self, py: Python<'_>, _args: &Bound<'_, PyTuple>) -> PyResult<bool> {
-        if self.exports.load(std::sync::atomic::Ordering::Acquire) == 0 {
+        if self.exports.load(Ordering::Acquire) == 0 {
             self.release(py)?;
         }
         Ok(false)
@@ -1533,13 +1531,12 @@ impl ProducerBuffer {
                 "producer buffer",
             )?
         };
-        me.exports.fetch_add(1, std::sync::atomic::Ordering::AcqRel);
+        me.exports.fetch_add(1, Ordering::AcqRel);
         Ok(())
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {
-        self.exports
-            .fetch_sub(1, std::sync::atomic::Ordering::AcqRel);
+        self.exports.fetch_sub(1, Ordering::AcqRel);
     }
 
     fn __repr__(&self) -> String {
