@@ -77,22 +77,8 @@ def main(argv=None):
     # Every rank's phases, averaged (as the accio demo reports them).
     phases = cart.gather((compute, communicate, sync), root=0)
     if cart.rank == 0:
-        compute, communicate, sync = (sum(p[i] for p in phases) / cart.size for i in range(3))
-        ms = 1e3 / a.iters
-        report(
-            {
-                "impl": "mpi4py",
-                "n": a.n,
-                "ranks": cart.size,
-                "dims": "x".join(map(str, dims)),
-                "iters": a.iters,
-                "total_ms": total * ms,
-                "compute_ms": compute * ms,
-                "communicate_ms": communicate * ms,
-                "sync_ms": sync * ms,
-            },
-            a.json,
-        )
+        mean = [sum(p[i] for p in phases) / cart.size for i in range(3)]
+        report("mpi4py", a, cart.size, dims, total, mean)
     if a.check:
         blocks = cart.gather((sy, sx, np.ascontiguousarray(u[1:-1, 1:-1])), root=0)
         grid = None

@@ -74,8 +74,24 @@ class Sweep:
         self.mid += lap
 
 
-def report(line: dict, as_json: bool) -> None:
-    if as_json:
+def report(impl: str, a: argparse.Namespace, ranks: int, dims, total: float, phases) -> None:
+    """Prints the time per iteration (as text, or one JSON line with ``--json``): `total`
+    seconds of the loop and `phases`, the (compute, communicate, sync) seconds averaged
+    over the ranks."""
+    ms = 1e3 / a.iters
+    compute, communicate, sync = phases
+    line = {
+        "impl": impl,
+        "n": a.n,
+        "ranks": ranks,
+        "dims": "x".join(map(str, dims)),
+        "iters": a.iters,
+        "total_ms": total * ms,
+        "compute_ms": compute * ms,
+        "communicate_ms": communicate * ms,
+        "sync_ms": sync * ms,
+    }
+    if a.json:
         sys.stdout.write(json.dumps(line) + "\n")
     else:
         sys.stdout.write(
@@ -165,22 +181,7 @@ def main(argv: list[str] | None = None) -> int:
                 other = np.empty(3)
                 world.endpoint(r).recv_into(other, timeout=60)
                 mine += other
-            compute, communicate, sync = mine / world.size
-            ms = 1e3 / a.iters
-            report(
-                {
-                    "impl": "accio",
-                    "n": a.n,
-                    "ranks": world.size,
-                    "dims": "x".join(map(str, ex.dims)),
-                    "iters": a.iters,
-                    "total_ms": total * ms,
-                    "compute_ms": compute * ms,
-                    "communicate_ms": communicate * ms,
-                    "sync_ms": sync * ms,
-                },
-                a.json,
-            )
+            report("accio", a, world.size, ex.dims, total, mine / world.size)
         if a.check:
             finish(gather(world, ex, a.n), a)
     return 0
