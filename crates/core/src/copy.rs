@@ -16,8 +16,18 @@
 //! before, close phase: one-way latency 3 KiB 0.45-0.48 us against 0.57, 4 KiB 0.55-0.58
 //! against 0.69-0.71, 8 KiB 0.81-0.86 against 0.99-1.0; streaming 4 KiB 44-49 GB/s
 //! against 36-38. A loop of our own with 64-byte vectors stayed 15-20% slower than
-//! glibc's; from 16 KiB on, pieces were no faster than one `rep movsb`. All other sizes
-//! go to `memcpy` whole.
+//! glibc's; from 16 KiB on, pieces were no faster than one `rep movsb`.
+//!
+//! Why `memcpy` in pieces again above 256 KiB: on AMD CPUs glibc (2.36 here) stops using
+//! `rep movsb` at the L2 size and copies larger buffers with a vector loop through the
+//! cache, which runs 15-25% slower (here, 1 MiB L2, two runs of a loop like
+//! `examples/copy_sizes`: 1 MiB whole 59 GB/s against 71 in 256 KiB pieces, 2 MiB 54-55
+//! against 63-64, 32 MiB 28 against 33-34; 512 KiB the same either way). Pieces of 256 KiB stay below the
+//! smallest AMD L2 (512 KiB), so each takes `rep movsb`. On Intel CPUs glibc keeps
+//! `rep movsb` up to its non-temporal threshold, so pieces change nothing there below it.
+//! The shm ring moves 256 KiB records, so it copied in such pieces already: a 2 MiB stream
+//! (58 GB/s end to end) then outran a single-thread 2 MiB copy taken whole (54), its own
+//! ceiling. All other sizes go to `memcpy` whole.
 
 /// Copies below this size are too short for aliasing to matter.
 const ALIAS_MIN: usize = 2048;
@@ -28,6 +38,9 @@ const ALIAS_WINDOW: usize = 64;
 const IN_PIECES: std::ops::Range<usize> = 2112..16384;
 /// Below that threshold.
 const PIECE: usize = 2048;
+/// Copies larger than this go to `memcpy` in pieces of this size (module docs): below
+/// the L2 size where glibc stops using `rep movsb` on AMD CPUs.
+const LARGE_PIECE: usize = 256 << 10;
 
 /// Copies `n` bytes from `src` to `dst` (non-overlapping), avoiding the 4K-aliasing penalty.
 ///
@@ -45,16 +58,29 @@ pub unsafe fn copy_bytes(dst: *mut u8, src: *const u8, n: usize) {
         // SAFETY: forwarded caller contract.
         unsafe { copy_backward(dst, src, n) }
     } else if IN_PIECES.contains(&n) {
-        let mut i = 0;
-        while i < n {
-            let k = (n - i).min(PIECE);
-            // SAFETY: `i + k <= n`: inside both ranges, which do not overlap.
-            unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), k) };
-            i += k;
-        }
+        // SAFETY: forwarded caller contract.
+        unsafe { copy_in_pieces(dst, src, n, PIECE) }
+    } else if n > LARGE_PIECE {
+        // SAFETY: forwarded caller contract.
+        unsafe { copy_in_pieces(dst, src, n, LARGE_PIECE) }
     } else {
         // SAFETY: forwarded caller contract.
         unsafe { std::ptr::copy_nonoverlapping(src, dst, n) }
+    }
+}
+
+/// `memcpy` of `n` bytes, `piece` bytes at a time.
+///
+/// # Safety
+/// As [`copy_bytes`].
+#[inline]
+unsafe fn copy_in_pieces(dst: *mut u8, src: *const u8, n: usize, piece: usize) {
+    let mut i = 0;
+    while i < n {
+        let k = (n - i).min(piece);
+        // SAFETY: `i + k <= n`: inside both ranges, which do not overlap.
+        unsafe { std::ptr::copy_nonoverlapping(src.add(i), dst.add(i), k) };
+        i += k;
     }
 }
 
@@ -220,12 +246,22 @@ mod tests {
 
     #[test]
     fn copies_every_size_and_skew_exactly() {
-        let src: Vec<u8> = (0..70_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
-        let mut dst = vec![0u8; 70_100];
-        // Every size of the inline path (0..=64, each width's edges), then memcpy's.
-        let sizes = (0usize..=65).chain([
-            2047, 2048, 2049, 2111, 2112, 4095, 4096, 4097, 5000, 16_383, 16_384, 19_999, 65_537,
-        ]);
+        let src: Vec<u8> = (0..600_000u32).map(|i| (i * 7 + i / 251) as u8).collect();
+        let mut dst = vec![0u8; 600_100];
+        // Every size of the inline path (0..=64, each width's edges), then memcpy's, in
+        // small pieces and whole, then in large pieces (the last one whole or short).
+        let large = [
+            LARGE_PIECE,
+            LARGE_PIECE + 1,
+            2 * LARGE_PIECE,
+            2 * LARGE_PIECE + 4097,
+        ];
+        let sizes = (0usize..=65)
+            .chain([
+                2047, 2048, 2049, 2111, 2112, 4095, 4096, 4097, 5000, 16_383, 16_384, 19_999,
+                65_537,
+            ])
+            .chain(large);
         for n in sizes {
             for skew in [0usize, 1, 8, 31, 63, 64, 100] {
                 dst.fill(0xEE);

@@ -206,8 +206,7 @@ fn memcpy_figure(
     samples: usize,
 ) -> Option<Figure> {
     // One copy at best, in either kind of stores the transports use: cached, or
-    // non-temporal (shm streams large payloads so when the cores are far apart, which can
-    // beat a cached copy of the same size: 57 GB/s against 53 at 2 MiB on an EPYC guest).
+    // non-temporal (shm streams large payloads so when the cores are far apart).
     let cached = memcpy_gbps(size as usize, samples, plan.memcpy_batch);
     let streaming = copy_gbps(size as usize, samples, plan.memcpy_batch, true);
     let values = cached
