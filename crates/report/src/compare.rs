@@ -16,10 +16,20 @@
 //! The machine's own ceilings measured beside the transport figures (`memcpy`,
 //! `latency_floor`) moved most between those runs (memcpy 512K: 98 to 120 GB/s, the
 //! latency floor by 27%): they are compared and shown, but a change of theirs says the
-//! machine differed, not accio, and is never counted as a regression.
+//! machine differed, not accio, and is never counted as a regression. So are the other
+//! figures that measure the node rather than accio ([`measures_machine`]: `accio bench
+//! mem`, the file systems' own speed, the GPUs' copy engines): a single-thread read of a
+//! 16 MiB tmpfs file ran at 7 GB/s in one quick run and 17 in the next, the same binary
+//! and nothing else running.
 //!
-//! When they moved by more than [`MACHINE_MOVED`] the machine itself differed between the
-//! runs, and
+//! A figure whose own ceiling, measured in the same run, moved by more than the threshold
+//! and the same way is judged on its fraction of that ceiling: when the fraction stayed
+//! within the noise, the machine moved it ("1.17× higher (ceiling 1.21× higher)") and it
+//! is not counted either. Two quick runs of one binary here moved memcpy of 4 KiB from
+//! 190 to 230 GB/s and the shm RMA write of 4 KiB, one such copy, from 152 to 177.
+//!
+//! When the transport ceilings moved by more than [`MACHINE_MOVED`] the machine itself
+//! differed between the runs, and
 //! no change of accio's figures can be put down to accio: the host of a VM moves its vCPUs
 //! (`MACHINE_NOTES.md`), and four quick runs of one binary here alternated between a
 //! core-to-core hop of 0.05 and 0.25 µs, which took the shm latency from 0.086 to 0.29 µs
@@ -33,7 +43,7 @@
 //! factor is always at least 1, the larger median over the smaller, so "2.00× slower" means
 //! the new run's median time is twice the old one's.
 
-use accio_results::metric::transport;
+use accio_results::metric::{measures_machine, transport};
 use accio_results::model::{Figure, Report};
 use accio_results::num::median_range;
 
@@ -84,6 +94,10 @@ pub struct Change<'a> {
     /// Whether the figure is a ceiling of the machine rather than a figure of accio (see
     /// the module docs): never a regression.
     pub machine: bool,
+    /// For a change beyond the noise: its own ceiling moved the same way beyond the
+    /// threshold, the new ceiling over the old, and on its fraction of that ceiling the
+    /// figure stayed within the noise (see the module docs): not counted.
+    pub with_ceiling: Option<f64>,
 }
 
 impl Change<'_> {
@@ -91,8 +105,19 @@ impl Change<'_> {
     /// "N× higher" or "N× lower" for bandwidths and rates, N being at least 1 with three
     /// significant digits (see the module docs); "no change" where it rounds to 1.00.
     pub fn words(&self) -> String {
-        let up = self.ratio > 1.0;
-        let factor = if up { self.ratio } else { 1.0 / self.ratio };
+        self.words_of(self.ratio)
+    }
+
+    /// A change counted for or against accio: beyond the noise, of one of accio's
+    /// figures, not the machine's doing.
+    fn counted(&self) -> bool {
+        !self.machine && self.with_ceiling.is_none()
+    }
+
+    /// `ratio`, new over old, in words, as [`Change::words`] says it.
+    fn words_of(&self, ratio: f64) -> String {
+        let up = ratio > 1.0;
+        let factor = if up { ratio } else { 1.0 / ratio };
         if !factor.is_finite() {
             return if up { "from zero" } else { "to zero" }.into();
         }
@@ -168,53 +193,94 @@ fn change<'a>(old: &'a Figure, new: &'a Figure, threshold: f64) -> Change<'a> {
     let ratio = n.median / o.median;
     // Apart by more than the threshold: the whole new range above the old one raised by
     // it, or the whole old range above the new one raised by it.
-    let went_up = n.min > o.max * (1.0 + threshold);
-    let went_down = o.min > n.max * (1.0 + threshold);
+    let (went_up, went_down) = apart(o.min, o.max, n.min, n.max, threshold);
     let verdict = match (went_up || went_down, went_up == new.higher_is_better()) {
         (false, _) => Verdict::Same,
         _ if o.n.min(n.n) < MIN_SAMPLES => Verdict::TooFew,
         (true, true) => Verdict::Better,
         (true, false) => Verdict::Worse,
     };
-    let machine = new.bench == transport::BENCH
-        && [transport::MEMCPY, transport::LATENCY_FLOOR].contains(&new.metric.as_str());
+    let machine = measures_machine(new);
+    let with_ceiling = match verdict {
+        Verdict::Better | Verdict::Worse if !machine => moved_with_ceiling(old, new, threshold),
+        _ => None,
+    };
     Change {
         old,
         new,
         ratio,
         verdict,
         machine,
+        with_ceiling,
     }
 }
 
+/// Whether the range `[n_min, n_max]` lies above `[o_min, o_max]` by more than
+/// `threshold` (the lower range's top raised by it still below the higher range's bottom),
+/// and whether it lies below by as much.
+fn apart(o_min: f64, o_max: f64, n_min: f64, n_max: f64, threshold: f64) -> (bool, bool) {
+    (
+        n_min > o_max * (1.0 + threshold),
+        o_min > n_max * (1.0 + threshold),
+    )
+}
+
+/// The new ceiling over the old one where both runs measured the figure's ceiling (the
+/// same one), it moved beyond `threshold` the way the figure did, and the figure's
+/// fraction of it stayed within the noise (see the module docs).
+fn moved_with_ceiling(old: &Figure, new: &Figure, threshold: f64) -> Option<f64> {
+    use accio_results::model::CeilingSource::Measured;
+    let (oc, nc) = (old.ceiling.as_ref()?, new.ceiling.as_ref()?);
+    if oc.name != nc.name || oc.source != Measured || nc.source != Measured || oc.value <= 0.0 {
+        return None;
+    }
+    let ceiling = nc.value / oc.value;
+    let figure = new.summary.median / old.summary.median;
+    let same_way = (ceiling > 1.0) == (figure > 1.0);
+    if !same_way || ceiling.max(1.0 / ceiling) <= 1.0 + threshold {
+        return None;
+    }
+    let (o, n) = (&old.summary, &new.summary);
+    let (up, down) = apart(
+        o.min / oc.value,
+        o.max / oc.value,
+        n.min / nc.value,
+        n.max / nc.value,
+        threshold,
+    );
+    (!up && !down).then_some(ceiling)
+}
+
 impl Comparison<'_> {
-    /// Changes of accio's figures beyond the noise for the worse (the machine's ceilings
-    /// are not counted; see [`Comparison::machine_differed`] for when none is judged).
+    /// Changes of accio's figures beyond the noise for the worse (the machine's own
+    /// figures are not counted; see [`Comparison::machine_differed`] for when none is judged).
     pub fn regressions(&self) -> Vec<&Change<'_>> {
         self.changes
             .iter()
-            .filter(|c| c.verdict == Verdict::Worse && !c.machine)
+            .filter(|c| c.verdict == Verdict::Worse && c.counted())
             .collect()
     }
 
-    /// The machine's own ceilings that moved beyond the threshold: when there are any, the
-    /// machine differed between the runs and the comparison is inconclusive (see the
-    /// module docs).
+    /// The transport bench's ceilings (memcpy, the latency floor) that moved by more than
+    /// [`MACHINE_MOVED`]: when there are any, the machine differed between the runs and
+    /// the comparison is inconclusive (see the module docs).
     pub fn machine_differed(&self) -> Vec<&Change<'_>> {
         let t = self.threshold.max(MACHINE_MOVED);
         self.changes
             .iter()
             .filter(|c| {
                 let (o, n) = (&c.old.summary, &c.new.summary);
-                c.machine && (n.min > o.max * (1.0 + t) || o.min > n.max * (1.0 + t))
+                let (up, down) = apart(o.min, o.max, n.min, n.max, t);
+                c.machine && c.new.bench == transport::BENCH && (up || down)
             })
             .collect()
     }
 
+    /// Changes with verdict `v`: the machine's own (`machine`), or accio's counted ones.
     fn count(&self, v: Verdict, machine: bool) -> usize {
         self.changes
             .iter()
-            .filter(|c| c.verdict == v && c.machine == machine)
+            .filter(|c| c.verdict == v && if machine { c.machine } else { c.counted() })
             .count()
     }
 
@@ -245,9 +311,14 @@ impl Comparison<'_> {
                             c.words(),
                             c.old.summary.n.min(c.new.summary.n)
                         ),
-                        (_, false) if differed => format!("{} (machine differed)", c.words()),
-                        (_, false) => c.words(),
                         (_, true) => format!("{} (machine)", c.words()),
+                        _ if c.with_ceiling.is_some() => format!(
+                            "{} (ceiling {})",
+                            c.words(),
+                            c.words_of(c.with_ceiling.unwrap_or(1.0))
+                        ),
+                        _ if differed => format!("{} (machine differed)", c.words()),
+                        _ => c.words(),
                     },
                 ]
             })
@@ -266,8 +337,22 @@ impl Comparison<'_> {
         let machine = self.count(Verdict::Better, true) + self.count(Verdict::Worse, true);
         if machine > 0 {
             out.push_str(&wrap(
-                "(machine): memcpy and the latency floor measure the machine, not accio; \
-                 a change of theirs is not counted",
+                "(machine): memory copies, the latency floor, file systems and GPU copies \
+                 measure the machine, not accio; a change of theirs is not counted",
+                width,
+                "",
+            ));
+        }
+        let with_ceiling = self
+            .changes
+            .iter()
+            .filter(|c| c.with_ceiling.is_some())
+            .count();
+        if with_ceiling > 0 {
+            out.push_str(&wrap(
+                "(ceiling N×): the figure's own ceiling, measured in the same run, moved \
+                 alike and the figure kept its fraction of it: the machine's change, not \
+                 counted",
                 width,
                 "",
             ));
@@ -291,7 +376,12 @@ impl Comparison<'_> {
             )
         };
         if machine > 0 {
-            total.push_str(&format!("; {machine} of the machine's ceilings changed"));
+            total.push_str(&format!("; {machine} of the machine's own figures changed"));
+        }
+        if with_ceiling > 0 {
+            total.push_str(&format!(
+                "; {with_ceiling} moved with their own ceilings, not counted"
+            ));
         }
         let few = self.count(Verdict::TooFew, false) + self.count(Verdict::TooFew, true);
         if few > 0 {
@@ -481,7 +571,7 @@ mod tests {
         assert!(
             t.ends_with(
                 "2 figures compared: 0 worse, 0 better, 1 within noise; 1 of the machine's \
-                 ceilings changed\n"
+                 own figures changed\n"
             ),
             "{t}"
         );
@@ -519,6 +609,77 @@ mod tests {
         assert!(row.ends_with("3.37× slower (machine differed)"), "{t}");
         assert!(t.contains("Inconclusive: the machine differed"), "{t}");
         assert!(t.contains("1 moved beyond the noise (1 down, 0 up)"), "{t}");
+    }
+
+    /// The file system's own speed measures the node: a single-thread tmpfs read moved
+    /// from 7 to 17 GB/s between two quick runs of one binary here. Shown, not counted,
+    /// and not a sign that the CPU's ceilings moved.
+    #[test]
+    fn a_file_systems_speed_is_the_machines() {
+        let read = |s: &[f64]| {
+            Figure::new("fs", "cold-read", Unit::GBps, s.to_vec())
+                .unwrap()
+                .param("path", "/dev/shm")
+                .param("threads", 1u64)
+        };
+        let mut old = Report::new();
+        let mut new = Report::new();
+        old.figures.push(read(&[6.87, 6.97, 10.3]));
+        new.figures.push(read(&[17.3, 17.5, 18.0]));
+        let c = compare(&old, &new, DEFAULT_THRESHOLD);
+        assert!(c.changes[0].machine);
+        assert!(c.machine_differed().is_empty());
+        let t = c.text();
+        assert!(t.contains("2.51× higher (machine)"), "{t}");
+        assert!(
+            t.contains("0 worse, 0 better, 0 within noise; 1 of the machine's"),
+            "{t}"
+        );
+    }
+
+    /// Two quick runs of one binary here: memcpy of 4 KiB went from 190 to 230 GB/s and
+    /// the shm RMA write of 4 KiB (one such copy) from 152 to 177, the same fraction of
+    /// it. A latency 8.2x slower beside a ceiling 1.2x slower is accio's own change.
+    #[test]
+    fn a_figure_that_moved_with_its_own_ceiling_is_not_counted() {
+        use accio_results::model::CeilingSource::{Measured, Theoretical};
+        let with = |f: Figure, name: &str, c: f64| f.ceiling(name, c, Measured);
+        let mut old = Report::new();
+        let mut new = Report::new();
+        let rma = |s: &[f64]| fig("rma_write_bw", Unit::GBps, 4096, s);
+        old.figures.push(with(
+            rma(&[151.0, 152.0, 152.0]),
+            "memcpy 4K, 1 thread",
+            190.0,
+        ));
+        new.figures.push(with(
+            rma(&[177.0, 177.0, 177.0]),
+            "memcpy 4K, 1 thread",
+            230.0,
+        ));
+        let lat = |s: &[f64]| fig("latency", Unit::Micros, 8, s);
+        old.figures
+            .push(with(lat(&[0.09, 0.09, 0.10]), "floor", 0.05));
+        new.figures
+            .push(with(lat(&[0.74, 0.74, 0.75]), "floor", 0.06));
+        // A theoretical ceiling says nothing of the machine's phase.
+        let h2d = |s: &[f64]| fig("stream_bw", Unit::GBps, 2 << 20, s);
+        old.figures
+            .push(h2d(&[40.0, 40.0, 41.0]).ceiling("link", 50.0, Theoretical));
+        new.figures
+            .push(h2d(&[30.0, 30.0, 31.0]).ceiling("link", 40.0, Theoretical));
+        let c = compare(&old, &new, DEFAULT_THRESHOLD);
+        let got: Vec<Option<f64>> = c.changes.iter().map(|c| c.with_ceiling).collect();
+        assert_eq!(got.len(), 3);
+        assert!((got[0].unwrap() - 230.0 / 190.0).abs() < 1e-9);
+        assert_eq!((got[1], got[2]), (None, None));
+        assert_eq!(c.regressions().len(), 2);
+        let t = c.text();
+        assert!(t.contains("1.16× higher (ceiling 1.21× higher)"), "{t}");
+        assert!(
+            t.contains("0 better, 0 within noise; 1 moved with their own ceilings, not counted"),
+            "{t}"
+        );
     }
 
     /// A merge figure of a quick run has one sample: two runs of one binary here gave

@@ -199,6 +199,19 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
     }
 }
 
+/// Whether a figure measures the node itself rather than work of accio's own data paths:
+/// memory copies and the hop between two cores (the transport bench's ceilings, `accio
+/// bench mem`), the file systems' own speed (`accio bench fs`, the merge bench's ceilings),
+/// the GPUs' copy engines (`accio bench device`). `accio compare` shows their changes but
+/// never counts them for or against accio.
+pub fn measures_machine(f: &crate::model::Figure) -> bool {
+    match (f.bench.as_str(), f.metric.as_str()) {
+        ("mem" | "fs" | device::BENCH, _) => true,
+        (transport::BENCH, m) => m == transport::MEMCPY || m == transport::LATENCY_FLOOR,
+        _ => false,
+    }
+}
+
 /// Why a figure has no ceiling by the rule (`docs/CEILINGS.md`), in a few words for the
 /// ceiling column: `None` where the rule gives it one (or does not know its kind).
 pub fn no_ceiling_reason(f: &crate::model::Figure) -> Option<&'static str> {
