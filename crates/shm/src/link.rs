@@ -60,6 +60,15 @@ fn cpu_offset(side: usize) -> usize {
     256 + 128 * side
 }
 
+/// Where side `side`'s barrier word lives in the header page: 1 when the side's process
+/// is registered for process-wide barriers (`membarrier(2)`, [`sync::fenced_by_peers`]):
+/// it runs one on every running thread of the other side's process as it announces a
+/// sleep, and receives the other side's. Written before the side's handshake message,
+/// read after the peer's.
+fn barrier_offset(side: usize) -> usize {
+    512 + 128 * side
+}
+
 /// A mapped link segment (raw pointer; the owner keeps the mapping alive).
 #[derive(Clone, Copy, Debug)]
 pub struct Link {
@@ -150,6 +159,7 @@ impl Link {
             unsafe {
                 sync::place_u32(base.add(closed_offset(side)), 0);
                 sync::place_u32(base.add(cpu_offset(side)), 0);
+                sync::place_u32(base.add(barrier_offset(side)), 0);
                 RingMem::place(base.add(geo.ring_offset(side)), geo.ring_cap);
             }
         }
@@ -171,6 +181,26 @@ impl Link {
         // SAFETY: 64 and 128 are aligned offsets in the header page (under loom, `place`
         // put model atomics there).
         unsafe { sync::u32_at(self.base.add(closed_offset(side))) }
+    }
+
+    /// Side `side`'s barrier word (see [`barrier_offset`]).
+    pub fn barrier(&self, side: usize) -> &AtomicU32 {
+        // SAFETY: 512 and 640 are aligned offsets in the header page (under loom, `place`
+        // put model atomics there).
+        unsafe { sync::u32_at(self.base.add(barrier_offset(side))) }
+    }
+
+    /// Notes in side `side`'s barrier word whether this process takes part in
+    /// process-wide barriers; before the side's handshake message.
+    pub fn note_barrier(&self, side: usize) {
+        self.barrier(side)
+            .store(sync::fenced_by_peers() as u32, Ordering::Relaxed);
+    }
+
+    /// Whether side `side` may wake the other without fencing (see `ring::wake`): both
+    /// processes take part in process-wide barriers. After the handshake.
+    pub fn light_wake(&self, side: usize) -> bool {
+        sync::fenced_by_peers() && self.barrier(1 - side).load(Ordering::Relaxed) == 1
     }
 
     /// Side `side`'s CPU word (see [`cpu_offset`]): a hint, read and written Relaxed.

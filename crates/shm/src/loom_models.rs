@@ -143,14 +143,14 @@ fn loom_sleep_and_wake_lose_no_wakeup() {
             for i in 0..N {
                 let msg = message(i, 8);
                 while !p.try_push(&msg, true, false, 8) {
-                    sleep_once(r.producer_wait(), || p.fits(8), TICK);
+                    sleep_once(r.producer_wait(), || p.fits(8), TICK, true);
                 }
             }
         });
         let mut c = Consumer::new(r, 48);
         for i in 0..N {
             while !take(&mut c, i, 8) {
-                sleep_once(r.consumer_wait(), || c.ready(), TICK);
+                sleep_once(r.consumer_wait(), || c.ready(), TICK, false);
             }
         }
         producer.join().unwrap();

@@ -74,6 +74,39 @@ pub fn futex_wake(word: &AtomicU32) {
     model::futex_wake(word);
 }
 
+/// A compiler-only barrier: no reordering across it by the compiler, no instruction.
+#[inline(always)]
+pub fn compiler_fence_seq_cst() {
+    #[cfg(not(loom))]
+    std::sync::atomic::compiler_fence(Ordering::SeqCst);
+    #[cfg(loom)]
+    fence(Ordering::SeqCst);
+}
+
+/// Whether this process receives [`fence_everyone`]'s barriers (registered for them,
+/// `membarrier(2)`): a waker in it may then skip its own fence (see `ring::wake`). Never
+/// under loom, whose models check the fenced handshake.
+#[inline]
+pub fn fenced_by_peers() -> bool {
+    #[cfg(not(loom))]
+    return crate::sys::membarrier_registered();
+    #[cfg(loom)]
+    false
+}
+
+/// A full barrier on this thread and, where this process is registered for them
+/// ([`fenced_by_peers`]), on every running thread of every registered process: a waker
+/// there that skipped its fence is ordered as if it had fenced. `fence(SeqCst)` otherwise
+/// (and should the call fail, a peer that skipped its fence may leave a sleeper to its
+/// sleep's timeout).
+pub fn fence_everyone() {
+    #[cfg(not(loom))]
+    if crate::sys::membarrier_registered() && crate::sys::membarrier_global() {
+        return;
+    }
+    fence(Ordering::SeqCst);
+}
+
 #[cfg(loom)]
 pub use model::*;
 

@@ -43,6 +43,41 @@ pub fn futex_wake(word: &AtomicU32) {
     }
 }
 
+/// `membarrier(2)` commands (linux/membarrier.h).
+const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
+const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
+const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
+
+/// Whether this process is registered for `MEMBARRIER_CMD_GLOBAL_EXPEDITED`, registering
+/// it on the first call: then [`membarrier_global`] runs a full barrier on every running
+/// thread of this and every other registered process (Linux 4.16 and later; false where
+/// the kernel or a seccomp filter refuses).
+pub fn membarrier_registered() -> bool {
+    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *REGISTERED.get_or_init(|| {
+        // SAFETY: membarrier takes plain integers and touches no memory of ours.
+        let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+        cmds >= 0
+            && cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
+            // SAFETY: as above.
+            && unsafe {
+                libc::syscall(
+                    libc::SYS_membarrier,
+                    MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+                    0,
+                    0,
+                )
+            } == 0
+    })
+}
+
+/// A full memory barrier on every running thread of every process registered for it
+/// ([`membarrier_registered`]), this one's included. False if the call failed.
+pub fn membarrier_global() -> bool {
+    // SAFETY: membarrier takes plain integers and touches no memory of ours.
+    unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_GLOBAL_EXPEDITED, 0, 0) == 0 }
+}
+
 /// Sends `data` and, if given, one file descriptor over a Unix stream socket.
 pub fn send_with_fd(sock: RawFd, data: &[u8], fd: Option<RawFd>) -> io::Result<()> {
     let mut sent = 0usize;

@@ -118,6 +118,7 @@ impl ShmListener {
         // SAFETY: the region maps `len` bytes and lives in the endpoint as long as the link.
         let link =
             unsafe { Link::open(region.as_ptr(), len) }.map_err(|r| Error::protocol(&what, r))?;
+        link.note_barrier(1);
         sys::send_with_fd(stream.as_raw_fd(), b"K", None)
             .map_err(|e| Error::io("send", &*what, e))?;
         stream

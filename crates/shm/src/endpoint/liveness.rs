@@ -154,22 +154,33 @@ impl ShmEndpoint {
     /// [`Spin`], and at every turn once the peer is found to share this CPU), then sleeps
     /// on `word` (a futex the other side wakes), checking the peer's liveness every
     /// [`LIVENESS_TICK`].
+    ///
+    /// An [`Awaited::Answer`] (a receive after this endpoint sent) is looked for at once, a
+    /// burst of polls before the clock is first read: the two clock reads that start the
+    /// spin took 10 of the 86 ns of a one-way 8 B message between two pinned processes
+    /// (64 B: 0.095 to 0.090 us, 4 KiB 0.24 to 0.23; 1 KiB went from 0.135-0.141 to 0.146,
+    /// a look at the record's header line while the producer still copies the payload
+    /// taking the line back from it). Other waits read the clock first: a receive that
+    /// answers nothing (a sink) polls the very line the producer is about to write, and
+    /// looking at once took it back from the producer more often (streams of 8 and 64 B
+    /// messages 5-7% slower).
     pub(super) fn wait(
         &self,
         word: &AtomicU32,
         mut ready: impl FnMut() -> bool,
         deadline: Option<Instant>,
         op: &'static str,
+        awaited: Awaited,
     ) -> Result<()> {
+        if awaited == Awaited::Answer && poll_briefly(&mut ready) {
+            return Ok(());
+        }
         let start = Instant::now();
         let mut spin = Spin::new(self.opts.spin);
         let mut looked = false;
         while spin.go_on() {
-            for _ in 0..64 {
-                if ready() {
-                    return Ok(());
-                }
-                std::hint::spin_loop();
+            if poll_briefly(&mut ready) {
+                return Ok(());
             }
             if !looked && start.elapsed() >= BESIDE_LOOK {
                 looked = true;
@@ -206,7 +217,7 @@ impl ShmEndpoint {
                 }
                 tick = tick.min(d - now);
             }
-            if sleep_once(word, &mut ready, tick) {
+            if sleep_once(word, &mut ready, tick, awaited == Awaited::Room) {
                 return Ok(());
             }
         }
@@ -235,3 +246,30 @@ impl ShmEndpoint {
         self.probe_alive_now_and_then()
     }
 }
+
+/// What a [`ShmEndpoint::wait`] waits for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Awaited {
+    /// A message that answers one this endpoint sent: looked for at once.
+    Answer,
+    /// Any other message.
+    Message,
+    /// Room in the ring to send: the consumer that frees it may wake this side without
+    /// a fence of its own (see `ring::wake`).
+    Room,
+}
+
+/// Polls `ready` [`POLLS`] times, pausing between looks; true as soon as it is. A wait
+/// starts with such a burst before it reads any clock.
+fn poll_briefly(ready: &mut impl FnMut() -> bool) -> bool {
+    for _ in 0..POLLS {
+        if ready() {
+            return true;
+        }
+        std::hint::spin_loop();
+    }
+    false
+}
+
+/// Looks at the ring between two reads of the clock.
+const POLLS: usize = 64;

@@ -1,9 +1,11 @@
 //! The message paths: sending (split into ring records) and receiving (reassembled).
 
+use std::sync::atomic::Ordering;
 use std::time::Instant;
 
 use accio_core::{Error, Progress, Result};
 
+use super::liveness::Awaited;
 use super::{ShmEndpoint, MAX_MESSAGE};
 use crate::ring::{Consumer, Producer};
 
@@ -17,6 +19,9 @@ impl ShmEndpoint {
                 limit: MAX_MESSAGE,
             });
         }
+        if !self.sent_last.load(Ordering::Relaxed) {
+            self.sent_last.store(true, Ordering::Relaxed);
+        }
         let chunk = tx.max_chunk();
         let total = msg.len() as u64;
         let mut sent = 0usize;
@@ -26,7 +31,13 @@ impl ShmEndpoint {
             let (first, more) = (sent == 0, sent + n < msg.len());
             if !tx.try_push(piece, first, more, total) {
                 let ring = *tx.ring();
-                self.wait(ring.producer_wait(), || tx.fits(n), None, "send")?;
+                self.wait(
+                    ring.producer_wait(),
+                    || tx.fits(n),
+                    None,
+                    "send",
+                    Awaited::Room,
+                )?;
                 let pushed = tx.try_push(piece, first, more, total);
                 debug_assert!(pushed);
             }
@@ -66,7 +77,12 @@ impl ShmEndpoint {
                     // Once a message has begun, its rest is already on the way: wait for it
                     // without the deadline so a timeout never consumes half a message.
                     let dl = if started { None } else { deadline };
-                    self.wait(ring.consumer_wait(), || rx.ready(), dl, "recv")?;
+                    let awaited = if self.sent_last.load(Ordering::Relaxed) {
+                        Awaited::Answer
+                    } else {
+                        Awaited::Message
+                    };
+                    self.wait(ring.consumer_wait(), || rx.ready(), dl, "recv", awaited)?;
                     continue;
                 }
                 Err(corrupt) => {
@@ -111,6 +127,9 @@ impl ShmEndpoint {
             buf.advance(rec.len);
             rx.pop(&rec);
             if !rec.more {
+                if self.sent_last.load(Ordering::Relaxed) {
+                    self.sent_last.store(false, Ordering::Relaxed);
+                }
                 return Ok(Progress::Ready(buf.len()));
             }
         }

@@ -277,6 +277,9 @@ pub struct ShmEndpoint {
     cpu_noted: AtomicU32,
     /// When this endpoint last moved its waiting thread off its peer's CPU (coarse ns).
     moved_off: AtomicU64,
+    /// Whether a message was sent since the last one was received: a receive then most
+    /// likely awaits its answer (see `liveness`'s `wait`).
+    sent_last: AtomicBool,
 }
 
 impl ShmEndpoint {
@@ -336,6 +339,7 @@ impl ShmEndpoint {
             .expect("a shareable region has its memory object");
         // SAFETY: the fresh memfd mapping is zeroed, `len` bytes, kept in the endpoint.
         let link = unsafe { Link::init(region.as_ptr(), geo) };
+        link.note_barrier(0);
         let mut hello = [0u8; 16];
         hello[..8].copy_from_slice(HELLO);
         hello[8..].copy_from_slice(&(len as u64).to_le_bytes());
@@ -400,13 +404,15 @@ impl ShmEndpoint {
         };
         let mut tx = Producer::new(link.ring(side), geo.max_chunk);
         tx.set_stores(opts.stores);
+        let mut rx = Consumer::new(link.ring(1 - side), geo.max_chunk);
+        rx.set_light_wake(link.light_wake(side));
         Ok(ShmEndpoint {
             addr,
             side,
             opts,
             _segment: segment,
             tx: Mutex::new(tx),
-            rx: Mutex::new(Consumer::new(link.ring(1 - side), geo.max_chunk)),
+            rx: Mutex::new(rx),
             link,
             sock,
             local: RwLock::new(LocalSpace::default()),
@@ -424,6 +430,7 @@ impl ShmEndpoint {
             probed: AtomicU64::new(0),
             cpu_noted: AtomicU32::new(0),
             moved_off: AtomicU64::new(0),
+            sent_last: AtomicBool::new(false),
         })
     }
 
