@@ -172,11 +172,16 @@ impl ShmEndpoint {
         op: &'static str,
         awaited: Awaited,
     ) -> Result<()> {
-        if awaited == Awaited::Answer && poll_briefly(&mut ready) {
+        // The last wait found the peer on this CPU, for good: polling first only delays it.
+        let beside = self.beside.load(Ordering::Relaxed);
+        if awaited == Awaited::Answer && !beside && poll_briefly(&mut ready) {
             return Ok(());
         }
         let start = Instant::now();
         let mut spin = Spin::new(self.opts.spin);
+        if beside {
+            spin.share_core();
+        }
         let mut looked = false;
         while spin.go_on() {
             if poll_briefly(&mut ready) {
@@ -187,11 +192,16 @@ impl ShmEndpoint {
                 // The scheduler put both ends on one CPU (wake-ups pull a woken thread
                 // beside its waker) while others are free or shared with strangers: this
                 // end moves off, and the two answer each other from cores of their own
-                // again. Where it cannot, it hands the core over at every turn.
-                if let Some(cpu) = self.peer_on_this_cpu() {
-                    if !self.move_off(cpu) {
-                        spin.share_core();
-                    }
+                // again. Where it cannot, it hands the core over at every turn, and the
+                // next waits start doing so until one finds the peer elsewhere.
+                let shares = self
+                    .peer_on_this_cpu()
+                    .is_some_and(|cpu| !self.move_off(cpu));
+                if shares {
+                    spin.share_core();
+                }
+                if shares != beside {
+                    self.beside.store(shares, Ordering::Relaxed);
                 }
             }
         }

@@ -280,6 +280,9 @@ pub struct ShmEndpoint {
     /// Whether a message was sent since the last one was received: a receive then most
     /// likely awaits its answer (see `liveness`'s `wait`).
     sent_last: AtomicBool,
+    /// Whether the last wait that looked found the peer on its CPU and could not move off
+    /// (see `liveness`'s `wait`): the next waits hand the core over from the start.
+    beside: AtomicBool,
 }
 
 impl ShmEndpoint {
@@ -431,6 +434,7 @@ impl ShmEndpoint {
             cpu_noted: AtomicU32::new(0),
             moved_off: AtomicU64::new(0),
             sent_last: AtomicBool::new(false),
+            beside: AtomicBool::new(false),
         })
     }
 
