@@ -74,7 +74,8 @@ pub fn futex_wake(word: &AtomicU32) {
     model::futex_wake(word);
 }
 
-/// A compiler-only barrier: no reordering across it by the compiler, no instruction.
+/// A compiler-only barrier: no reordering across it by the compiler, no instruction (under
+/// loom, where no wake-up skips its fence, loom's fence).
 #[inline(always)]
 pub fn compiler_fence_seq_cst() {
     #[cfg(not(loom))]
