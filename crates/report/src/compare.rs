@@ -396,16 +396,25 @@ impl Comparison<'_> {
                 .take(3)
                 .map(|c| format!("{} {}", c.new.label(), c.words()))
                 .collect();
-            total = format!(
-                "{total}. Inconclusive: the machine differed between the runs ({}{}), so \
-                 no change of accio's figures is judged; run both again back to back",
-                moved.join(", "),
-                if self.machine_differed().len() > 3 {
-                    ", ..."
-                } else {
-                    ""
-                }
-            );
+            let more = if self.machine_differed().len() > 3 {
+                ", ..."
+            } else {
+                ""
+            };
+            total = if worse + better == 0 {
+                // Nothing of accio's moved: there is no change to put down to either.
+                format!(
+                    "{total}. The machine differed between the runs ({}{more}), and none of \
+                     accio's figures moved beyond the noise",
+                    moved.join(", ")
+                )
+            } else {
+                format!(
+                    "{total}. Inconclusive: the machine differed between the runs ({}{more}), \
+                     so no change of accio's figures is judged; run both again back to back",
+                    moved.join(", ")
+                )
+            };
         }
         if !self.only_old.is_empty() || !self.only_new.is_empty() {
             total.push_str(&format!(
@@ -609,6 +618,18 @@ mod tests {
         assert!(row.ends_with("3.37× slower (machine differed)"), "{t}");
         assert!(t.contains("Inconclusive: the machine differed"), "{t}");
         assert!(t.contains("1 moved beyond the noise (1 down, 0 up)"), "{t}");
+
+        // The same move of the machine, and accio's latency where it was: nothing to judge
+        // as inconclusive.
+        new.figures[1] = fig("latency", Unit::Micros, 8, &[0.086, 0.087, 0.088]);
+        let c = compare(&old, &new, DEFAULT_THRESHOLD);
+        assert_eq!(c.machine_differed().len(), 1);
+        let t = c.text();
+        assert!(!t.contains("Inconclusive"), "{t}");
+        assert!(
+            t.contains("The machine differed between the runs (shm latency_floor 8 4.90× slower), and none of accio's figures moved beyond the noise"),
+            "{t}"
+        );
     }
 
     /// The file system's own speed measures the node: a single-thread tmpfs read moved
