@@ -248,6 +248,16 @@ pub fn move_off_cpu(cpu: usize) -> bool {
     true
 }
 
+/// Whether the calling thread may run on one CPU only (pinned to it, `taskset -c N`).
+pub fn pinned_to_one_cpu() -> bool {
+    // SAFETY: cpu_set_t is a plain bit set; all-zero is the empty set.
+    let mut mine: libc::cpu_set_t = unsafe { std::mem::zeroed() };
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    // SAFETY: `mine` is a cpu_set_t of `size` bytes; 0 is the calling thread; CPU_COUNT
+    // reads the set sched_getaffinity filled.
+    unsafe { libc::sched_getaffinity(0, size, &mut mine) == 0 && libc::CPU_COUNT(&mine) == 1 }
+}
+
 /// Nanoseconds of `CLOCK_MONOTONIC_COARSE`: a few ns to read (vDSO, no system call), and
 /// exact to a scheduler tick (1-4 ms), plenty for rate-limiting a probe.
 pub fn coarse_clock_ns() -> u64 {

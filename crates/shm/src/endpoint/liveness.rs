@@ -172,8 +172,13 @@ impl ShmEndpoint {
         op: &'static str,
         awaited: Awaited,
     ) -> Result<()> {
-        // The last wait found the peer on this CPU, for good: polling first only delays it.
-        let beside = self.beside.load(Ordering::Relaxed);
+        // The last wait that looked found the peer on this CPU with both pinned to it:
+        // polling first only delays the peer, as long as it is still there.
+        let mut beside = self.beside.load(Ordering::Relaxed);
+        if beside && self.peer_on_this_cpu().is_none() {
+            beside = false;
+            self.beside.store(false, Ordering::Relaxed);
+        }
         if awaited == Awaited::Answer && !beside && poll_briefly(&mut ready) {
             return Ok(());
         }
@@ -192,16 +197,20 @@ impl ShmEndpoint {
                 // The scheduler put both ends on one CPU (wake-ups pull a woken thread
                 // beside its waker) while others are free or shared with strangers: this
                 // end moves off, and the two answer each other from cores of their own
-                // again. Where it cannot, it hands the core over at every turn, and the
-                // next waits start doing so until one finds the peer elsewhere.
+                // again. Where it cannot, it hands the core over at every turn; pinned
+                // there, the next waits start doing so while the peer is still beside it.
+                // (Unpinned, they poll first again: starting shared, they seldom lasted
+                // until they would look, and a pair the scheduler had put together next
+                // to a busy process stayed together for whole batches at 2 us one way.)
                 let shares = self
                     .peer_on_this_cpu()
                     .is_some_and(|cpu| !self.move_off(cpu));
                 if shares {
                     spin.share_core();
                 }
-                if shares != beside {
-                    self.beside.store(shares, Ordering::Relaxed);
+                let pinned = shares && sys::pinned_to_one_cpu();
+                if pinned != beside {
+                    self.beside.store(pinned, Ordering::Relaxed);
                 }
             }
         }

@@ -280,8 +280,8 @@ pub struct ShmEndpoint {
     /// Whether a message was sent since the last one was received: a receive then most
     /// likely awaits its answer (see `liveness`'s `wait`).
     sent_last: AtomicBool,
-    /// Whether the last wait that looked found the peer on its CPU and could not move off
-    /// (see `liveness`'s `wait`): the next waits hand the core over from the start.
+    /// Whether the last wait that looked found the peer on its CPU, this thread pinned to
+    /// it (see `liveness`'s `wait`): the next waits hand the core over from the start.
     beside: AtomicBool,
 }
 
