@@ -191,16 +191,19 @@ impl Link {
     }
 
     /// Notes in side `side`'s barrier word whether this process takes part in
-    /// process-wide barriers; before the side's handshake message.
+    /// process-wide barriers; before the side's handshake message. The process's first
+    /// link waits up to 2 ms for its registration (microseconds in a process of one
+    /// thread); a link made while it is still under way goes without.
     pub fn note_barrier(&self, side: usize) {
-        self.barrier(side)
-            .store(sync::fenced_by_peers() as u32, Ordering::Relaxed);
+        let joined = sync::fenced_by_peers(std::time::Duration::from_millis(2));
+        self.barrier(side).store(joined as u32, Ordering::Relaxed);
     }
 
     /// Whether side `side` may wake the other without fencing (see `ring::wake`): both
     /// processes take part in process-wide barriers. After the handshake.
     pub fn light_wake(&self, side: usize) -> bool {
-        sync::fenced_by_peers() && self.barrier(1 - side).load(Ordering::Relaxed) == 1
+        self.barrier(side).load(Ordering::Relaxed) == 1
+            && self.barrier(1 - side).load(Ordering::Relaxed) == 1
     }
 
     /// Side `side`'s CPU word (see [`cpu_offset`]): a hint, read and written Relaxed.

@@ -85,14 +85,18 @@ pub fn compiler_fence_seq_cst() {
 }
 
 /// Whether this process receives [`fence_everyone`]'s barriers (registered for them,
-/// `membarrier(2)`): a waker in it may then skip its own fence (see `ring::wake`). Never
-/// under loom, whose models check the fenced handshake.
+/// `membarrier(2)`; the registration starts on the first call and is waited for up to
+/// `wait`): a waker in it may then skip its own fence (see `ring::wake`). Never under
+/// loom, whose models check the fenced handshake.
 #[inline]
-pub fn fenced_by_peers() -> bool {
+pub fn fenced_by_peers(wait: Duration) -> bool {
     #[cfg(not(loom))]
-    return crate::sys::membarrier_registered();
+    return crate::sys::membarrier_registered(wait);
     #[cfg(loom)]
-    false
+    {
+        let _ = wait;
+        false
+    }
 }
 
 /// A full barrier on this thread and, where this process is registered for them
@@ -102,7 +106,7 @@ pub fn fenced_by_peers() -> bool {
 /// sleep's timeout).
 pub fn fence_everyone() {
     #[cfg(not(loom))]
-    if crate::sys::membarrier_registered() && crate::sys::membarrier_global() {
+    if crate::sys::membarrier_registered(Duration::ZERO) && crate::sys::membarrier_global() {
         return;
     }
     fence(Ordering::SeqCst);

@@ -48,27 +48,88 @@ const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_GLOBAL_EXPEDITED: libc::c_long = 1 << 1;
 const MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED: libc::c_long = 1 << 2;
 
-/// Whether this process is registered for `MEMBARRIER_CMD_GLOBAL_EXPEDITED`, registering
-/// it on the first call: then [`membarrier_global`] runs a full barrier on every running
-/// thread of this and every other registered process (Linux 4.16 and later; false where
-/// the kernel or a seccomp filter refuses).
-pub fn membarrier_registered() -> bool {
-    static REGISTERED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *REGISTERED.get_or_init(|| {
-        // SAFETY: membarrier takes plain integers and touches no memory of ours.
-        let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
-        cmds >= 0
-            && cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
-            // SAFETY: as above.
-            && unsafe {
-                libc::syscall(
-                    libc::SYS_membarrier,
-                    MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
-                    0,
-                    0,
-                )
-            } == 0
-    })
+/// Where this process's registration for `MEMBARRIER_CMD_GLOBAL_EXPEDITED` stands.
+const NOT_ASKED: u8 = 0;
+const UNDER_WAY: u8 = 1;
+const REGISTERED: u8 = 2;
+const REFUSED: u8 = 3;
+static MEMBARRIER: std::sync::atomic::AtomicU8 = std::sync::atomic::AtomicU8::new(NOT_ASKED);
+static MEMBARRIER_LOCK: std::sync::Mutex<()> = std::sync::Mutex::new(());
+static MEMBARRIER_DONE: std::sync::Condvar = std::sync::Condvar::new();
+
+/// Whether this process is registered for `MEMBARRIER_CMD_GLOBAL_EXPEDITED`: then
+/// [`membarrier_global`] runs a full barrier on every running thread of this and every
+/// other registered process (Linux 4.16 and later; refused where the kernel or a seccomp
+/// filter says no). The first call starts the registration in a thread of its own: in a
+/// process that already runs several threads the kernel waits out an RCU grace period
+/// before it answers (a world's barrier test, its ranks threads of one process, saw its
+/// first connection take more than its 20 ms slice), which no connect should wait for.
+/// Waits up to `wait` for the answer; false while the registration is under way, and
+/// true for good once it succeeded.
+pub fn membarrier_registered(wait: Duration) -> bool {
+    use std::sync::atomic::Ordering::{AcqRel, Acquire, Release};
+    if MEMBARRIER
+        .compare_exchange(NOT_ASKED, UNDER_WAY, AcqRel, Acquire)
+        .is_ok()
+    {
+        if threads_here() == Some(1) {
+            // Alone in its process, the kernel answers at once: no thread needed (one
+            // would itself make the process one of several threads).
+            let done = if register_membarrier() {
+                REGISTERED
+            } else {
+                REFUSED
+            };
+            MEMBARRIER.store(done, Release);
+            return done == REGISTERED;
+        }
+        let started = std::thread::Builder::new()
+            .name("accio-membarrier".into())
+            .stack_size(64 << 10)
+            .spawn(|| {
+                let done = if register_membarrier() {
+                    REGISTERED
+                } else {
+                    REFUSED
+                };
+                MEMBARRIER.store(done, Release);
+                // Under the lock, so that a waiter that saw UNDER_WAY is waiting by now.
+                let _held = MEMBARRIER_LOCK.lock();
+                MEMBARRIER_DONE.notify_all();
+            });
+        if started.is_err() {
+            MEMBARRIER.store(REFUSED, Release);
+        }
+    }
+    if MEMBARRIER.load(Acquire) == UNDER_WAY && !wait.is_zero() {
+        let held = MEMBARRIER_LOCK.lock().unwrap_or_else(|e| e.into_inner());
+        let _ = MEMBARRIER_DONE
+            .wait_timeout_while(held, wait, |_| MEMBARRIER.load(Acquire) == UNDER_WAY);
+    }
+    MEMBARRIER.load(Acquire) == REGISTERED
+}
+
+/// How many threads this process runs (`/proc/self/task`), if that can be read.
+fn threads_here() -> Option<usize> {
+    std::fs::read_dir("/proc/self/task").ok().map(|d| d.count())
+}
+
+/// Asks the kernel whether it offers `MEMBARRIER_CMD_GLOBAL_EXPEDITED` and registers this
+/// process for it.
+fn register_membarrier() -> bool {
+    // SAFETY: membarrier takes plain integers and touches no memory of ours.
+    let cmds = unsafe { libc::syscall(libc::SYS_membarrier, MEMBARRIER_CMD_QUERY, 0, 0) };
+    cmds >= 0
+        && cmds & MEMBARRIER_CMD_GLOBAL_EXPEDITED != 0
+        // SAFETY: as above.
+        && unsafe {
+            libc::syscall(
+                libc::SYS_membarrier,
+                MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED,
+                0,
+                0,
+            )
+        } == 0
 }
 
 /// A full memory barrier on every running thread of every process registered for it
