@@ -172,7 +172,7 @@ for rep in $(seq 1 "$REPS"); do
         for size in 524288 2097152; do
             # accio's default ring: 4 MiB in 256 KiB records.
             timeout 60 "$OUT/copy_pipeline" "$size" 262144 4194304 1 "$CPU_A" "$CPU_B" \
-                > "$OUT/pipeline.$size.$rep.out" 2>&1 || log "copy_pipeline failed"
+                > "$OUT/pipeline-$size.$rep.out" 2>&1 || log "copy_pipeline failed"
         done
     fi
 done
@@ -202,8 +202,9 @@ def accio(metric, backend, size):
                 vals.append(f["summary"]["median"])
     return vals
 
-def mpi(name, kind, size):
-    """One value per run: the median of that run's samples (GB/s, or one-way us)."""
+def samples(name, kind, size):
+    """One value per run: the median of that run's samples, the lines `KIND SIZE VALUE` of
+    NAME.RUN.out (GB/s, or one-way us): the MPI program's and the copy pipeline's."""
     vals = []
     for r in runs:
         try:
@@ -248,19 +249,6 @@ def iperf():
             continue
     return vals
 
-def pipeline(size):
-    """One value per run: the median of the control's passes, GB/s."""
-    vals = []
-    for r in runs:
-        try:
-            lines = open(f"{out}/pipeline.{size}.{r}.out").read().split("\n")
-        except OSError:
-            continue
-        s = [float(l.split()[2]) for l in lines if l.startswith("pipeline ")]
-        if s:
-            vals.append(statistics.median(s))
-    return vals
-
 def fmt(v):
     a = abs(v)
     return f"{v:.0f}" if a >= 100 else f"{v:.1f}" if a >= 10 else f"{v:.2f}" if a >= 1 else f"{v:.3f}"
@@ -290,11 +278,11 @@ for size, z in [(512 * KI, "512K"), (2 * MI, "2M")]:
     a = accio("stream_bw", "shm", size)
     if have("HAVE_MPI"):
         row(f"shm stream bw {z}", a, f"Open MPI default ({mpi_default_pml()}) osu_bw",
-            mpi("mpi-default", "bw", size), "GB/s", os.environ["T_BW"])
+            samples("mpi-default", "bw", size), "GB/s", os.environ["T_BW"])
         row(f"shm stream bw {z}", a, "Open MPI ob1/vader osu_bw",
-            mpi("mpi-ob1", "bw", size), "GB/s", os.environ["T_BW"])
+            samples("mpi-ob1", "bw", size), "GB/s", os.environ["T_BW"])
         row(f"shm stream bw {z}", a, "Open MPI pml ucx (posix) osu_bw",
-            mpi("mpi-ucx", "bw", size), "GB/s", os.environ["T_BW"])
+            samples("mpi-ucx", "bw", size), "GB/s", os.environ["T_BW"])
     if have("HAVE_UCX"):
         row(f"shm stream bw {z}", a, "ucx_perftest tag_bw posix",
             ucx(size), "GB/s", os.environ["T_BW_UCX"])
@@ -303,16 +291,16 @@ for size, z in [(512 * KI, "512K"), (2 * MI, "2M")]:
     row(f"shm stream bw {z}", accio("stream_bw", "shm", size), f"memcpy {z}, 1 thread (accio)",
         m, "GB/s", os.environ["T_STREAM_MEMCPY"])
     if have("HAVE_CC"):
-        row(f"two-core copy pipeline {z}", pipeline(size), f"memcpy {z}, 1 thread (accio)",
+        row(f"two-core copy pipeline {z}", samples(f"pipeline-{size}", "pipeline", size), f"memcpy {z}, 1 thread (accio)",
             m, "GB/s", "")
 if have("HAVE_MPI"):
     a = accio("latency", "shm", 8)
     row("shm latency 8 B (one-way)", a, f"Open MPI default ({mpi_default_pml()}) ping-pong",
-        mpi("mpi-default", "lat", 8), "us", os.environ["T_LAT"])
+        samples("mpi-default", "lat", 8), "us", os.environ["T_LAT"])
     row("shm latency 8 B (one-way)", a, "Open MPI ob1/vader ping-pong",
-        mpi("mpi-ob1", "lat", 8), "us", os.environ["T_LAT"])
+        samples("mpi-ob1", "lat", 8), "us", os.environ["T_LAT"])
     row("shm latency 8 B (one-way)", a, "Open MPI pml ucx (posix) ping-pong",
-        mpi("mpi-ucx", "lat", 8), "us", os.environ["T_LAT"])
+        samples("mpi-ucx", "lat", 8), "us", os.environ["T_LAT"])
 if have("HAVE_IPERF"):
     row("tcp stream bw 2M", accio("stream_bw", "tcp", 2 * MI),
         "iperf3 -l 1M loopback, 1 stream", iperf(), "GB/s", os.environ["T_TCP"])
