@@ -7,7 +7,7 @@
 use std::ffi::c_void;
 use std::sync::Mutex;
 
-use accio_grid::{Decomposition, ExchangeOptions, GridError, Layout, Path};
+use accio_grid::{ArrayMemory, Decomposition, ExchangeOptions, GridError, Layout, Path};
 use pyo3::ffi;
 use pyo3::prelude::*;
 use pyo3::types::{PySlice, PyTuple};
@@ -51,6 +51,8 @@ pub(crate) struct HaloExchange {
     dims: [usize; 3],
     coords: [usize; 3],
     rank: usize,
+    /// Where the array lives: "shared" or "private".
+    memory: &'static str,
 }
 
 /// The last `ndim` axes of a 3-axis value, as a tuple.
@@ -65,9 +67,12 @@ impl HaloExchange {
     /// layers `halo` thick: collective, every rank of the world calls it with the same
     /// arguments. `dims`: ranks per axis (None: chosen to keep faces small); `periodic`:
     /// which axes wrap (None: none); `path`: "rma" (faces written straight into the
-    /// neighbours' ghosts) or "messages"; `dtype`: "float64" or "float32".
+    /// neighbours' ghosts) or "messages"; `dtype`: "float64" or "float32"; `array`: where
+    /// the array lives, "shared" (memory the neighbours write into), "private" (on huge
+    /// pages, faces copied in from a staging area) or "auto" (private for arrays of 8 MiB
+    /// and more where the host gives huge pages to private memory only).
     #[new]
-    #[pyo3(signature = (world, shape, *, dims=None, periodic=None, halo=1, path="rma", dtype="float64", timeout=60.0))]
+    #[pyo3(signature = (world, shape, *, dims=None, periodic=None, halo=1, path="rma", dtype="float64", array="auto", timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -78,6 +83,7 @@ impl HaloExchange {
         halo: usize,
         path: &str,
         dtype: &str,
+        array: &str,
         timeout: f64,
     ) -> PyResult<HaloExchange> {
         const OP: &str = "HaloExchange";
@@ -90,6 +96,9 @@ impl HaloExchange {
                 )))
             }
         };
+        let array: ArrayMemory = array
+            .parse()
+            .map_err(|e| invalid_arg(format!("{OP}: array={e}")))?;
         let timeout = super::secs(OP, "timeout", timeout)?;
         let (world, rank, size) = match world {
             Some(w) => (Some(w.world()?), w.rank, w.size),
@@ -106,6 +115,7 @@ impl HaloExchange {
         let opts = ExchangeOptions {
             path,
             timeout,
+            array,
             ..Default::default()
         };
         let mut connect = |peer: usize| -> Result<Box<dyn accio::Endpoint>, accio_grid::BoxError> {
@@ -137,10 +147,11 @@ impl HaloExchange {
                 )))
             }
         };
-        let (ptr, bytes, layout) = each!(&field, ex => (
+        let (ptr, bytes, layout, memory) = each!(&field, ex => (
             ex.field().as_ptr() as usize,
             std::mem::size_of_val(ex.field()),
             ex.layout().clone(),
+            ex.array_memory(),
         ));
         let dtype = match field {
             Field::F64(_) => "float64",
@@ -156,6 +167,7 @@ impl HaloExchange {
             dims: decomp.dims(),
             coords: decomp.coords(rank),
             rank,
+            memory: memory.name(),
             field: Mutex::new(field),
         })
     }
@@ -199,6 +211,13 @@ impl HaloExchange {
             })
             .collect::<Vec<_>>();
         Self::array(slf)?.get_item(PyTuple::new(py, cut)?)
+    }
+
+    /// Where the array lives: "shared" (the neighbours write faces straight into its
+    /// ghosts) or "private" (what `array="auto"` chose, or was asked).
+    #[getter]
+    fn array_memory(&self) -> &'static str {
+        self.memory
     }
 
     /// The NumPy dtype name of the array: "float64" or "float32".

@@ -175,12 +175,14 @@ def laplace(accio_bin, n, *args):
 
 
 @pytest.mark.parametrize(
-    "ranks,dims,phases", [(2, None, False), (3, "1x3", False), (3, "3x1", True), (4, None, True), (6, "2x3", False)]
+    "ranks,dims,phases,array",
+    [(2, None, False, "auto"), (3, "1x3", False, "private"), (3, "3x1", True, "private"), (4, None, True, "auto"),
+     (6, "2x3", False, "shared")],
 )
-def test_the_numpy_jacobi_on_many_ranks_computes_the_grid_of_one(accio_bin, ranks, dims, phases, tmp_path):
+def test_the_numpy_jacobi_on_many_ranks_computes_the_grid_of_one(accio_bin, ranks, dims, phases, array, tmp_path):
     grid = ["--n", "61", "--iters", "7", "--check"]
     one = laplace(accio_bin, 1, *grid, "--out", str(tmp_path / "one.npy"))
-    extra = (["--dims", dims] if dims else []) + (["--phases"] if phases else [])
+    extra = (["--dims", dims] if dims else []) + (["--phases"] if phases else []) + ["--array", array]
     many = laplace(accio_bin, ranks, *grid, *extra, "--out", str(tmp_path / "many.npy"))
     assert many[1] == one[1] and one[1].startswith("grid crc32 ")
     import numpy as np
@@ -215,7 +217,18 @@ def test_halo_exchange_fills_ghosts_with_the_neighbours_faces(accio_bin):
             full = np.arange(60).reshape(6, 10)
             assert (u[:, 0] == full[:, (5 * w.rank - 1) % 10]).all(), u
             assert (u[:, 6] == full[:, (5 * w.rank + 5) % 10]).all(), u
+            # Rows split over 2 ranks: contiguous faces, written straight into a shared
+            # array's ghosts, or staged and copied in for a private one, mixed too.
+            full = np.arange(60.0).reshape(6, 10)
+            for mine in ("shared", "private", ("shared", "private")[w.rank]):
+                ex = accio.grid.HaloExchange(w, (6, 10), dims=(2, 1), periodic=(True, False), array=mine)
+                assert ex.array_memory == mine and ex.local_shape == (5, 10)
+                ex.interior[...] = full[3 * w.rank : 3 * w.rank + 3]
+                ex.exchange()
+                u = ex.array
+                assert (u[0] == full[(3 * w.rank - 1) % 6]).all() and (u[4] == full[(3 * w.rank + 3) % 6]).all(), (mine, u)
             for kw, text in [(dict(dims=(2, 2)), "make 4 ranks, the world has 2"),
+                             (dict(array="swap"), "\\"swap\\" is not an array memory: auto, shared or private"),
                              (dict(path="carrier pigeon"), "neither \\"rma\\" nor \\"messages\\""),
                              (dict(dtype="int8"), "neither \\"float64\\" nor \\"float32\\"")]:
                 try:

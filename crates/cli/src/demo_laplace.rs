@@ -11,7 +11,9 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use accio_grid::laplace::{self, LaplaceOptions, RankRun, StepTimes};
-use accio_grid::{parse_shape, BoxError, Decomposition, ExchangeOptions, HaloExchange, Path};
+use accio_grid::{
+    parse_shape, ArrayMemory, BoxError, Decomposition, ExchangeOptions, HaloExchange, Path,
+};
 use accio_results::metric::laplace as m;
 use accio_results::model::{CeilingSource, Figure, Recorder, Unit};
 use accio_world::World;
@@ -53,6 +55,12 @@ pub struct LaplaceArgs {
     /// MiB or more, which its sweep evicts from the caches anyway).
     #[arg(long, default_value = "auto", value_parser = ["auto", "streaming", "cached"])]
     stores: String,
+    /// Where each rank's array lives: `shared` (memory the neighbours map: faces land
+    /// straight in the ghosts), `private` (on huge pages: faces land in a staging area and
+    /// are copied into the ghosts), or `auto` (private for arrays of 8 MiB or more where
+    /// the host gives huge pages to private memory and not to shared memory).
+    #[arg(long, default_value = "auto")]
+    array: ArrayMemory,
     /// Carry each cell's owner and global coordinates and verify every ghost: a halo sent
     /// to the wrong rank or region becomes a clear error; slower.
     #[arg(long)]
@@ -108,6 +116,8 @@ struct RankSummary {
     cells: usize,
     updated: usize,
     halo_bytes: u64,
+    /// Where its array lives: `shared` or `private`.
+    array: String,
     /// Faces as (side, peer, backend, elements, runs).
     faces: Vec<(String, usize, String, usize, usize)>,
     /// Per iteration, ms.
@@ -202,6 +212,7 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
             "cached" => Some(false),
             _ => None,
         },
+        array: a.array,
     };
     let mut connect = |p: usize| -> Result<Box<dyn accio::Endpoint>, BoxError> {
         let ep = match &a.backend {
@@ -337,6 +348,7 @@ fn summarize(
         cells: run.cells,
         updated: run.updated,
         halo_bytes: run.halo_bytes,
+        array: ex.array_memory().name().to_string(),
         faces: ex
             .sides()
             .into_iter()
@@ -459,6 +471,16 @@ fn slowest_side_us(
     worst
 }
 
+/// Where the ranks' arrays live: `shared`, `private`, or both with their counts.
+fn arrays(all: &[RankSummary]) -> String {
+    let private = all.iter().filter(|s| s.array == "private").count();
+    match private {
+        0 => "shared".to_string(),
+        p if p == all.len() => "private".to_string(),
+        p => format!("private on {p} rank(s), shared on {}", all.len() - p),
+    }
+}
+
 fn report(
     a: &LaplaceArgs,
     decomp: &Decomposition,
@@ -481,10 +503,11 @@ fn report(
     crate::term::print_para(
         &format!(
             "accio demo laplace: grid {} f64, {n} rank(s) as {dims}, halo {}, path {}, backend \
-             {backend}, {} iterations{}",
+             {backend}, arrays {}, {} iterations{}",
             decomp.grid_name(),
             a.halo,
             a.path.name(),
+            arrays(all),
             a.iters,
             if a.checked { ", checked" } else { "" }
         ),

@@ -31,7 +31,7 @@ pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
 pub use copy::{copy_bytes, copy_slice, copy_streaming};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
-pub use memory::{reopen, MemView, Region, RemoteMap, Window, PAGE};
+pub use memory::{huge_pages, reopen, HugePages, MemView, Region, RemoteMap, Window, PAGE};
 pub use patience::ListenerWait;
 pub use registry::{OffsetAllocator, WindowTable, FIRST_OFFSET};
 pub use spin::Spin;

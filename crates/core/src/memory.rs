@@ -73,6 +73,24 @@ impl Region {
         Ok(Region::from_map(map, len))
     }
 
+    /// Maps `len` bytes of zeroed private memory for computing on, not for sharing: from
+    /// 2 MiB up it asks for transparent huge pages before any page is faulted in (where
+    /// `/sys/kernel/mm/transparent_hugepage/enabled` is `madvise` or `always`), then faults
+    /// it in. See [`huge_pages`] for when this memory gets them and shareable memory not.
+    pub fn anonymous_huge(len: usize) -> Result<Region> {
+        let map = MmapOptions::new()
+            .len(len.max(1))
+            .map_anon()
+            .map_err(|e| Error::io("mmap", format!("{len} bytes of anonymous memory"), e))?;
+        let mut region = Region::from_map(map, len);
+        if len >= HUGE_PAGE {
+            region.ask_for_huge_pages(true);
+        } else {
+            region.populate_by_writes();
+        }
+        Ok(region)
+    }
+
     /// Maps `len` bytes of zeroed memory that other processes can map too: a memfd named
     /// `name` (seen only in `/proc/*/maps`) whose size is sealed, so no one can shrink it
     /// under a mapping. Pre-faulted when `populate` is set. Backends that share memory with
@@ -172,11 +190,16 @@ impl Region {
         // SAFETY: as above; populating writes no data, it only faults the pages in.
         let rc = unsafe { libc::madvise(self.ptr.cast(), self.len, libc::MADV_POPULATE_WRITE) };
         if rc != 0 {
-            // Kernels before 5.14: fault each page in by a write of the zero it holds.
-            for off in (0..self.len).step_by(PAGE) {
-                // SAFETY: `off` is inside the writable mapping, which holds zeroes (fresh).
-                unsafe { self.ptr.add(off).write_volatile(0) };
-            }
+            // Kernels before 5.14.
+            self.populate_by_writes();
+        }
+    }
+
+    /// Faults each page of a fresh writable mapping in by a write of the zero it holds.
+    fn populate_by_writes(&mut self) {
+        for off in (0..self.len).step_by(PAGE) {
+            // SAFETY: `off` is inside the writable mapping, which holds zeroes (fresh).
+            unsafe { self.ptr.add(off).write_volatile(0) };
         }
     }
 
@@ -485,6 +508,45 @@ impl std::ops::Deref for RemoteMap {
     }
 }
 
+/// Which memory this host backs with transparent huge pages when a mapping asks for them
+/// (`MADV_HUGEPAGE`), read once from `/sys/kernel/mm/transparent_hugepage`. Debian's and
+/// Ubuntu's defaults give them to private memory (`enabled` at `madvise`) and not to shared
+/// memory (`shmem_enabled` at `never`), which every memfd is: there an array that a peer
+/// maps is swept through 4 KiB pages, and NumPy's own arrays through 2 MiB ones.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HugePages {
+    /// [`Region::anonymous_huge`] memory gets them.
+    pub private: bool,
+    /// [`Region::shareable`] memory gets them.
+    pub shareable: bool,
+}
+
+/// This host's [`HugePages`] (none where the files cannot be read).
+pub fn huge_pages() -> HugePages {
+    static HOST: std::sync::OnceLock<HugePages> = std::sync::OnceLock::new();
+    *HOST.get_or_init(|| {
+        let setting = |file: &str| {
+            let text =
+                std::fs::read_to_string(format!("/sys/kernel/mm/transparent_hugepage/{file}"))
+                    .unwrap_or_default();
+            thp_setting(&text).unwrap_or("never").to_string()
+        };
+        HugePages {
+            private: matches!(setting("enabled").as_str(), "always" | "madvise"),
+            shareable: matches!(
+                setting("shmem_enabled").as_str(),
+                "always" | "within_size" | "advise" | "force"
+            ),
+        }
+    })
+}
+
+/// The selected value of a sysfs choice such as `always [madvise] never`.
+fn thp_setting(text: &str) -> Option<&str> {
+    text.split_whitespace()
+        .find_map(|w| w.strip_prefix('[')?.strip_suffix(']'))
+}
+
 /// A new open file description of the file behind `file` (through `/proc/self/fd`),
 /// read-only or readable and writable: what a process hands a peer instead of its own
 /// descriptor, so that the peer gets only the rights it should (a read-only window) or
@@ -537,6 +599,11 @@ mod tests {
 
     /// The `ShmemPmdMapped` kB of the mapping of this process that starts at `ptr`.
     fn pmd_mapped_kb(ptr: *mut u8) -> u64 {
+        smaps_kb(ptr, "ShmemPmdMapped:")
+    }
+
+    /// The kB of `field` (e.g. `AnonHugePages:`) of the mapping that starts at `ptr`.
+    fn smaps_kb(ptr: *mut u8, field: &str) -> u64 {
         let smaps = std::fs::read_to_string("/proc/self/smaps").unwrap();
         let start = format!("{:x}-", ptr as usize);
         let block = smaps
@@ -547,7 +614,7 @@ mod tests {
             .collect::<String>();
         block
             .lines()
-            .find_map(|l| l.strip_prefix("ShmemPmdMapped:"))
+            .find_map(|l| l.strip_prefix(field))
             .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
             .unwrap_or(0)
     }
@@ -572,5 +639,41 @@ mod tests {
         } else {
             eprintln!("huge pages not checked: shmem_enabled is {}", mode.trim());
         }
+    }
+
+    #[test]
+    fn a_large_anonymous_huge_region_is_zeroed_and_on_huge_pages_where_the_system_allows() {
+        let len = 8 << 20;
+        let r = Region::anonymous_huge(len).unwrap();
+        // SAFETY: this test is the region's only user.
+        let bytes = unsafe { std::slice::from_raw_parts_mut(r.as_ptr(), len) };
+        assert!(bytes.iter().all(|&b| b == 0));
+        bytes[len - 1] = 7;
+        let kb = smaps_kb(r.as_ptr(), "AnonHugePages:");
+        if huge_pages().private {
+            // The kernel may place the mapping off a 2 MiB boundary: all but its ends.
+            assert!(
+                kb >= 4096,
+                "private huge pages allowed, yet {kb} kB on them"
+            );
+        } else {
+            eprintln!("huge pages not checked: this host gives private memory none");
+        }
+        let small = Region::anonymous_huge(100).unwrap();
+        // SAFETY: as above, 100 bytes.
+        assert!(unsafe { std::slice::from_raw_parts(small.as_ptr(), 100) }
+            .iter()
+            .all(|&b| b == 0));
+    }
+
+    #[test]
+    fn the_selected_value_of_a_sysfs_choice_is_read() {
+        assert_eq!(thp_setting("always [madvise] never\n"), Some("madvise"));
+        assert_eq!(
+            thp_setting("always within_size advise [never] deny force"),
+            Some("never")
+        );
+        assert_eq!(thp_setting(""), None);
+        assert_eq!(thp_setting("[always"), None);
     }
 }

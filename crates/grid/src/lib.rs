@@ -37,7 +37,7 @@ mod layout;
 pub use decomp::{auto_dims, parse_shape, shape_name, Block, Decomposition, Dir};
 pub use error::{GridError, Result};
 pub use exchange::{
-    BoxError, ConnectFn, ExchangeOptions, ExchangeTimes, HaloExchange, InRunProbe, Path, Pending,
-    SideInfo, Tag, STREAM_ARRAY_BYTES,
+    ArrayMemory, BoxError, ConnectFn, ExchangeOptions, ExchangeTimes, HaloExchange, InRunProbe,
+    Path, Pending, SideInfo, Tag, STREAM_ARRAY_BYTES,
 };
 pub use layout::{Layout, Runs};

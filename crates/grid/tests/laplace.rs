@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 
 use accio::Endpoint;
 use accio_grid::laplace::{self, LaplaceOptions};
-use accio_grid::{Decomposition, Dir, ExchangeOptions, GridError, HaloExchange, Layout, Path};
+use accio_grid::{
+    ArrayMemory, Decomposition, Dir, ExchangeOptions, GridError, HaloExchange, Layout, Path,
+};
 
 /// Connected endpoints between every pair of `n` ranks: `mesh[i][j]` is rank i's end to j.
 #[allow(clippy::needless_range_loop)] // fills both halves of a symmetric matrix
@@ -44,12 +46,44 @@ fn on_ranks<R: Send + 'static>(
     opts: ExchangeOptions,
     f: impl Fn(HaloExchange<f64>) -> R + Send + Sync + Clone + 'static,
 ) -> Vec<Result<R, GridError>> {
+    on_ranks_in(decomp, scheme, opts, Memories::All(ArrayMemory::Auto), f)
+}
+
+/// Where the ranks' arrays live in a test: all alike, or private on the even ranks and
+/// shared on the odd ones.
+#[derive(Clone, Copy, Debug)]
+enum Memories {
+    All(ArrayMemory),
+    Mixed,
+}
+
+/// The settings every test that moves data runs with (`Auto` is shared for test-sized
+/// arrays).
+const MEMORIES: [Memories; 3] = [
+    Memories::All(ArrayMemory::Shared),
+    Memories::All(ArrayMemory::Private),
+    Memories::Mixed,
+];
+
+/// [`on_ranks`] with each rank's array where `memories` puts it.
+fn on_ranks_in<R: Send + 'static>(
+    decomp: &Decomposition,
+    scheme: &str,
+    opts: ExchangeOptions,
+    memories: Memories,
+    f: impl Fn(HaloExchange<f64>) -> R + Send + Sync + Clone + 'static,
+) -> Vec<Result<R, GridError>> {
     let n = decomp.size();
     let mut m = mesh(n, scheme);
     let handles: Vec<_> = (0..n)
         .map(|r| {
             let mut row: Vec<Option<Box<dyn Endpoint>>> = std::mem::take(&mut m[r]);
-            let (decomp, opts, f) = (decomp.clone(), opts.clone(), f.clone());
+            let (decomp, mut opts, f) = (decomp.clone(), opts.clone(), f.clone());
+            opts.array = match memories {
+                Memories::All(a) => a,
+                Memories::Mixed if r % 2 == 0 => ArrayMemory::Private,
+                Memories::Mixed => ArrayMemory::Shared,
+            };
             std::thread::spawn(move || {
                 let ex = HaloExchange::<f64>::new(&decomp, r, opts, &mut |p| {
                     Ok(row[p].take().expect("each peer is connected once"))
@@ -61,7 +95,8 @@ fn on_ranks<R: Send + 'static>(
     handles.into_iter().map(|h| h.join().unwrap()).collect()
 }
 
-/// The final global grid of a Jacobi run, assembled from the ranks' owned cells.
+/// The final global grid of a Jacobi run, assembled from the ranks' owned cells: the
+/// same bits with the arrays in every memory of [`MEMORIES`].
 fn jacobi(
     shape: &[usize],
     dims: Option<&[usize]>,
@@ -70,6 +105,25 @@ fn jacobi(
     path: Path,
     checked: bool,
 ) -> Vec<f64> {
+    let grids: Vec<_> = MEMORIES
+        .iter()
+        .map(|&m| jacobi_in(shape, dims, periodic, scheme, path, checked, m))
+        .collect();
+    for (g, m) in grids.iter().zip(MEMORIES).skip(1) {
+        assert_same_bits(g, &grids[0], &format!("{shape:?} over {dims:?}, {m:?}"));
+    }
+    grids.into_iter().next().expect("a grid per memory")
+}
+
+fn jacobi_in(
+    shape: &[usize],
+    dims: Option<&[usize]>,
+    periodic: &[bool],
+    scheme: &str,
+    path: Path,
+    checked: bool,
+    memories: Memories,
+) -> Vec<f64> {
     let n: usize = dims.map_or(1, |d| d.iter().product());
     let decomp = Decomposition::new(shape, n, dims, periodic, 1).unwrap();
     let opts = ExchangeOptions {
@@ -77,7 +131,7 @@ fn jacobi(
         checked,
         ..Default::default()
     };
-    let runs = on_ranks(&decomp, scheme, opts, |mut ex| {
+    let runs = on_ranks_in(&decomp, scheme, opts, memories, |mut ex| {
         let run = laplace::run(
             &mut ex,
             &LaplaceOptions {
@@ -183,13 +237,16 @@ fn ghosts_hold_the_neighbours_cells_with_a_wide_halo() {
     // Each owned cell holds its global linear index; after one exchange every ghost must hold
     // the index of the global cell it stands for.
     let d = Decomposition::new(&[6, 9, 8], 4, Some(&[2, 1, 2]), &[false, true, false], 2).unwrap();
-    for path in [Path::Rma, Path::Messages] {
+    for (path, memories) in [Path::Rma, Path::Messages]
+        .into_iter()
+        .flat_map(|p| MEMORIES.map(|m| (p, m)))
+    {
         let opts = ExchangeOptions {
             path,
             checked: true,
             ..Default::default()
         };
-        let results = on_ranks(&d, "shm", opts, |mut ex| {
+        let results = on_ranks_in(&d, "shm", opts, memories, |mut ex| {
             let (decomp, l) = (ex.decomposition().clone(), ex.layout().clone());
             let s = decomp.shape();
             let lin = |g: [usize; 3]| ((g[0] * s[1] + g[1]) * s[2] + g[2]) as f64;
@@ -226,13 +283,16 @@ fn ghosts_hold_the_neighbours_cells_with_a_wide_halo() {
 #[test]
 fn checked_mode_catches_a_wrong_offset_and_names_ranks_side_and_cells() {
     let d = Decomposition::new(&[8, 8], 2, Some(&[2, 1]), &[], 1).unwrap();
-    for path in [Path::Rma, Path::Messages] {
+    for (path, memories) in [Path::Rma, Path::Messages]
+        .into_iter()
+        .flat_map(|p| MEMORIES.map(|m| (p, m)))
+    {
         let opts = ExchangeOptions {
             path,
             checked: true,
             ..Default::default()
         };
-        let results = on_ranks(&d, "shm", opts, |mut ex| {
+        let results = on_ranks_in(&d, "shm", opts, memories, |mut ex| {
             if ex.rank() == 0 {
                 ex.inject_misplacement(Dir { axis: 1, up: true }, 1);
             }
@@ -253,7 +313,7 @@ fn checked_mode_catches_a_wrong_offset_and_names_ranks_side_and_cells() {
         );
         assert!(
             text.starts_with("checked mode: rank 1's ghost cell on side -y at (3, "),
-            "{path:?}: {text}"
+            "{path:?} {memories:?}: {text}"
         );
         assert!(text.contains("should hold rank 0's cell (3, "), "{text}");
         // Rank 0 may see the damage too: with direct RMA the misplaced row overwrote one of
@@ -337,15 +397,19 @@ fn a_neighbour_probing_a_later_pair_does_not_end_an_earlier_wait() {
     ] {
         let n = dims.iter().product();
         let d = Decomposition::new(&shape, n, Some(&dims), &periodic, 1).unwrap();
-        for path in [Path::Rma, Path::Messages] {
+        for (path, memories) in [Path::Rma, Path::Messages]
+            .into_iter()
+            .flat_map(|p| MEMORIES.map(|m| (p, m)))
+        {
             let opts = ExchangeOptions {
                 path,
                 checked: true,
                 timeout: Duration::from_secs(20),
                 ..Default::default()
             };
-            let results = on_ranks(&d, "shm", opts, |mut ex| {
+            let results = on_ranks_in(&d, "shm", opts, memories, |mut ex| {
                 let timed = ex.probe(200)?;
+                ex.probe_after_sweep(3)?;
                 laplace::init(&mut ex, 3);
                 ex.exchange()?;
                 Ok::<_, GridError>(timed)
@@ -354,7 +418,7 @@ fn a_neighbour_probing_a_later_pair_does_not_end_an_earlier_wait() {
                 .into_iter()
                 .map(|r| {
                     r.unwrap()
-                        .unwrap_or_else(|e| panic!("{dims:?} {path:?}: {e}"))
+                        .unwrap_or_else(|e| panic!("{dims:?} {path:?} {memories:?}: {e}"))
                         .len()
                 })
                 .sum();

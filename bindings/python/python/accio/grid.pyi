@@ -19,6 +19,7 @@ class HaloExchange:
         halo: int = 1,
         path: str = "rma",
         dtype: str = "float64",
+        array: str = "auto",
         timeout: float = 60.0,
     ) -> None:
         """Decomposes a grid of ``shape`` (2 or 3 extents, the last contiguous) over the
@@ -26,7 +27,10 @@ class HaloExchange:
         ghost layers ``halo`` thick. Collective: every rank calls it with the same
         arguments. ``dims``: ranks per axis (None: chosen to keep faces small);
         ``periodic``: which axes wrap; ``path``: "rma" (faces written straight into the
-        neighbours' ghosts) or "messages"; ``dtype``: "float64" or "float32"."""
+        neighbours' ghosts) or "messages"; ``dtype``: "float64" or "float32"; ``array``:
+        where the array lives, "shared" (memory the neighbours write into), "private" (on
+        huge pages, faces copied in from a staging area) or "auto" (private for arrays of
+        8 MiB and more where the host gives huge pages to private memory only)."""
     def exchange(self) -> Tuple[float, float]:
         """Fills every ghost layer from the neighbours' faces (collective with the
         neighbours); returns ``(sync, communicate)`` in seconds."""
@@ -37,6 +41,9 @@ class HaloExchange:
     @property
     def interior(self) -> numpy.ndarray:
         """The owned cells of ``array``, a view."""
+    @property
+    def array_memory(self) -> str:
+        """Where the array lives: "shared" or "private"."""
     @property
     def dtype(self) -> str:
         """"float64" or "float32"."""

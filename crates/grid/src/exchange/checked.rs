@@ -32,7 +32,7 @@ impl<T: Pod> HaloExchange<T> {
         let (rank, layout, decomp) = (self.rank as u32, self.layout.clone(), self.decomp.clone());
         // SAFETY: the tag section exists in checked mode; see `field`.
         let tags: &mut [Tag] = unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), layout.elems())
+            std::slice::from_raw_parts_mut(self.arr(self.secs.tags).cast(), layout.elems())
         };
         tags.fill(Tag::EMPTY);
         let lo = layout.halo;
@@ -52,7 +52,7 @@ impl<T: Pod> HaloExchange<T> {
         // SAFETY: the tag section exists in checked mode; no neighbour writes before this
         // rank's ready signal, which follows.
         let tags: &mut [Tag] = unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.tags).cast(), self.layout.elems())
+            std::slice::from_raw_parts_mut(self.arr(self.secs.tags).cast(), self.layout.elems())
         };
         for s in &self.sides {
             for &(start, n) in s.ghosts.as_slice() {

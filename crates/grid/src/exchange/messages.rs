@@ -147,14 +147,14 @@ impl<T: Pod> HaloExchange<T> {
         // elements then (checked) `n` tags.
         unsafe {
             unpack(
-                self.ptr(self.secs.data),
+                self.arr(self.secs.data),
                 &s.ghosts,
                 elem,
                 &s.recv_buf[..n * elem],
             );
             if self.opts.checked {
                 unpack(
-                    self.ptr(self.secs.tags),
+                    self.arr(self.secs.tags),
                     &s.ghosts,
                     TAG,
                     &s.recv_buf[n * elem..],

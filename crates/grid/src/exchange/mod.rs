@@ -1,8 +1,9 @@
 //! Halo exchange over any endpoint: two-sided messages or one-sided RMA.
 //!
 //! One [`HaloExchange`] per rank owns the rank's local array (owned cells and ghost layers,
-//! [`Layout`]) in one page-aligned, shareable memory region, and one endpoint per distinct
-//! neighbour rank. An exchange fills every ghost layer with the neighbour's face across it,
+//! [`Layout`]), a page-aligned, shareable memory region its neighbours write into (the
+//! array's first part, unless the array lives in private memory: [`ArrayMemory`]), and one
+//! endpoint per distinct neighbour rank. An exchange fills every ghost layer with the neighbour's face across it,
 //! in two phases that the returned [`ExchangeTimes`] report apart:
 //!
 //! 1. **synchronize**: each rank tells its neighbours that it has finished reading its
@@ -18,7 +19,8 @@
 //!      contiguous run (the faces normal to the contiguous axis: one element per row) is
 //!      packed first into an outbox, written into a staging area of the neighbour's
 //!      region, and unpacked there: the copy section 6.3 of the seed measured, reported
-//!      apart by [`HaloExchange::sides`]. (Over shm each rank could instead read its
+//!      apart by [`HaloExchange::sides`]. A neighbour whose array is private memory gets
+//!      every face in a staging area, contiguous ones written from the array as they are. (Over shm each rank could instead read its
 //!      neighbours' faces, which their sweeps just left in cache. Tried and measured on
 //!      the 2-vCPU machine of `MACHINE_NOTES.md`, 4096x4096 f64 on two ranks, five
 //!      interleaved runs each: communicate 10.9 us median (contiguous faces) and 13.5
@@ -41,7 +43,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accio_core::{Access, Endpoint, Error, MemView, Progress, Region, Window};
+use accio_core::{huge_pages, Access, Endpoint, Error, MemView, Progress, Region, Window};
 use bytemuck::Pod;
 
 use crate::decomp::{Decomposition, Dir};
@@ -114,6 +116,70 @@ pub struct ExchangeOptions {
     /// 16.6, 5.6 and 5.3 us per iteration with cached stores, 4.2, 4.1 and 4.1 streaming
     /// (the first pair in a phase where the host had placed the vCPUs far apart).
     pub streaming: Option<bool>,
+    /// Where the rank's array lives. Default [`ArrayMemory::Auto`].
+    pub array: ArrayMemory,
+}
+
+/// Where a rank's array (owned cells and ghosts) lives.
+///
+/// In shared memory the RMA path writes a contiguous face straight into the neighbour's
+/// ghost cells. But shared memory gets no transparent huge pages on most hosts
+/// (`shmem_enabled` at `never`, Debian's and Ubuntu's default, where private memory gets
+/// them on request): a sweep over a 64 MiB array then crosses 16,384 pages, and misses the
+/// TLB on each. Measured on the machine of `MACHINE_NOTES.md` (AMD EPYC, 2 vCPUs), one
+/// rank's NumPy Jacobi sweep of 4096x4096 f64 took 60.4 and 60.0 ms on the shared array,
+/// 58.0 and 58.1 on a private NumPy copy (3-4%); with `shmem_enabled` at `advise` both
+/// took 53.7-54.0. In private memory each face lands in a staging area of the region
+/// instead and is copied into the ghosts when the exchange ends: one more copy of 32 KiB
+/// for a 4096-wide face of f64, about a microsecond.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub enum ArrayMemory {
+    /// Private when the array is at least [`STREAM_ARRAY_BYTES`] and this host gives huge
+    /// pages to private memory and not to shared memory ([`accio_core::huge_pages`]);
+    /// shared otherwise.
+    #[default]
+    Auto,
+    /// Shared memory, part of the region the neighbours map.
+    Shared,
+    /// Private memory of this rank, on huge pages where the host gives them.
+    Private,
+}
+
+impl ArrayMemory {
+    /// Whether an array of `bytes` lives in private memory on this host.
+    pub fn is_private(self, bytes: usize) -> bool {
+        match self {
+            ArrayMemory::Shared => false,
+            ArrayMemory::Private => true,
+            ArrayMemory::Auto => {
+                let h = huge_pages();
+                bytes >= STREAM_ARRAY_BYTES && h.private && !h.shareable
+            }
+        }
+    }
+
+    /// `auto`, `shared` or `private`.
+    pub fn name(self) -> &'static str {
+        match self {
+            ArrayMemory::Auto => "auto",
+            ArrayMemory::Shared => "shared",
+            ArrayMemory::Private => "private",
+        }
+    }
+}
+
+impl std::str::FromStr for ArrayMemory {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<ArrayMemory, String> {
+        match s {
+            "auto" => Ok(ArrayMemory::Auto),
+            "shared" => Ok(ArrayMemory::Shared),
+            "private" => Ok(ArrayMemory::Private),
+            _ => Err(format!(
+                "{s:?} is not an array memory: auto, shared or private"
+            )),
+        }
+    }
 }
 
 /// Arrays from this size up stream their faces by default ([`ExchangeOptions::streaming`]):
@@ -129,6 +195,7 @@ impl Default for ExchangeOptions {
             timeout: Duration::from_secs(60),
             spin: Duration::from_micros(100),
             streaming: None,
+            array: ArrayMemory::Auto,
         }
     }
 }
@@ -180,6 +247,9 @@ struct Peer {
     _window: Option<Window>,
     /// The peer's region in its window space.
     remote_base: u64,
+    /// The peer's array is private memory (it says so when it greets): every face lands
+    /// in its staging areas.
+    private: bool,
     chunk: usize,
     /// Sides of this rank whose faces go to this peer, in send order.
     sends: Vec<usize>,
@@ -195,8 +265,14 @@ struct Side {
     peer: Option<usize>,
     face: Runs,
     ghosts: Runs,
-    /// RMA straight into the neighbour's ghosts (both are one run).
+    /// The face and the ghosts are one run each (the same holds across the side: the
+    /// neighbour's face and ghosts have the same shape).
+    contiguous: bool,
+    /// RMA straight into the neighbour's ghosts (one run, in its shared array).
     direct: bool,
+    /// The neighbour's face lands in this rank's staging area for the side, copied into
+    /// the ghosts when the exchange ends (ghosts of several runs, or a private array).
+    staged_in: bool,
     /// Where the face lands in the neighbour's region: its ghost cells (direct) or its
     /// staging area, and their tags.
     remote_data: u64,
@@ -219,7 +295,7 @@ impl Side {
     /// Goes to another rank and is not one run each way (its face is packed, its ghosts
     /// are filled from a staging area).
     fn strided_to_peer(&self) -> bool {
-        self.peer.is_some() && !self.direct
+        self.peer.is_some() && !self.contiguous
     }
 }
 
@@ -232,6 +308,8 @@ pub struct HaloExchange<T: Pod> {
     secs: Sections,
     _region: Arc<Region>,
     view: MemView,
+    /// The array's memory when it is private (else it is the region's first part).
+    array: Option<Region>,
     peers: Vec<Peer>,
     sides: Vec<Side>,
     generation: u64,
@@ -279,15 +357,28 @@ impl<T: Pod> HaloExchange<T> {
         let elem = std::mem::size_of::<T>();
         let ndim = decomp.ndim();
         let layout = Layout::of(decomp, rank);
-        let secs = Sections::of(&layout, ndim, elem, opts.checked);
-        let region = Region::shareable(secs.len, &format!("accio-grid-rank-{rank}"), true)
-            .map_err(|source| GridError::Endpoint {
-                what: format!("rank {rank}: {} bytes for its subgrid", secs.len),
+        let private = opts.array.is_private(layout.elems() * elem);
+        let secs = Sections::of(&layout, ndim, elem, opts.checked, private);
+        let memory_err = |what: String| {
+            move |source| GridError::Endpoint {
+                what: format!("rank {rank}: {what}"),
                 source,
-            })?;
+            }
+        };
+        let array = if private {
+            let what = format!("{} bytes of private memory for its array", secs.array_len);
+            Some(Region::anonymous_huge(secs.array_len).map_err(memory_err(what))?)
+        } else {
+            None
+        };
+        let what = format!("{} bytes of shared memory for its subgrid", secs.len);
+        let region = Region::shareable(secs.len, &format!("accio-grid-rank-{rank}"), true)
+            .map_err(memory_err(what))?;
         let region = Arc::new(region);
         let view = MemView::whole(region.clone());
 
+        // Where each face lands in the neighbour is known once it said whether its array
+        // is private (`hello`).
         let mut sides = Vec::new();
         let mut peer_ranks: Vec<usize> = Vec::new();
         for dir in Dir::all(ndim) {
@@ -297,34 +388,24 @@ impl<T: Pod> HaloExchange<T> {
             if peer != rank && !peer_ranks.contains(&peer) {
                 peer_ranks.push(peer);
             }
-            let peer_layout = Layout::of(decomp, peer);
-            let peer_secs = Sections::of(&peer_layout, ndim, elem, opts.checked);
             let face = layout.face(dir);
             let ghosts = layout.ghosts(dir);
-            let remote_ghosts = peer_layout.ghosts(dir.opposite());
-            let direct = face.is_contiguous() && remote_ghosts.is_contiguous();
-            let (remote_data, remote_tags) = if direct {
-                let first = remote_ghosts.as_slice()[0].0;
-                (
-                    (peer_secs.data + first * elem) as u64,
-                    (peer_secs.tags + first * TAG) as u64,
-                )
-            } else {
-                let s = peer_secs.staging[dir.opposite().index()];
-                (s as u64, (s + face.elems() * elem) as u64)
-            };
+            let remote_ghosts = Layout::of(decomp, peer).ghosts(dir.opposite());
+            let contiguous = face.is_contiguous() && remote_ghosts.is_contiguous();
             sides.push(Side {
                 dir,
                 rank: peer,
                 peer: None,
                 ghosts,
                 face,
-                direct,
-                remote_data,
-                remote_tags,
-                remote_ready: peer_secs.ready(dir.opposite()) as u64,
-                remote_filled: peer_secs.filled(dir.opposite()) as u64,
-                remote_probe: peer_secs.probe(dir.opposite()) as u64,
+                contiguous,
+                direct: false,
+                staged_in: private || !contiguous,
+                remote_data: 0,
+                remote_tags: 0,
+                remote_ready: 0,
+                remote_filled: 0,
+                remote_probe: 0,
                 send_buf: Vec::new(),
                 caller_packs: false,
                 caller_unpacks: false,
@@ -368,6 +449,7 @@ impl<T: Pod> HaloExchange<T> {
                 rank: p,
                 ep,
                 remote_base: 0,
+                private: false,
                 _window: window,
                 chunk,
                 sends,
@@ -386,6 +468,7 @@ impl<T: Pod> HaloExchange<T> {
             secs,
             _region: region,
             view,
+            array,
             peers,
             sides,
             generation: 0,
@@ -395,6 +478,7 @@ impl<T: Pod> HaloExchange<T> {
             _elem: std::marker::PhantomData,
         };
         ex.hello()?;
+        ex.plan_remote();
         if ex.opts.checked {
             ex.stamp_tags();
         }
@@ -421,6 +505,16 @@ impl<T: Pod> HaloExchange<T> {
         &self.opts
     }
 
+    /// Where this rank's array lives: [`ArrayMemory::Shared`] or [`ArrayMemory::Private`]
+    /// (what [`ArrayMemory::Auto`] chose).
+    pub fn array_memory(&self) -> ArrayMemory {
+        if self.secs.private {
+            ArrayMemory::Private
+        } else {
+            ArrayMemory::Shared
+        }
+    }
+
     /// The local array: owned cells and ghosts, row-major ([`Layout::index`]).
     pub fn field(&self) -> &[T] {
         // SAFETY: the data section holds `layout.elems()` elements of `T` (sized in
@@ -428,14 +522,14 @@ impl<T: Pod> HaloExchange<T> {
         // pattern a valid value. Neighbours write into this memory only between this rank's
         // `start` and the end of `wait`, which borrow `self` mutably, so no write by a
         // well-behaved peer overlaps this shared borrow.
-        unsafe { std::slice::from_raw_parts(self.ptr(self.secs.data).cast(), self.layout.elems()) }
+        unsafe { std::slice::from_raw_parts(self.arr(self.secs.data).cast(), self.layout.elems()) }
     }
 
     /// The local array, writable. See [`field`](Self::field).
     pub fn field_mut(&mut self) -> &mut [T] {
         // SAFETY: as in `field`; `&mut self` makes this the only borrow on this side.
         unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.data).cast(), self.layout.elems())
+            std::slice::from_raw_parts_mut(self.arr(self.secs.data).cast(), self.layout.elems())
         }
     }
 
@@ -444,7 +538,7 @@ impl<T: Pod> HaloExchange<T> {
         self.opts.checked.then(|| {
             // SAFETY: as in `field`, for the tag section (present in checked mode).
             unsafe {
-                std::slice::from_raw_parts(self.ptr(self.secs.tags).cast(), self.layout.elems())
+                std::slice::from_raw_parts(self.arr(self.secs.tags).cast(), self.layout.elems())
             }
         })
     }
@@ -470,7 +564,7 @@ impl<T: Pod> HaloExchange<T> {
         }
         self.sides
             .iter()
-            .filter(|s| s.peer.is_some() && s.direct)
+            .filter(|s| s.peer.is_some() && s.contiguous)
             .map(|s| s.face.clone())
             .collect()
     }
@@ -550,7 +644,7 @@ impl<T: Pod> HaloExchange<T> {
         // SAFETY: as in `field_mut`; the slice covers the data section of the region, which
         // neither the outboxes nor the staging areas (their own sections) overlap.
         let field = unsafe {
-            std::slice::from_raw_parts_mut(self.ptr(self.secs.data).cast(), self.layout.elems())
+            std::slice::from_raw_parts_mut(self.arr(self.secs.data).cast(), self.layout.elems())
         };
         let staged = self
             .sides
@@ -610,8 +704,8 @@ impl<T: Pod> HaloExchange<T> {
     }
 
     /// Fault injection for tests of checked mode: from now on the face sent across `dir`
-    /// is taken from `delta` elements off (messages, packed RMA) or lands `delta` elements
-    /// off in the neighbour (direct RMA), as an indexing bug would.
+    /// is taken from `delta` elements off (messages, RMA into a staging area) or lands
+    /// `delta` elements off in the neighbour (direct RMA), as an indexing bug would.
     pub fn inject_misplacement(&mut self, dir: Dir, delta: isize) {
         self.fault = Some((dir, delta));
     }
@@ -649,10 +743,23 @@ impl<T: Pod> HaloExchange<T> {
         })
     }
 
+    /// The byte at `at` of the region.
     fn ptr(&self, at: usize) -> *mut u8 {
         debug_assert!(at <= self.view.len());
-        // SAFETY: `at` is an offset inside the region (all sections are).
+        // SAFETY: `at` is an offset inside the region (the sections there are).
         unsafe { self.view.as_ptr().add(at) }
+    }
+
+    /// The byte at `at` of the array's memory (its elements, then its tags).
+    fn arr(&self, at: usize) -> *mut u8 {
+        match &self.array {
+            Some(a) => {
+                debug_assert!(at <= a.len());
+                // SAFETY: `at` is an offset inside the array's memory.
+                unsafe { a.as_ptr().add(at) }
+            }
+            None => self.ptr(at),
+        }
     }
 
     fn elem(&self) -> usize {
@@ -713,6 +820,7 @@ impl<T: Pod> HaloExchange<T> {
             let mut msg: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
             let base = self.peers[i]._window.as_ref().map_or(0, |w| w.offset());
             msg.extend(base.to_le_bytes());
+            msg.extend(u64::from(self.secs.private).to_le_bytes());
             let p = &self.peers[i];
             p.ep.send(&msg)
                 .map_err(|e| self.peer_err(p.rank, "greeting", e))?;
@@ -727,11 +835,11 @@ impl<T: Pod> HaloExchange<T> {
                 peer: p.rank,
                 reason,
             };
-            if buf.len() != (words.len() + 1) * 8 {
+            if buf.len() != (words.len() + 2) * 8 {
                 return Err(mismatch(format!(
                     "its greeting is {} bytes, not {}",
                     buf.len(),
-                    (words.len() + 1) * 8
+                    (words.len() + 2) * 8
                 )));
             }
             let theirs: Vec<u64> = buf
@@ -747,10 +855,44 @@ impl<T: Pod> HaloExchange<T> {
                     )));
                 }
             }
-            let base = theirs[words.len()];
-            self.peers[i].remote_base = base;
+            let private = match theirs[words.len() + 1] {
+                0 => false,
+                1 => true,
+                v => return Err(mismatch(format!("array memory {v} is neither 0 nor 1"))),
+            };
+            self.peers[i].remote_base = theirs[words.len()];
+            self.peers[i].private = private;
         }
         Ok(())
+    }
+
+    /// Where each face lands in its neighbour's region, and which counters there it
+    /// writes: computed from the neighbour's layout and whether its array is private.
+    fn plan_remote(&mut self) {
+        let (ndim, elem, checked) = (self.decomp.ndim(), self.elem(), self.opts.checked);
+        for s in &mut self.sides {
+            let private = match s.peer {
+                Some(pi) => self.peers[pi].private,
+                None => self.secs.private,
+            };
+            let peer_layout = Layout::of(&self.decomp, s.rank);
+            let peer_secs = Sections::of(&peer_layout, ndim, elem, checked, private);
+            let back = s.dir.opposite();
+            s.direct = s.contiguous && !private;
+            (s.remote_data, s.remote_tags) = if s.direct {
+                let first = peer_layout.ghosts(back).as_slice()[0].0;
+                (
+                    (peer_secs.data + first * elem) as u64,
+                    (peer_secs.tags + first * TAG) as u64,
+                )
+            } else {
+                let at = peer_secs.staging[back.index()];
+                (at as u64, (at + s.face.elems() * elem) as u64)
+            };
+            s.remote_ready = peer_secs.ready(back) as u64;
+            s.remote_filled = peer_secs.filled(back) as u64;
+            s.remote_probe = peer_secs.probe(back) as u64;
+        }
     }
 
     fn peer_err(&self, peer: usize, what: &str, source: Error) -> GridError {
@@ -829,9 +971,9 @@ impl<T: Pod> HaloExchange<T> {
             for (base, size) in sections {
                 let mut buf = Vec::with_capacity(face.elems() * size);
                 // SAFETY: runs lie inside the section of `size`-byte elements at `base`.
-                unsafe { pack(self.ptr(base), &face, size, &mut buf) };
+                unsafe { pack(self.arr(base), &face, size, &mut buf) };
                 // SAFETY: as above, for the ghost runs of the same element count.
-                unsafe { unpack(self.ptr(base), &ghosts, size, &buf) };
+                unsafe { unpack(self.arr(base), &ghosts, size, &buf) };
             }
         }
     }
@@ -841,7 +983,7 @@ impl<T: Pod> HaloExchange<T> {
     fn pack_faces(&mut self, strided_only: bool) {
         for i in 0..self.sides.len() {
             let s = &self.sides[i];
-            if s.peer.is_some() && !(strided_only && s.direct) && !s.caller_packs {
+            if s.peer.is_some() && !(strided_only && s.contiguous) && !s.caller_packs {
                 self.pack_side(i);
             }
         }
@@ -852,7 +994,7 @@ impl<T: Pod> HaloExchange<T> {
     fn pack_side(&mut self, i: usize) {
         let elem = self.elem();
         let face = self.face_runs(&self.sides[i]);
-        let (pd, pt) = (self.ptr(self.secs.data), self.ptr(self.secs.tags));
+        let (pd, pt) = (self.arr(self.secs.data), self.arr(self.secs.tags));
         let checked = self.opts.checked;
         if self.opts.path == Path::Rma {
             let out = self.ptr(self.secs.outbox[self.sides[i].dir.index()]);
@@ -887,7 +1029,7 @@ impl<T: Pod> HaloExchange<T> {
                     }
                     let at = self.secs.filled(self.sides[i].dir);
                     self.wait_counter(i, at, "fill its ghosts")?;
-                    if !self.sides[i].direct && !self.sides[i].caller_unpacks {
+                    if self.sides[i].staged_in && !self.sides[i].caller_unpacks {
                         self.unpack_staging(i);
                     }
                 }

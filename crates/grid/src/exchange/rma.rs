@@ -96,7 +96,25 @@ impl<T: Pod> HaloExchange<T> {
         let s = &self.sides[i];
         let p = &self.peers[s.peer.expect("a side with another rank")];
         let fail = |e| self.peer_err(s.rank, &s.dir.to_string(), e);
-        if s.direct {
+        if s.contiguous && !s.direct {
+            // One run, into the neighbour's staging area (its array is private): data,
+            // then tags. An injected fault shifts the run read (`face_runs`).
+            let (start, n) = self.face_runs(s).as_slice()[0];
+            // SAFETY: the run lies inside the array's memory; see `field` for sharing.
+            let src = unsafe {
+                std::slice::from_raw_parts(self.arr(self.secs.data + start * elem), n * elem)
+            };
+            p.ep.vwrite_to(src, p.remote_base + s.remote_data, flags)
+                .map_err(fail)?;
+            if self.opts.checked {
+                // SAFETY: as above, in the tag section.
+                let src = unsafe {
+                    std::slice::from_raw_parts(self.arr(self.secs.tags + start * TAG), n * TAG)
+                };
+                p.ep.vwrite_to(src, p.remote_base + s.remote_tags, flags)
+                    .map_err(fail)?;
+            }
+        } else if s.direct {
             let (start, n) = s.face.as_slice()[0];
             let shift = match self.fault {
                 Some((d, delta)) if d == s.dir => delta,
@@ -107,14 +125,14 @@ impl<T: Pod> HaloExchange<T> {
             };
             // SAFETY: the run lies inside the data section; see `field` for sharing.
             let src = unsafe {
-                std::slice::from_raw_parts(self.ptr(self.secs.data + start * elem), n * elem)
+                std::slice::from_raw_parts(self.arr(self.secs.data + start * elem), n * elem)
             };
             p.ep.vwrite_to(src, dst(s.remote_data, elem), flags)
                 .map_err(fail)?;
             if self.opts.checked {
                 // SAFETY: as above, in the tag section.
                 let src = unsafe {
-                    std::slice::from_raw_parts(self.ptr(self.secs.tags + start * TAG), n * TAG)
+                    std::slice::from_raw_parts(self.arr(self.secs.tags + start * TAG), n * TAG)
                 };
                 p.ep.vwrite_to(src, dst(s.remote_tags, TAG), flags)
                     .map_err(fail)?;
@@ -315,29 +333,34 @@ impl<T: Pod> HaloExchange<T> {
     fn prepare(&mut self, i: usize, sweep: bool) {
         let elem = self.elem();
         if sweep {
-            self.touch(self.secs.data, self.layout.elems() * elem, true);
+            self.touch(self.arr(self.secs.data), self.layout.elems() * elem, true);
         }
         let s = &self.sides[i];
-        if s.direct {
-            let (face, _) = s.face.as_slice()[0];
-            let (ghost, n) = s.ghosts.as_slice()[0];
-            self.touch(self.secs.data + face * elem, n * elem, true);
-            self.touch(self.secs.data + ghost * elem, n * elem, false);
+        if s.contiguous {
+            let (face, n) = s.face.as_slice()[0];
+            self.touch(self.arr(self.secs.data + face * elem), n * elem, true);
         } else {
-            let (staging, n) = (self.secs.staging[s.dir.index()], s.ghosts.elems());
             self.pack_side(i);
-            self.touch(staging, n * self.per_cell(), false);
+        }
+        let s = &self.sides[i];
+        if s.staged_in {
+            let at = self.ptr(self.secs.staging[s.dir.index()]);
+            self.touch(at, s.ghosts.elems() * self.per_cell(), false);
+        } else {
+            let (ghost, n) = s.ghosts.as_slice()[0];
+            self.touch(self.arr(self.secs.data + ghost * elem), n * elem, false);
         }
     }
 
     /// Reads (`write`: rewrites with its own value) one byte of every cache line of `len`
-    /// bytes at `at` of this rank's region.
-    fn touch(&self, at: usize, len: usize, write: bool) {
+    /// bytes from `at`, in this rank's array or region.
+    fn touch(&self, at: *mut u8, len: usize, write: bool) {
         for line in (0..len).step_by(64) {
-            let p = self.ptr(at + line);
-            // SAFETY: `p` lies inside the region; during the probe's preparation the
-            // neighbour waits for a signal, so nothing else reads or writes this rank's
-            // region, and a write stores the value just read.
+            // SAFETY: the caller's range lies inside the array or the region.
+            let p = unsafe { at.add(line) };
+            // SAFETY: during the probe's preparation the neighbour waits for a signal, so
+            // nothing else reads or writes this rank's memory, and a write stores the value
+            // just read.
             unsafe {
                 let v = std::ptr::read_volatile(p);
                 if write {
@@ -387,10 +410,10 @@ impl<T: Pod> HaloExchange<T> {
         // by the neighbour before it signalled; the ghost runs lie inside the sections.
         unsafe {
             let src = std::slice::from_raw_parts(self.ptr(staging), n * elem);
-            unpack(self.ptr(self.secs.data), &s.ghosts, elem, src);
+            unpack(self.arr(self.secs.data), &s.ghosts, elem, src);
             if self.opts.checked {
                 let src = std::slice::from_raw_parts(self.ptr(staging + n * elem), n * TAG);
-                unpack(self.ptr(self.secs.tags), &s.ghosts, TAG, src);
+                unpack(self.arr(self.secs.tags), &s.ghosts, TAG, src);
             }
         }
     }

@@ -5,7 +5,8 @@
 A grid ``X`` (``--n`` × ``--n`` float64) starts at 1.0 on its border and pseudo-random
 inside. Each iteration adds ``coef`` times the 5-point Laplacian of ``X`` to every cell
 that is not on the border, then the ranks exchange halos with ``accio.grid.HaloExchange``
-(the faces written straight into the neighbours' ghost cells over shared memory). Each
+(over shared memory; a large array lives in private memory on huge pages where the host
+gives them to private memory only, and its ghosts are copied in from a staging area). Each
 cell is computed by the same expression whatever rank owns it, so every decomposition
 gives the grid of one rank bit for bit: ``--check`` gathers it on rank 0 and prints its
 CRC-32, ``--out FILE.npy`` saves it.
@@ -74,10 +75,10 @@ class Sweep:
         self.mid += lap
 
 
-def report(impl: str, a: argparse.Namespace, ranks: int, dims, total: float, phases) -> None:
+def report(impl: str, a: argparse.Namespace, ranks: int, dims, total: float, phases, array: str = "numpy") -> None:
     """Prints the time per iteration (as text, or one JSON line with ``--json``): `total`
     seconds of the loop and `phases`, the (compute, communicate, sync) seconds averaged
-    over the ranks."""
+    over the ranks; `array`: where rank 0's array lives."""
     ms = 1e3 / a.iters
     compute, communicate, sync = phases
     line = {
@@ -90,6 +91,7 @@ def report(impl: str, a: argparse.Namespace, ranks: int, dims, total: float, pha
         "compute_ms": compute * ms,
         "communicate_ms": communicate * ms,
         "sync_ms": sync * ms,
+        "array": array,
     }
     if a.json:
         sys.stdout.write(json.dumps(line) + "\n")
@@ -127,6 +129,14 @@ def arguments(prog: str, argv: list[str] | None) -> argparse.Namespace:
         help="a barrier after each sweep, timed as sync, so that communicate is the exchange "
         "alone (not the wait for a slower neighbour's sweep)",
     )
+    ap.add_argument(
+        "--array",
+        default="auto",
+        choices=["auto", "shared", "private"],
+        help="accio: where each rank's array lives (accio.grid.HaloExchange's array=; "
+        "default auto: private, on huge pages, for arrays of 8 MiB and more where the host "
+        "gives huge pages to private memory only)",
+    )
     a = ap.parse_args(argv)
     if a.n < 3 or a.iters < 1:
         ap.error("--n must be at least 3 and --iters at least 1")
@@ -143,7 +153,7 @@ def arguments(prog: str, argv: list[str] | None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     a = arguments("python3 -m accio.demo.laplace", argv)
     with accio.World() as world:
-        ex = accio.grid.HaloExchange(world, (a.n, a.n), dims=a.dims)
+        ex = accio.grid.HaloExchange(world, (a.n, a.n), dims=a.dims, array=a.array)
         u = ex.array
         (hy, hx), (sy, sx), (ly, lx) = ex.halo, ex.start, ex.owned
         gy = np.arange(sy - hy, sy + ly + hy).clip(0, a.n - 1)[:, None]
@@ -181,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
                 other = np.empty(3)
                 world.endpoint(r).recv_into(other, timeout=60)
                 mine += other
-            report("accio", a, world.size, ex.dims, total, mine / world.size)
+            report("accio", a, world.size, ex.dims, total, mine / world.size, ex.array_memory)
         if a.check:
             finish(gather(world, ex, a.n), a)
     return 0
