@@ -6,6 +6,7 @@
 
 use std::ffi::c_void;
 use std::sync::Mutex;
+use std::time::Duration;
 
 use accio_grid::{ArrayMemory, Decomposition, ExchangeOptions, GridError, Layout, Path};
 use pyo3::ffi;
@@ -70,9 +71,11 @@ impl HaloExchange {
     /// neighbours' ghosts) or "messages"; `dtype`: "float64" or "float32"; `array`: where
     /// the array lives, "shared" (memory the neighbours write into), "private" (on huge
     /// pages, faces copied in from a staging area) or "auto" (private for arrays of 8 MiB
-    /// and more where the host gives huge pages to private memory only).
+    /// and more where the host gives huge pages to private memory only); `spin`: seconds a
+    /// wait for a neighbour polls before it hands its core over at every look (None: none
+    /// where the node runs more ranks than their CPUs, as MPI libraries do, else 100 us).
     #[new]
-    #[pyo3(signature = (world, shape, *, dims=None, periodic=None, halo=1, path="rma", dtype="float64", array="auto", timeout=60.0))]
+    #[pyo3(signature = (world, shape, *, dims=None, periodic=None, halo=1, path="rma", dtype="float64", array="auto", spin=None, timeout=60.0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -84,6 +87,7 @@ impl HaloExchange {
         path: &str,
         dtype: &str,
         array: &str,
+        spin: Option<f64>,
         timeout: f64,
     ) -> PyResult<HaloExchange> {
         const OP: &str = "HaloExchange";
@@ -104,6 +108,15 @@ impl HaloExchange {
             Some(w) => (Some(w.world()?), w.rank, w.size),
             None => (None, 0, 1),
         };
+        let spin = match spin {
+            Some(s) => Duration::try_from_secs_f64(s).map_err(|_| {
+                invalid_arg(format!(
+                    "{OP}: spin={s} is not a number of seconds >= 0 (None: chosen)"
+                ))
+            })?,
+            None if world.as_ref().is_some_and(|w| w.oversubscribed()) => Duration::ZERO,
+            None => ExchangeOptions::default().spin,
+        };
         let decomp = Decomposition::new(
             &shape,
             size,
@@ -116,6 +129,7 @@ impl HaloExchange {
             path,
             timeout,
             array,
+            spin,
             ..Default::default()
         };
         let mut connect = |peer: usize| -> Result<Box<dyn accio::Endpoint>, accio_grid::BoxError> {

@@ -454,6 +454,22 @@ impl World {
             .collect()
     }
 
+    /// Whether this node runs more ranks than the CPUs they may run on together (their
+    /// `Cpus_allowed_list`s): some ranks then share a core, and a rank that waits should
+    /// hand its core over at once rather than spin (MPI libraries yield when they see
+    /// oversubscription). False where the lists are unknown.
+    pub fn oversubscribed(&self) -> bool {
+        let node = self.node_ranks();
+        let mut cpus = std::collections::BTreeSet::new();
+        for &r in &node {
+            match cpu_list(&self.table[r].cpus) {
+                Some(list) => cpus.extend(list),
+                None => return false,
+            }
+        }
+        node.len() > cpus.len()
+    }
+
     /// The backend chosen for the pair (this rank, `peer`) and why.
     pub fn choice(&self, peer: usize) -> Result<&Choice> {
         self.check(peer)?;
@@ -653,6 +669,25 @@ impl World {
     }
 }
 
+/// The CPUs of a `Cpus_allowed_list` (`"0-3,6"`); `None` if it is empty or not one.
+fn cpu_list(list: &str) -> Option<Vec<usize>> {
+    let mut cpus = Vec::new();
+    for part in list.trim().split(',') {
+        let (lo, hi): (usize, usize) = match part.split_once('-') {
+            Some((a, b)) => (a.parse().ok()?, b.parse().ok()?),
+            None => {
+                let c = part.parse().ok()?;
+                (c, c)
+            }
+        };
+        if lo > hi || hi - lo >= 1 << 16 {
+            return None;
+        }
+        cpus.extend(lo..=hi);
+    }
+    Some(cpus)
+}
+
 /// The first IPv4 address of an interface that is up and not loopback.
 fn first_ipv4() -> Option<String> {
     let mut list: *mut libc::ifaddrs = std::ptr::null_mut();
@@ -730,5 +765,19 @@ impl Drop for World {
         for t in self.acceptors.drain(..) {
             let _ = t.join();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::cpu_list;
+
+    #[test]
+    fn a_cpu_list_names_every_cpu_of_its_ranges() {
+        assert_eq!(cpu_list("0-3,6\n"), Some(vec![0, 1, 2, 3, 6]));
+        assert_eq!(cpu_list("5"), Some(vec![5]));
+        assert_eq!(cpu_list(""), None);
+        assert_eq!(cpu_list("3-1"), None);
+        assert_eq!(cpu_list("0-x"), None);
     }
 }

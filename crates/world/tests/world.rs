@@ -298,3 +298,22 @@ fn a_barrier_that_times_out_resumes_where_it_stopped() {
     }
     assert_eq!(out[2].0, 0);
 }
+
+#[test]
+fn a_node_is_oversubscribed_when_its_ranks_outnumber_their_cpus() {
+    // Every thread rank may run on the CPUs this process may: ranks 0 and 1 share a node
+    // (`world_of`), the others another one of their own.
+    // SAFETY: a zeroed cpu_set_t is the empty set; sched_getaffinity fills it.
+    let cpus = unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert_eq!(
+            libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set),
+            0
+        );
+        libc::CPU_COUNT(&set) as usize
+    };
+    for w in world_of(3, |w| (w.rank(), w.oversubscribed())) {
+        let on_node = if w.0 < 2 { 2 } else { 1 };
+        assert_eq!(w.1, on_node > cpus, "rank {} of 3 on {cpus} CPU(s)", w.0);
+    }
+}

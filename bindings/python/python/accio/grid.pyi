@@ -20,6 +20,7 @@ class HaloExchange:
         path: str = "rma",
         dtype: str = "float64",
         array: str = "auto",
+        spin: Optional[float] = None,
         timeout: float = 60.0,
     ) -> None:
         """Decomposes a grid of ``shape`` (2 or 3 extents, the last contiguous) over the
@@ -30,7 +31,10 @@ class HaloExchange:
         neighbours' ghosts) or "messages"; ``dtype``: "float64" or "float32"; ``array``:
         where the array lives, "shared" (memory the neighbours write into), "private" (on
         huge pages, faces copied in from a staging area) or "auto" (private for arrays of
-        8 MiB and more where the host gives huge pages to private memory only)."""
+        8 MiB and more where the host gives huge pages to private memory only); ``spin``:
+        seconds a wait for a neighbour polls before it hands its core over at every look
+        (None: none where the node runs more ranks than their CPUs, as MPI libraries do,
+        else 100 us)."""
     def exchange(self) -> Tuple[float, float]:
         """Fills every ghost layer from the neighbours' faces (collective with the
         neighbours); returns ``(sync, communicate)`` in seconds."""
