@@ -16,7 +16,8 @@
 #   latency next to a busy      the latency ping-pong unpinned (--no-pin),   mpi4py's ping-pong under mpirun, as its
 #   process                     a spinning Python loop running beside it     users launch it, the same loop beside it
 #   Jacobi 4096x4096, 100 it.   `accio run -n R python3 -m accio.demo.laplace` `mpirun -n R python3 laplace_mpi4py.py`
-#   on 2 and 4 ranks            (accio.grid.HaloExchange)                   (the same kernel; Sendrecv of faces)
+#   on 2 and 4 ranks            (accio.grid.HaloExchange)                   (the same kernel; Sendrecv of faces),
+#                                                                            and once more: the A/A control
 #
 # All latencies use one method (every round trip timed, a sample is a batch's median round
 # trip halved); a run contributes its median, the table shows median (min–max) over runs.
@@ -28,7 +29,7 @@
 #   --python PY   the interpreter with the accio package (default python3;
 #                 `pip install ./bindings/python`)
 #   --out DIR     keep raw outputs here (default: a new directory under ${TMPDIR:-/tmp})
-#   --no-laplace  leave the Jacobi rows out (about 50 s per repetition)
+#   --no-laplace  leave the Jacobi rows out (about 60 s per repetition)
 # Needs jq. mpi4py rows need mpirun (openmpi-bin) and mpi4py (`pip install mpi4py`); without
 # them the rows are left out and said so. Installs nothing.
 
@@ -134,6 +135,14 @@ for rep in $(seq "$REPS"); do
                         --n 4096 --iters 100 --json $phases) > "$OUT/mpi4py-laplace-$tag.$rep.json" \
                         2>>"$OUT/mpi.log" || { log "mpirun failed, see $OUT/mpi.log"; HAVE_MPI=0; }
                 fi
+                if [ "$HAVE_MPI" = 1 ] && [ -z "$phases" ]; then
+                    # The A/A control: the same mpi4py program once more, so the table
+                    # shows how far two runs of one program differ in these minutes.
+                    log "rep $rep/$REPS: mpi4py Jacobi on $r ranks again (the A/A control)"
+                    (cd / && timeout 600 mpirun -np "$r" --allow-run-as-root --oversubscribe "$PY" "$LAPLACE_PY" \
+                        --n 4096 --iters 100 --json) > "$OUT/mpi4py-laplace-$tag-again.$rep.json" \
+                        2>>"$OUT/mpi.log" || log "mpirun failed, see $OUT/mpi.log"
+                fi
             done
         done
         log "rep $rep/$REPS: control on 4 ranks: a barrier right after a barrier (accio, mpi4py)"
@@ -227,6 +236,10 @@ if laplace and have_mpi:
         a, m = f"py-laplace-{r}", f"mpi4py-laplace-{r}"
         row(f"Jacobi 4096^2 x 100, {r} ranks: total per iteration", jacobi(a, "total_ms"),
             "mpi4py Sendrecv, same kernel", jacobi(m, "total_ms"), "ms", "<= 1.0")
+        # How far apart two runs of one program land in these minutes (each ratio above
+        # this far from 1 says nothing about either library).
+        row(f"control, {r} ranks: mpi4py total, run again", jacobi(m + "-again", "total_ms"),
+            "mpi4py total (the row above)", jacobi(m, "total_ms"), "ms", "")
         row(f"Jacobi {r} ranks: compute per iteration", jacobi(a, "compute_ms"),
             "mpi4py, the same NumPy sweep", jacobi(m, "compute_ms"), "ms", "")
         # As the programs run, a rank waits for a slower neighbour's sweep inside the
