@@ -590,11 +590,13 @@ fn in_run_probes_leave_the_grid_unchanged_and_time_every_pair() {
     // the neighbours mid-run, so the grid must still equal the run without them.
     let shape = [23, 29];
     let d = Decomposition::new(&shape, 4, Some(&[2, 2]), &[], 1).unwrap();
-    for (scheme, path, streaming) in [
-        ("shm", Path::Rma, Some(true)),
-        ("shm", Path::Rma, Some(false)),
-        ("tcp", Path::Rma, None),
-        ("shm", Path::Messages, None),
+    for (scheme, path, streaming, memories) in [
+        ("shm", Path::Rma, Some(true), MEMORIES[0]),
+        ("shm", Path::Rma, Some(false), MEMORIES[0]),
+        ("shm", Path::Rma, Some(true), MEMORIES[1]),
+        ("shm", Path::Rma, Some(false), MEMORIES[2]),
+        ("tcp", Path::Rma, None, MEMORIES[2]),
+        ("shm", Path::Messages, None, MEMORIES[1]),
     ] {
         let opts = ExchangeOptions {
             path,
@@ -602,7 +604,7 @@ fn in_run_probes_leave_the_grid_unchanged_and_time_every_pair() {
             ..Default::default()
         };
         let digests = |probe_every: usize| {
-            let runs = on_ranks(&d, scheme, opts.clone(), move |mut ex| {
+            let runs = on_ranks_in(&d, scheme, opts.clone(), memories, move |mut ex| {
                 let lopts = LaplaceOptions {
                     iters: 12,
                     probe_every,
@@ -615,7 +617,11 @@ fn in_run_probes_leave_the_grid_unchanged_and_time_every_pair() {
         let plain = digests(0);
         let probed = digests(4);
         for (a, b) in plain.iter().zip(&probed) {
-            assert_eq!(a.digest, b.digest, "rank {} {scheme} {path:?}", a.rank);
+            assert_eq!(
+                a.digest, b.digest,
+                "rank {} {scheme} {path:?} {memories:?}",
+                a.rank
+            );
             assert_eq!(b.steps.len(), 12);
             // Iterations 2, 6 and 10 probed: one face alone, both at once, one alone.
             let probed_at: Vec<usize> = (0..12).filter(|&i| b.steps[i].probed).collect();
