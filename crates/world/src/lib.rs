@@ -669,7 +669,8 @@ impl World {
     }
 }
 
-/// The CPUs of a `Cpus_allowed_list` (`"0-3,6"`); `None` if it is empty or not one.
+/// The CPUs of a `Cpus_allowed_list` (`"0-3,6"`, from another rank's record); `None` if
+/// it is empty, not one, or names more CPUs than a kernel has ([`MAX_CPUS`]).
 fn cpu_list(list: &str) -> Option<Vec<usize>> {
     let mut cpus = Vec::new();
     for part in list.trim().split(',') {
@@ -680,13 +681,16 @@ fn cpu_list(list: &str) -> Option<Vec<usize>> {
                 (c, c)
             }
         };
-        if lo > hi || hi - lo >= 1 << 16 {
+        if lo > hi || hi >= MAX_CPUS || cpus.len() + (hi - lo) >= MAX_CPUS {
             return None;
         }
         cpus.extend(lo..=hi);
     }
     Some(cpus)
 }
+
+/// Linux's most CPUs (`CONFIG_NR_CPUS` at most 8192).
+const MAX_CPUS: usize = 8192;
 
 /// The first IPv4 address of an interface that is up and not loopback.
 fn first_ipv4() -> Option<String> {
@@ -779,5 +783,8 @@ mod tests {
         assert_eq!(cpu_list(""), None);
         assert_eq!(cpu_list("3-1"), None);
         assert_eq!(cpu_list("0-x"), None);
+        assert_eq!(cpu_list("8191").map(|c| c.len()), Some(1));
+        assert_eq!(cpu_list("8192"), None);
+        assert_eq!(cpu_list(&["0-4095"; 3].join(",")), None);
     }
 }
