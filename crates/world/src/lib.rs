@@ -787,4 +787,25 @@ mod tests {
         assert_eq!(cpu_list("8192"), None);
         assert_eq!(cpu_list(&["0-4095"; 3].join(",")), None);
     }
+
+    #[test]
+    fn any_cpu_list_decodes_or_is_refused_without_a_panic() {
+        // Another rank's record is outside bytes: random lists of the characters a list
+        // is made of, and of a few others, are decoded within bounds or refused.
+        let mut x = 0x9E37_79B9_7F4A_7C15u64;
+        let alphabet = b"0123456789-,, \n9x";
+        for _ in 0..20_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            let len = (x % 24) as usize;
+            let text: String = (0..len)
+                .map(|k| alphabet[((x >> (k % 8 * 8)) as usize + k) % alphabet.len()] as char)
+                .collect();
+            if let Some(cpus) = cpu_list(&text) {
+                assert!(cpus.len() <= super::MAX_CPUS, "{text:?}");
+                assert!(cpus.iter().all(|&c| c < super::MAX_CPUS), "{text:?}");
+            }
+        }
+    }
 }
