@@ -34,6 +34,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple, PyType};
 use pyo3::{create_exception, ffi};
 
+mod dlpack;
 mod grid;
 mod world;
 
@@ -948,6 +949,41 @@ impl Window {
     }
 
     unsafe fn __releasebuffer__(&self, _view: *mut ffi::Py_buffer) {}
+
+    /// Exports the window's memory as a DLPack capsule, a 1-D array of unsigned bytes
+    /// (`numpy.from_dlpack(window)`, `torch.from_dlpack(window)`: a view, no copy). The
+    /// memory lives as long as any array made from it.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        slf: &Bound<'_, Self>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let device = (dlpack::DEVICE_CPU, 0);
+        let req = dlpack::Request::check("Window", device, stream, max_version, dl_device, copy)?;
+        let w = &slf.get().inner;
+        let read_only = !w.view().region().is_writable();
+        // SAFETY: the memory stays mapped as long as the Window lives, which the capsule
+        // keeps alive; it is writable unless its region says otherwise.
+        unsafe {
+            dlpack::capsule(
+                slf.py(),
+                req,
+                slf.clone().into_any().unbind(),
+                w.as_ptr().cast(),
+                w.len(),
+                device,
+                read_only,
+            )
+        }
+    }
+
+    /// Where the memory is, for DLPack: `(1, 0)`, host memory (`kDLCPU`).
+    fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        dlpack::device_tuple(py, (dlpack::DEVICE_CPU, 0))
+    }
 
     fn __repr__(&self) -> String {
         format!(

@@ -74,6 +74,39 @@ def test_local_store_through_numpy_reaches_peer_read(shm_addr):
     assert bytes(memoryview(mine)) == arr.tobytes()
 
 
+def test_a_window_exports_dlpack_views_that_keep_its_memory(shm_addr):
+    import gc
+
+    a, b, lst = connected_pair(shm_addr)
+    win = b.register(8192, "rw")
+    assert win.__dlpack_device__() == (1, 0)
+    view = np.from_dlpack(win)  # NumPy 2 asks for a DLPack 1.0 capsule
+    assert view.dtype == np.uint8 and view.shape == (8192,) and view.flags.writeable
+    assert np.shares_memory(view, np.frombuffer(win, dtype=np.uint8))
+    view[16:24] = 3
+    assert win.load_u64(win.offset + 16) == 0x0303030303030303
+    # The peer's write lands in what the view shows.
+    a.vwrite_to(np.full(8, 9, dtype=np.uint8), win.offset + 100)
+    assert (view[100:108] == 9).all()
+    # Legacy and versioned capsules; ones no consumer takes free themselves.
+    for kw in ({}, {"max_version": (1, 0)}, {"max_version": (0, 8)}):
+        for _ in range(1000):
+            cap = win.__dlpack__(**kw)
+        assert "dltensor" in repr(cap)
+        del cap
+    for kw, text in [({"dl_device": (2, 0)}, "is never copied"), ({"copy": True}, "never a copy"),
+                     ({"stream": 1}, "stream must be None")]:
+        with pytest.raises(BufferError, match=text):
+            win.__dlpack__(**kw)
+    # The view keeps the memory after the window, its endpoint and the peer are gone.
+    del win
+    for ep in (a, b):
+        ep.close()
+    del a, b, lst
+    gc.collect()
+    assert view[16:24].tolist() == [3] * 8 and (view[100:108] == 9).all()
+
+
 def test_send_recv_buffers_and_threads(shm_addr):
     a, b, lst = connected_pair(shm_addr)
     a.send(b"hello")

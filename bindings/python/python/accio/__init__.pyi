@@ -192,6 +192,19 @@ class Window:
         """The peer's rights ("r", "w", "rw", "none")."""
     def __len__(self) -> int: ...
     def __buffer__(self, flags: int) -> memoryview: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any:
+        """A DLPack capsule of the window's memory, 1-D unsigned bytes:
+        ``numpy.from_dlpack(window)`` (or PyTorch's) is a view, no copy, which keeps the
+        memory alive. Raises BufferError for a copy, another device or a stream."""
+    def __dlpack_device__(self) -> Tuple[int, int]:
+        """``(1, 0)``: host memory."""
     def load_u64(self, offset: int) -> int:
         """Loads the 8-byte word at ``offset`` (``window.offset + i``; acquire)."""
     def store_u64(self, offset: int, value: int) -> None:

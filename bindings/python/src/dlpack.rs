@@ -1,0 +1,257 @@
+//! DLPack export: `numpy.from_dlpack(window)` (and PyTorch's, CuPy's, JAX's) views an
+//! accio window's memory without a copy. The producer side of the protocol, versions 0.x
+//! (capsule `dltensor`) and 1.x (`dltensor_versioned`, asked for with `max_version`): the
+//! capsule holds a `DLManagedTensor` whose context keeps the exporting Python object (and
+//! so the memory) alive until the consumer calls its deleter, or until the capsule is
+//! dropped unconsumed.
+//!
+//! The memory is host memory today (`kDLCPU`); a device window exports the same way with
+//! its device.
+
+use std::ffi::{c_void, CStr};
+
+use pyo3::exceptions::PyBufferError;
+use pyo3::prelude::*;
+use pyo3::{ffi, IntoPyObjectExt};
+
+/// `kDLCPU`.
+pub(crate) const DEVICE_CPU: i32 = 1;
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDevice {
+    device_type: i32,
+    device_id: i32,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy)]
+struct DLDataType {
+    code: u8,
+    bits: u8,
+    lanes: u16,
+}
+
+#[repr(C)]
+struct DLTensor {
+    data: *mut c_void,
+    device: DLDevice,
+    ndim: i32,
+    dtype: DLDataType,
+    shape: *mut i64,
+    strides: *mut i64,
+    byte_offset: u64,
+}
+
+#[repr(C)]
+struct DLManagedTensor {
+    dl_tensor: DLTensor,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensor)>,
+}
+
+#[repr(C)]
+struct DLPackVersion {
+    major: u32,
+    minor: u32,
+}
+
+#[repr(C)]
+struct DLManagedTensorVersioned {
+    version: DLPackVersion,
+    manager_ctx: *mut c_void,
+    deleter: Option<unsafe extern "C" fn(*mut DLManagedTensorVersioned)>,
+    flags: u64,
+    dl_tensor: DLTensor,
+}
+
+/// `DLPACK_FLAG_BITMASK_READ_ONLY`.
+const FLAG_READ_ONLY: u64 = 1;
+/// `kDLUInt`.
+const UINT: u8 = 1;
+
+const LEGACY: &CStr = c"dltensor";
+const VERSIONED: &CStr = c"dltensor_versioned";
+
+/// What a managed tensor owns: the shape its `DLTensor` points to, and the object whose
+/// memory it describes.
+struct Context {
+    shape: [i64; 1],
+    /// Held, never read: dropping it lets the memory go.
+    _owner: Py<PyAny>,
+}
+
+/// A `__dlpack__` request, checked: which capsule to make.
+pub(crate) struct Request {
+    versioned: bool,
+}
+
+impl Request {
+    /// Checks the arguments of `__dlpack__` for memory on `device` (`(type, id)`): a stream
+    /// only for device memory, `dl_device` this device, no copy asked (the object exports
+    /// its own memory); `max_version` of 1 or more gets a versioned capsule.
+    pub(crate) fn check(
+        what: &str,
+        device: (i32, i32),
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Request> {
+        if device.0 == DEVICE_CPU && stream.is_some_and(|s| !s.is_none()) {
+            return Err(PyBufferError::new_err(format!(
+                "{what}.__dlpack__: stream must be None for host memory"
+            )));
+        }
+        if let Some(d) = dl_device {
+            if d != device {
+                return Err(PyBufferError::new_err(format!(
+                    "{what}.__dlpack__: dl_device={d:?}, but the memory is on {device:?} \
+                     and is never copied"
+                )));
+            }
+        }
+        if copy == Some(true) {
+            return Err(PyBufferError::new_err(format!(
+                "{what}.__dlpack__: copy=True: it exports its own memory, never a copy"
+            )));
+        }
+        Ok(Request {
+            versioned: max_version.is_some_and(|(major, _)| major >= 1),
+        })
+    }
+}
+
+/// A DLPack capsule describing `len` bytes at `ptr` on `device` as a 1-D array of
+/// unsigned bytes, which keeps `owner` alive until the consumer is done with it.
+///
+/// # Safety
+/// The `len` bytes at `ptr` must stay valid (and writable unless `read_only`) for as long
+/// as `owner` lives.
+pub(crate) unsafe fn capsule(
+    py: Python<'_>,
+    req: Request,
+    owner: Py<PyAny>,
+    ptr: *mut c_void,
+    len: usize,
+    device: (i32, i32),
+    read_only: bool,
+) -> PyResult<Py<PyAny>> {
+    let ctx = Box::into_raw(Box::new(Context {
+        shape: [len as i64],
+        _owner: owner,
+    }));
+    let tensor = DLTensor {
+        data: ptr,
+        device: DLDevice {
+            device_type: device.0,
+            device_id: device.1,
+        },
+        ndim: 1,
+        dtype: DLDataType {
+            code: UINT,
+            bits: 8,
+            lanes: 1,
+        },
+        // SAFETY: `ctx` is a live allocation until the deleter frees it.
+        shape: unsafe { (*ctx).shape.as_mut_ptr() },
+        // Null strides: compact, row-major.
+        strides: std::ptr::null_mut(),
+        byte_offset: 0,
+    };
+    let (raw, name, destructor): (*mut c_void, &CStr, Option<ffi::PyCapsule_Destructor>) =
+        if req.versioned {
+            let m = Box::into_raw(Box::new(DLManagedTensorVersioned {
+                version: DLPackVersion { major: 1, minor: 0 },
+                manager_ctx: ctx.cast(),
+                deleter: Some(delete_versioned),
+                flags: if read_only { FLAG_READ_ONLY } else { 0 },
+                dl_tensor: tensor,
+            }));
+            (m.cast(), VERSIONED, Some(drop_versioned))
+        } else {
+            if read_only {
+                // SAFETY: `ctx` came from Box::into_raw above and is not shared yet.
+                drop(unsafe { Box::from_raw(ctx) });
+                return Err(PyBufferError::new_err(
+                    "__dlpack__: read-only memory needs a DLPack 1.0 consumer (max_version)",
+                ));
+            }
+            let m = Box::into_raw(Box::new(DLManagedTensor {
+                dl_tensor: tensor,
+                manager_ctx: ctx.cast(),
+                deleter: Some(delete_legacy),
+            }));
+            (m.cast(), LEGACY, Some(drop_legacy))
+        };
+    // SAFETY: `raw` is a non-null pointer the capsule owns from now on; the name is static.
+    let cap = unsafe { ffi::PyCapsule_New(raw, name.as_ptr(), destructor) };
+    if cap.is_null() {
+        // SAFETY: the capsule was not made: the tensor is still ours to free.
+        unsafe {
+            if req.versioned {
+                delete_versioned(raw.cast());
+            } else {
+                delete_legacy(raw.cast());
+            }
+        }
+        return Err(PyErr::fetch(py));
+    }
+    // SAFETY: `cap` is a new, owned reference.
+    Ok(unsafe { Bound::from_owned_ptr(py, cap) }.unbind())
+}
+
+/// The `__dlpack_device__` answer for `device`.
+pub(crate) fn device_tuple(py: Python<'_>, device: (i32, i32)) -> PyResult<Py<PyAny>> {
+    device.into_py_any(py)
+}
+
+/// The deleter a consumer calls when done (frees the tensor and lets the owner go). It
+/// may run without the GIL: the owner's reference is then released when the GIL is next
+/// held (PyO3's deferred decrement).
+unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: `m` came from Box::into_raw in `capsule`, and the consumer calls the deleter
+    // once; its context likewise.
+    unsafe {
+        let m = Box::from_raw(m);
+        drop(Box::from_raw(m.manager_ctx.cast::<Context>()));
+    }
+}
+
+/// As [`delete_legacy`], for the versioned tensor.
+unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
+    if m.is_null() {
+        return;
+    }
+    // SAFETY: as in `delete_legacy`.
+    unsafe {
+        let m = Box::from_raw(m);
+        drop(Box::from_raw(m.manager_ctx.cast::<Context>()));
+    }
+}
+
+/// The capsule's destructor: a capsule no consumer took (its name unchanged; a consumer
+/// renames it `used_dltensor`) still owns its tensor.
+unsafe extern "C" fn drop_legacy(cap: *mut ffi::PyObject) {
+    // SAFETY: called by Python with the capsule; the name is compared, not kept.
+    unsafe {
+        if ffi::PyCapsule_IsValid(cap, LEGACY.as_ptr()) == 1 {
+            let m = ffi::PyCapsule_GetPointer(cap, LEGACY.as_ptr());
+            delete_legacy(m.cast());
+        }
+    }
+}
+
+/// As [`drop_legacy`], for a versioned capsule (`used_dltensor_versioned` once taken).
+unsafe extern "C" fn drop_versioned(cap: *mut ffi::PyObject) {
+    // SAFETY: as in `drop_legacy`.
+    unsafe {
+        if ffi::PyCapsule_IsValid(cap, VERSIONED.as_ptr()) == 1 {
+            let m = ffi::PyCapsule_GetPointer(cap, VERSIONED.as_ptr());
+            delete_versioned(m.cast());
+        }
+    }
+}
