@@ -206,6 +206,30 @@ pub(crate) fn device_tuple(py: Python<'_>, device: (i32, i32)) -> PyResult<Py<Py
     device.into_py_any(py)
 }
 
+/// What device memory `obj` says it is (`__cuda_array_interface__`, or a DLPack device
+/// other than the host's: `kDLCPU`, `kDLCUDAHost`, `kDLROCMHost`, `kDLCUDAManaged`), in
+/// words; `None` for host memory or an object that says nothing.
+pub(crate) fn device_memory(obj: &Bound<'_, PyAny>) -> Option<String> {
+    if obj.hasattr("__cuda_array_interface__").unwrap_or(false) {
+        return Some("CUDA device memory (__cuda_array_interface__)".into());
+    }
+    let dev: (i32, i32) = obj.call_method0("__dlpack_device__").ok()?.extract().ok()?;
+    let kind = match dev.0 {
+        DEVICE_CPU | 3 | 11 | 13 => return None,
+        2 => "CUDA",
+        4 => "OpenCL",
+        7 => "Vulkan",
+        8 => "Metal",
+        9 => "VPI",
+        10 => "ROCm",
+        14 => "oneAPI",
+        15 => "WebGPU",
+        16 => "Hexagon",
+        _ => "non-host",
+    };
+    Some(format!("{kind} device memory (DLPack device {dev:?})"))
+}
+
 /// The deleter a consumer calls when done (frees the tensor and lets the owner go). It
 /// may run without the GIL: the owner's reference is then released when the GIL is next
 /// held (PyO3's deferred decrement).

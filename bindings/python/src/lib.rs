@@ -421,6 +421,16 @@ impl Buf {
             let cause = PyErr::take(py)
                 .map(|e| e.to_string())
                 .unwrap_or_else(|| "no buffer".into());
+            if let Some(device) = dlpack::device_memory(obj) {
+                return Err(PyTypeError::new_err(format!(
+                    "{} is {device}: accio moves host memory here, and windows in GPU memory \
+                     are not built yet; copy it to the host first (cupy.asnumpy(x), x.cpu())",
+                    obj.get_type()
+                        .name()
+                        .map(|n| n.to_string())
+                        .unwrap_or_default()
+                )));
+            }
             return Err(PyTypeError::new_err(format!(
                 "expected a contiguous{} buffer (bytes, bytearray, memoryview, NumPy array, accio.Window), got {}: {cause}",
                 if writable { " writable" } else { "" },

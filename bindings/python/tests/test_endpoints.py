@@ -2,6 +2,7 @@
 
 import multiprocessing as mp
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -105,6 +106,32 @@ def test_a_window_exports_dlpack_views_that_keep_its_memory(shm_addr):
     del a, b, lst
     gc.collect()
     assert view[16:24].tolist() == [3] * 8 and (view[100:108] == 9).all()
+
+
+def test_gpu_memory_where_host_memory_is_expected_is_an_error_that_says_so(shm_addr):
+    class CudaArray:  # what CuPy and Numba arrays carry
+        __cuda_array_interface__ = {"shape": (8,), "typestr": "|u1", "data": (1 << 40, False), "version": 3}
+
+    class Tensor:  # a DLPack producer's device, as torch.Tensor on a GPU answers
+        def __init__(self, device):
+            self.device = device
+
+        def __dlpack_device__(self):
+            return self.device
+
+    a, b, lst = connected_pair(shm_addr)
+    win = b.register(4096, "rw")
+    for obj, text in [(CudaArray(), "CudaArray is CUDA device memory (__cuda_array_interface__)"),
+                      (Tensor((2, 1)), "Tensor is CUDA device memory (DLPack device (2, 1))"),
+                      (Tensor((10, 0)), "Tensor is ROCm device memory (DLPack device (10, 0))")]:
+        for call in (lambda: a.send(obj), lambda: a.vwrite_to(obj, win.offset)):
+            with pytest.raises(TypeError, match=re.escape(text) + ".*copy it to the host first"):
+                call()
+    # Host memory that has no buffer to give: the usual message.
+    with pytest.raises(TypeError, match="expected a contiguous buffer"):
+        a.send(Tensor((1, 0)))
+    for ep in (a, b):
+        ep.close()
 
 
 def test_send_recv_buffers_and_threads(shm_addr):
