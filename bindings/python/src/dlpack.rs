@@ -7,10 +7,14 @@
 //!
 //! The memory is host memory today (`kDLCPU`); a device window exports the same way with
 //! its device.
+//!
+//! And the consumer side, for host memory: an object with no buffer protocol but
+//! `__dlpack__` (a PyTorch CPU tensor, a JAX array) is taken as one contiguous byte range,
+//! [`Imported`], and handed back to its producer (the deleter) when the call is done.
 
 use std::ffi::{c_void, CStr};
 
-use pyo3::exceptions::PyBufferError;
+use pyo3::exceptions::{PyBufferError, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::{ffi, IntoPyObjectExt};
 
@@ -228,6 +232,126 @@ pub(crate) fn device_memory(obj: &Bound<'_, PyAny>) -> Option<String> {
         _ => "non-host",
     };
     Some(format!("{kind} device memory (DLPack device {dev:?})"))
+}
+
+/// Host memory taken from a DLPack producer: one contiguous byte range, held until drop,
+/// which calls the producer's deleter.
+pub(crate) struct Imported {
+    managed: *mut DLManagedTensor,
+    pub(crate) ptr: *mut u8,
+    pub(crate) len: usize,
+}
+
+// SAFETY: the producer keeps the memory valid until its deleter runs (the protocol's
+// promise); the deleter is called once, in `Drop`, with the GIL held.
+unsafe impl Send for Imported {}
+
+/// Most axes a tensor taken in may have (DLPack sets no limit; NumPy's is 64).
+const MAX_NDIM: i32 = 64;
+
+/// Takes `obj`'s memory through DLPack if it offers it on the host (`kDLCPU`,
+/// `kDLCUDAHost`): `None` if it has no `__dlpack__`. Refuses, naming `what` and the cause,
+/// a tensor that is not C-contiguous or whose element size is not whole bytes.
+pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Imported>> {
+    if !obj.hasattr("__dlpack__")? {
+        return Ok(None);
+    }
+    let py = obj.py();
+    let cap = obj.call_method0("__dlpack__")?;
+    // SAFETY: `cap` is a live object; a capsule of another name is refused here.
+    let managed = unsafe {
+        if ffi::PyCapsule_IsValid(cap.as_ptr(), LEGACY.as_ptr()) != 1 {
+            return Err(PyTypeError::new_err(format!(
+                "{what}: __dlpack__() gave no \"dltensor\" capsule"
+            )));
+        }
+        let m = ffi::PyCapsule_GetPointer(cap.as_ptr(), LEGACY.as_ptr()).cast::<DLManagedTensor>();
+        // From here the tensor is ours: renamed, the capsule no longer frees it.
+        if m.is_null() || ffi::PyCapsule_SetName(cap.as_ptr(), c"used_dltensor".as_ptr()) != 0 {
+            return Err(PyErr::take(py).unwrap_or_else(|| {
+                PyTypeError::new_err(format!("{what}: the DLPack capsule could not be taken"))
+            }));
+        }
+        m
+    };
+    // Held from here: an early return hands the tensor back to its producer.
+    let mut held = Imported {
+        managed,
+        ptr: std::ptr::null_mut(),
+        len: 0,
+    };
+    // SAFETY: the producer filled the tensor; it stays valid until its deleter runs.
+    let t = unsafe { &(*managed).dl_tensor };
+    let refuse = |cause: String| Err(PyTypeError::new_err(format!("{what}: {cause}")));
+    if !matches!(t.device.device_type, DEVICE_CPU | 3) {
+        return refuse(format!(
+            "DLPack device {:?} is not host memory",
+            (t.device.device_type, t.device.device_id)
+        ));
+    }
+    if !(0..=MAX_NDIM).contains(&t.ndim) || (t.ndim > 0 && t.shape.is_null()) {
+        return refuse(format!("a DLPack tensor of {} axes", t.ndim));
+    }
+    let bits = u64::from(t.dtype.bits) * u64::from(t.dtype.lanes);
+    if bits % 8 != 0 {
+        return refuse(format!("elements of {bits} bits are not whole bytes"));
+    }
+    let ndim = t.ndim as usize;
+    // SAFETY: the producer gives `ndim` extents (and strides, unless null).
+    let shape = unsafe { std::slice::from_raw_parts(t.shape, ndim) };
+    let strides = (!t.strides.is_null()).then(|| {
+        // SAFETY: non-null strides are `ndim` of them, as the producer gave.
+        unsafe { std::slice::from_raw_parts(t.strides, ndim) }
+    });
+    let mut elems: u64 = 1;
+    for &n in shape {
+        let Ok(n) = u64::try_from(n) else {
+            return refuse(format!("a DLPack tensor of shape {shape:?}"));
+        };
+        elems = match elems.checked_mul(n) {
+            Some(e) => e,
+            None => return refuse(format!("a DLPack tensor of shape {shape:?}")),
+        };
+    }
+    if let Some(strides) = strides.filter(|_| elems > 0) {
+        // C order: each axis steps over all later ones (axes of one element step anyhow,
+        // and a tensor of no elements has nothing to step over).
+        let mut want: i64 = 1;
+        for k in (0..ndim).rev() {
+            if shape[k] != 1 && strides[k] != want {
+                return refuse(format!(
+                    "a DLPack tensor of shape {shape:?} and strides {strides:?} (elements) is \
+                     not C-contiguous; pass a contiguous copy"
+                ));
+            }
+            want = want.saturating_mul(shape[k]);
+        }
+    }
+    let Some(len) = elems
+        .checked_mul(bits / 8)
+        .and_then(|b| usize::try_from(b).ok())
+        .filter(|&b| b <= isize::MAX as usize)
+    else {
+        return refuse(format!("a DLPack tensor of shape {shape:?} is too large"));
+    };
+    if len > 0 {
+        held.ptr = t.data.cast::<u8>().wrapping_add(t.byte_offset as usize);
+        held.len = len;
+    }
+    Ok(Some(held))
+}
+
+impl Drop for Imported {
+    fn drop(&mut self) {
+        let m = std::mem::replace(&mut self.managed, std::ptr::null_mut());
+        // SAFETY: taken from the capsule in `import`, handed back once; a producer's
+        // deleter may touch Python objects, so the GIL is held.
+        Python::attach(|_| unsafe {
+            if let Some(d) = (*m).deleter {
+                d(m);
+            }
+        });
+    }
 }
 
 /// The deleter a consumer calls when done (frees the tensor and lets the owner go). It

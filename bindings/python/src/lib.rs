@@ -389,14 +389,24 @@ fn signal_arg(side: &str, w: Option<(Int, Int)>) -> PyResult<Option<(u64, u64)>>
     .transpose()
 }
 
-/// A contiguous buffer of a Python object, held (exported) until dropped.
+/// A contiguous buffer of a Python object, held until dropped: exported through the
+/// buffer protocol, or taken through DLPack from an object that offers only that (a
+/// PyTorch CPU tensor).
 struct Buf {
-    view: Box<ffi::Py_buffer>,
+    ptr: *mut u8,
+    len: usize,
+    _hold: Hold,
 }
 
-// SAFETY: the exporter keeps the memory valid and in place until the view is released
-// (that is the buffer protocol's promise); the pointer may be used from any thread, and the
-// release in `Drop` happens with the GIL held.
+/// What keeps a [`Buf`]'s memory: released (the view) or handed back (the tensor) on drop.
+enum Hold {
+    View(Box<ffi::Py_buffer>),
+    DLPack { _tensor: dlpack::Imported },
+}
+
+// SAFETY: the exporter keeps the memory valid and in place until the view is released or
+// the tensor handed back (the buffer protocol's and DLPack's promise); the pointer may be
+// used from any thread, and the release in `Drop` happens with the GIL held.
 unsafe impl Send for Buf {}
 
 impl Buf {
@@ -416,61 +426,76 @@ impl Buf {
         // valid Py_buffer to fill. PyBUF_SIMPLE asks for one C-contiguous byte range; an
         // exporter that cannot give one fails with BufferError.
         let rc = unsafe { ffi::PyObject_GetBuffer(obj.as_ptr(), &mut *view, flags) };
-        if rc != 0 {
-            let py = obj.py();
-            let cause = PyErr::take(py)
-                .map(|e| e.to_string())
-                .unwrap_or_else(|| "no buffer".into());
-            if let Some(device) = dlpack::device_memory(obj) {
-                return Err(PyTypeError::new_err(format!(
-                    "{} is {device}: accio moves host memory here, and windows in GPU memory \
-                     are not built yet; copy it to the host first (cupy.asnumpy(x), x.cpu())",
-                    obj.get_type()
-                        .name()
-                        .map(|n| n.to_string())
-                        .unwrap_or_default()
-                )));
-            }
+        if rc == 0 {
+            return Ok(Buf {
+                ptr: view.buf.cast(),
+                len: view.len as usize,
+                _hold: Hold::View(view),
+            });
+        }
+        let py = obj.py();
+        let cause = PyErr::take(py)
+            .map(|e| e.to_string())
+            .unwrap_or_else(|| "no buffer".into());
+        let name = obj
+            .get_type()
+            .name()
+            .map(|n| n.to_string())
+            .unwrap_or_default();
+        if let Some(device) = dlpack::device_memory(obj) {
             return Err(PyTypeError::new_err(format!(
-                "expected a contiguous{} buffer (bytes, bytearray, memoryview, NumPy array, accio.Window), got {}: {cause}",
-                if writable { " writable" } else { "" },
-                obj.get_type().name().map(|n| n.to_string()).unwrap_or_default()
+                "{name} is {device}: accio moves host memory here, and windows in GPU memory \
+                 are not built yet; copy it to the host first (cupy.asnumpy(x), x.cpu())"
             )));
         }
-        Ok(Buf { view })
+        if let Some(t) = dlpack::import(obj, &name)? {
+            return Ok(Buf {
+                ptr: t.ptr,
+                len: t.len,
+                _hold: Hold::DLPack { _tensor: t },
+            });
+        }
+        Err(PyTypeError::new_err(format!(
+            "expected a contiguous{} buffer (bytes, bytearray, memoryview, NumPy array, a \
+             DLPack tensor, accio.Window), got {name}: {cause}",
+            if writable { " writable" } else { "" },
+        )))
     }
 
     fn len(&self) -> usize {
-        self.view.len as usize
+        self.len
     }
 
     fn as_slice(&self) -> &[u8] {
-        if self.len() == 0 {
+        if self.len == 0 {
             return &[];
         }
-        // SAFETY: buf/len describe the exported contiguous range, valid until release.
-        unsafe { std::slice::from_raw_parts(self.view.buf as *const u8, self.len()) }
+        // SAFETY: ptr/len describe the held contiguous range, valid until release.
+        unsafe { std::slice::from_raw_parts(self.ptr, self.len) }
     }
 
-    /// The range, mutable. Only for buffers exported with `writable`.
+    /// The range, mutable. Only for buffers taken with `writable` (or through DLPack,
+    /// whose legacy capsules say nothing of rights).
     #[allow(clippy::mut_from_ref)]
     fn as_mut_slice(&self) -> &mut [u8] {
-        if self.len() == 0 {
+        if self.len == 0 {
             return &mut [];
         }
         // SAFETY: exported writable; Python code racing with the call on the same memory
         // is the caller's business, as with any buffer-protocol consumer.
-        unsafe { std::slice::from_raw_parts_mut(self.view.buf as *mut u8, self.len()) }
+        unsafe { std::slice::from_raw_parts_mut(self.ptr, self.len) }
     }
 }
 
-impl Drop for Buf {
+impl Drop for Hold {
     fn drop(&mut self) {
-        Python::attach(|_| {
-            // SAFETY: the view was filled by a successful PyObject_GetBuffer and is released
-            // once, with the GIL held.
-            unsafe { ffi::PyBuffer_Release(&mut *self.view) };
-        });
+        if let Hold::View(view) = self {
+            Python::attach(|_| {
+                // SAFETY: the view was filled by a successful PyObject_GetBuffer and is
+                // released once, with the GIL held.
+                unsafe { ffi::PyBuffer_Release(&mut **view) };
+            });
+        }
     }
 }
 

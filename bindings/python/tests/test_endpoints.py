@@ -134,6 +134,49 @@ def test_gpu_memory_where_host_memory_is_expected_is_an_error_that_says_so(shm_a
         ep.close()
 
 
+class DLPackOnly:
+    """A tensor that offers DLPack and no buffer protocol, as a PyTorch CPU tensor does."""
+
+    def __init__(self, array):
+        self.array = array
+
+    def __dlpack__(self, **kw):
+        return self.array.__dlpack__(**kw)
+
+    def __dlpack_device__(self):
+        return self.array.__dlpack_device__()
+
+
+def test_host_tensors_that_offer_only_dlpack_are_sent_and_received_in_place(shm_addr):
+    a, b, lst = connected_pair(shm_addr)
+    src = np.arange(512, dtype=np.float64).reshape(16, 32)
+    a.send(DLPackOnly(src))
+    out = np.zeros((16, 32))
+    b.recv_into(DLPackOnly(out), timeout=5)  # lands in `out` itself
+    np.testing.assert_array_equal(out, src)
+    win = b.register(8192, "rw")
+    a.vwrite_to(DLPackOnly(src[3]), win.offset + 64)
+    np.testing.assert_array_equal(np.frombuffer(win, dtype=np.float64, count=32, offset=64), src[3])
+    # One element, no axes, and nothing at all.
+    a.send(DLPackOnly(np.array(2.5, dtype=np.float32)))
+    assert np.frombuffer(b.recv(timeout=5), dtype=np.float32)[0] == 2.5
+    a.send(DLPackOnly(np.zeros((0, 4))))
+    assert b.recv(timeout=5) == b""
+    # A strided view is refused, saying why, and nothing is sent.
+    with pytest.raises(TypeError, match=r"DLPackOnly: a DLPack tensor of shape \[16\] and strides \[2\].*not C-contiguous"):
+        a.send(DLPackOnly(src[0, ::2]))
+    # Many in a row: each tensor is handed back to its producer (NumPy frees it).
+    import sys
+
+    before = sys.getrefcount(src)
+    for _ in range(2000):
+        a.send(DLPackOnly(src))
+        b.recv_into(out, timeout=5)
+    assert sys.getrefcount(src) == before
+    for ep in (a, b):
+        ep.close()
+
+
 def test_send_recv_buffers_and_threads(shm_addr):
     a, b, lst = connected_pair(shm_addr)
     a.send(b"hello")
