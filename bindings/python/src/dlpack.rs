@@ -306,11 +306,13 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Impo
     let mut elems: u64 = 1;
     for &n in shape {
         let Ok(n) = u64::try_from(n) else {
-            return refuse(format!("a DLPack tensor of shape {shape:?}"));
+            return refuse(format!(
+                "a DLPack tensor of shape {shape:?}: a negative extent"
+            ));
         };
         elems = match elems.checked_mul(n) {
             Some(e) => e,
-            None => return refuse(format!("a DLPack tensor of shape {shape:?}")),
+            None => return refuse(format!("a DLPack tensor of shape {shape:?} is too large")),
         };
     }
     if let Some(strides) = strides.filter(|_| elems > 0) {

@@ -177,6 +177,71 @@ def test_host_tensors_that_offer_only_dlpack_are_sent_and_received_in_place(shm_
         ep.close()
 
 
+def _dlpack_capsule(shape, strides=None, bits=8, lanes=1, device=(1, 0), ndim=None, freed=None):
+    """A legacy DLPack capsule over a 64-byte host buffer, made by hand (ctypes), for
+    producers that lie; `freed` counts deleter calls."""
+    import ctypes
+
+    class Tensor(ctypes.Structure):
+        _fields_ = [("data", ctypes.c_void_p), ("device_type", ctypes.c_int32), ("device_id", ctypes.c_int32),
+                    ("ndim", ctypes.c_int32), ("code", ctypes.c_uint8), ("bits", ctypes.c_uint8),
+                    ("lanes", ctypes.c_uint16), ("shape", ctypes.POINTER(ctypes.c_int64)),
+                    ("strides", ctypes.POINTER(ctypes.c_int64)), ("byte_offset", ctypes.c_uint64)]
+
+    Deleter = ctypes.CFUNCTYPE(None, ctypes.c_void_p)
+
+    class Managed(ctypes.Structure):
+        _fields_ = [("t", Tensor), ("ctx", ctypes.c_void_p), ("deleter", Deleter)]
+
+    keep = {"buf": ctypes.create_string_buffer(64), "shape": (ctypes.c_int64 * max(len(shape), 1))(*shape)}
+    if strides is not None:
+        keep["strides"] = (ctypes.c_int64 * max(len(strides), 1))(*strides)
+    keep["deleter"] = Deleter(lambda _m: freed.append(1) if freed is not None else None)
+    m = Managed(Tensor(ctypes.cast(keep["buf"], ctypes.c_void_p), device[0], device[1],
+                       len(shape) if ndim is None else ndim, 1, bits, lanes, keep["shape"],
+                       keep.get("strides"), 0), None, keep["deleter"])
+    keep["m"] = m
+    new = ctypes.pythonapi.PyCapsule_New
+    new.restype, new.argtypes = ctypes.py_object, [ctypes.c_void_p, ctypes.c_char_p, ctypes.c_void_p]
+    return new(ctypes.addressof(m), b"dltensor", None), keep
+
+
+def test_a_dlpack_producer_that_lies_gets_a_clear_error_and_its_tensor_back(shm_addr):
+    class Lying:
+        def __init__(self, **kw):
+            self.freed = []
+            self.cap, self.keep = _dlpack_capsule(freed=self.freed, **kw)
+
+        def __dlpack__(self, **kw):
+            return self.cap
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    a, b, lst = connected_pair(shm_addr)
+    ok = Lying(shape=[8], bits=64)
+    a.send(ok)
+    assert len(b.recv(timeout=5)) == 64 and ok.freed == [1]
+    for kw, text in [
+        (dict(shape=[-1]), r"a DLPack tensor of shape \[-1\]: a negative extent"),
+        (dict(shape=[1 << 40, 1 << 40]), r"a DLPack tensor of shape \[1099511627776, 1099511627776\] is too large"),
+        (dict(shape=[1 << 62], bits=64), r"a DLPack tensor of shape \[4611686018427387904\] is too large"),
+        (dict(shape=[2], ndim=100), r"a DLPack tensor of 100 axes"),
+        (dict(shape=[2], ndim=-3), r"a DLPack tensor of -3 axes"),
+        (dict(shape=[4], bits=12), r"elements of 12 bits are not whole bytes"),
+        (dict(shape=[4, 2], strides=[1, 4]), r"a DLPack tensor of shape \[4, 2\] and strides \[1, 4\] \(elements\) is not C-contiguous"),
+        (dict(shape=[4], device=(2, 0)), r"DLPack device \(2, 0\) is not host memory"),
+    ]:
+        lying = Lying(**kw)
+        if kw.get("device"):
+            lying.__dlpack_device__ = lambda: (1, 0)  # says host, gives a GPU tensor
+        with pytest.raises(TypeError, match="Lying: " + text):
+            a.send(lying)
+        assert lying.freed == [1], kw
+    for ep in (a, b):
+        ep.close()
+
+
 def test_send_recv_buffers_and_threads(shm_addr):
     a, b, lst = connected_pair(shm_addr)
     a.send(b"hello")
