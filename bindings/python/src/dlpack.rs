@@ -337,6 +337,9 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Impo
         return refuse(format!("a DLPack tensor of shape {shape:?} is too large"));
     };
     if len > 0 {
+        if t.data.is_null() {
+            return refuse(format!("a DLPack tensor of {len} bytes at address 0"));
+        }
         held.ptr = t.data.cast::<u8>().wrapping_add(t.byte_offset as usize);
         held.len = len;
     }

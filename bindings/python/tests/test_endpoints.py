@@ -177,7 +177,7 @@ def test_host_tensors_that_offer_only_dlpack_are_sent_and_received_in_place(shm_
         ep.close()
 
 
-def _dlpack_capsule(shape, strides=None, bits=8, lanes=1, device=(1, 0), ndim=None, freed=None):
+def _dlpack_capsule(shape, strides=None, bits=8, lanes=1, device=(1, 0), ndim=None, null=False, freed=None):
     """A legacy DLPack capsule over a 64-byte host buffer, made by hand (ctypes), for
     producers that lie; `freed` counts deleter calls."""
     import ctypes
@@ -194,10 +194,11 @@ def _dlpack_capsule(shape, strides=None, bits=8, lanes=1, device=(1, 0), ndim=No
         _fields_ = [("t", Tensor), ("ctx", ctypes.c_void_p), ("deleter", Deleter)]
 
     keep = {"buf": ctypes.create_string_buffer(64), "shape": (ctypes.c_int64 * max(len(shape), 1))(*shape)}
+    data = None if null else ctypes.cast(keep["buf"], ctypes.c_void_p)
     if strides is not None:
         keep["strides"] = (ctypes.c_int64 * max(len(strides), 1))(*strides)
     keep["deleter"] = Deleter(lambda _m: freed.append(1) if freed is not None else None)
-    m = Managed(Tensor(ctypes.cast(keep["buf"], ctypes.c_void_p), device[0], device[1],
+    m = Managed(Tensor(data, device[0], device[1],
                        len(shape) if ndim is None else ndim, 1, bits, lanes, keep["shape"],
                        keep.get("strides"), 0), None, keep["deleter"])
     keep["m"] = m
@@ -231,6 +232,7 @@ def test_a_dlpack_producer_that_lies_gets_a_clear_error_and_its_tensor_back(shm_
         (dict(shape=[4], bits=12), r"elements of 12 bits are not whole bytes"),
         (dict(shape=[4, 2], strides=[1, 4]), r"a DLPack tensor of shape \[4, 2\] and strides \[1, 4\] \(elements\) is not C-contiguous"),
         (dict(shape=[4], device=(2, 0)), r"DLPack device \(2, 0\) is not host memory"),
+        (dict(shape=[4], null=True), r"a DLPack tensor of 4 bytes at address 0"),
     ]:
         lying = Lying(**kw)
         if kw.get("device"):
