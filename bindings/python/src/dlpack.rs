@@ -168,11 +168,15 @@ pub(crate) unsafe fn capsule(
             let m = Box::into_raw(Box::new(DLManagedTensorVersioned {
                 version: DLPackVersion { major: 1, minor: 0 },
                 manager_ctx: ctx.cast(),
-                deleter: Some(delete_versioned),
+                deleter: Some(delete::<DLManagedTensorVersioned>),
                 flags: if read_only { FLAG_READ_ONLY } else { 0 },
                 dl_tensor: tensor,
             }));
-            (m.cast(), VERSIONED, Some(drop_versioned))
+            (
+                m.cast(),
+                VERSIONED,
+                Some(drop_capsule::<DLManagedTensorVersioned>),
+            )
         } else {
             if read_only {
                 // SAFETY: `ctx` came from Box::into_raw above and is not shared yet.
@@ -184,9 +188,9 @@ pub(crate) unsafe fn capsule(
             let m = Box::into_raw(Box::new(DLManagedTensor {
                 dl_tensor: tensor,
                 manager_ctx: ctx.cast(),
-                deleter: Some(delete_legacy),
+                deleter: Some(delete::<DLManagedTensor>),
             }));
-            (m.cast(), LEGACY, Some(drop_legacy))
+            (m.cast(), LEGACY, Some(drop_capsule::<DLManagedTensor>))
         };
     // SAFETY: `raw` is a non-null pointer the capsule owns from now on; the name is static.
     let cap = unsafe { ffi::PyCapsule_New(raw, name.as_ptr(), destructor) };
@@ -194,9 +198,9 @@ pub(crate) unsafe fn capsule(
         // SAFETY: the capsule was not made: the tensor is still ours to free.
         unsafe {
             if req.versioned {
-                delete_versioned(raw.cast());
+                delete::<DLManagedTensorVersioned>(raw.cast());
             } else {
-                delete_legacy(raw.cast());
+                delete::<DLManagedTensor>(raw.cast());
             }
         }
         return Err(PyErr::fetch(py));
@@ -359,10 +363,31 @@ impl Drop for Imported {
     }
 }
 
+/// The two kinds of managed tensor a capsule carries: each knows its context and the
+/// capsule name it travels under.
+trait Managed {
+    const NAME: &'static CStr;
+    fn context(&self) -> *mut c_void;
+}
+
+impl Managed for DLManagedTensor {
+    const NAME: &'static CStr = LEGACY;
+    fn context(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
+impl Managed for DLManagedTensorVersioned {
+    const NAME: &'static CStr = VERSIONED;
+    fn context(&self) -> *mut c_void {
+        self.manager_ctx
+    }
+}
+
 /// The deleter a consumer calls when done (frees the tensor and lets the owner go). It
 /// may run without the GIL: the owner's reference is then released when the GIL is next
 /// held (PyO3's deferred decrement).
-unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
+unsafe extern "C" fn delete<M: Managed>(m: *mut M) {
     if m.is_null() {
         return;
     }
@@ -370,41 +395,18 @@ unsafe extern "C" fn delete_legacy(m: *mut DLManagedTensor) {
     // once; its context likewise.
     unsafe {
         let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<Context>()));
-    }
-}
-
-/// As [`delete_legacy`], for the versioned tensor.
-unsafe extern "C" fn delete_versioned(m: *mut DLManagedTensorVersioned) {
-    if m.is_null() {
-        return;
-    }
-    // SAFETY: as in `delete_legacy`.
-    unsafe {
-        let m = Box::from_raw(m);
-        drop(Box::from_raw(m.manager_ctx.cast::<Context>()));
+        drop(Box::from_raw(m.context().cast::<Context>()));
     }
 }
 
 /// The capsule's destructor: a capsule no consumer took (its name unchanged; a consumer
-/// renames it `used_dltensor`) still owns its tensor.
-unsafe extern "C" fn drop_legacy(cap: *mut ffi::PyObject) {
+/// renames it `used_dltensor` or `used_dltensor_versioned`) still owns its tensor.
+unsafe extern "C" fn drop_capsule<M: Managed>(cap: *mut ffi::PyObject) {
     // SAFETY: called by Python with the capsule; the name is compared, not kept.
     unsafe {
-        if ffi::PyCapsule_IsValid(cap, LEGACY.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(cap, LEGACY.as_ptr());
-            delete_legacy(m.cast());
-        }
-    }
-}
-
-/// As [`drop_legacy`], for a versioned capsule (`used_dltensor_versioned` once taken).
-unsafe extern "C" fn drop_versioned(cap: *mut ffi::PyObject) {
-    // SAFETY: as in `drop_legacy`.
-    unsafe {
-        if ffi::PyCapsule_IsValid(cap, VERSIONED.as_ptr()) == 1 {
-            let m = ffi::PyCapsule_GetPointer(cap, VERSIONED.as_ptr());
-            delete_versioned(m.cast());
+        if ffi::PyCapsule_IsValid(cap, M::NAME.as_ptr()) == 1 {
+            let m = ffi::PyCapsule_GetPointer(cap, M::NAME.as_ptr());
+            delete::<M>(m.cast());
         }
     }
 }
