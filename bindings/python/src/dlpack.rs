@@ -88,15 +88,18 @@ struct Context {
 /// A `__dlpack__` request, checked: which capsule to make.
 pub(crate) struct Request {
     versioned: bool,
+    read_only: bool,
 }
 
 impl Request {
-    /// Checks the arguments of `__dlpack__` for memory on `device` (`(type, id)`): a stream
-    /// only for device memory, `dl_device` this device, no copy asked (the object exports
-    /// its own memory); `max_version` of 1 or more gets a versioned capsule.
+    /// Checks the arguments of `__dlpack__` for memory on `device` (`(type, id)`), read-only
+    /// or not: a stream only for device memory, `dl_device` this device, no copy asked (the
+    /// object exports its own memory); `max_version` of 1 or more gets a versioned capsule,
+    /// which read-only memory needs (a legacy one cannot say so).
     pub(crate) fn check(
         what: &str,
         device: (i32, i32),
+        read_only: bool,
         stream: Option<&Bound<'_, PyAny>>,
         max_version: Option<(u32, u32)>,
         dl_device: Option<(i32, i32)>,
@@ -120,8 +123,16 @@ impl Request {
                 "{what}.__dlpack__: copy=True: it exports its own memory, never a copy"
             )));
         }
+        let versioned = max_version.is_some_and(|(major, _)| major >= 1);
+        if read_only && !versioned {
+            return Err(PyBufferError::new_err(format!(
+                "{what}.__dlpack__: its memory is read-only, which only a DLPack 1.0 \
+                 consumer (max_version) is told"
+            )));
+        }
         Ok(Request {
-            versioned: max_version.is_some_and(|(major, _)| major >= 1),
+            versioned,
+            read_only,
         })
     }
 }
@@ -130,8 +141,8 @@ impl Request {
 /// unsigned bytes, which keeps `owner` alive until the consumer is done with it.
 ///
 /// # Safety
-/// The `len` bytes at `ptr` must stay valid (and writable unless `read_only`) for as long
-/// as `owner` lives.
+/// The `len` bytes at `ptr` must stay valid (and writable unless the request said
+/// read-only) for as long as `owner` lives.
 pub(crate) unsafe fn capsule(
     py: Python<'_>,
     req: Request,
@@ -139,7 +150,6 @@ pub(crate) unsafe fn capsule(
     ptr: *mut c_void,
     len: usize,
     device: (i32, i32),
-    read_only: bool,
 ) -> PyResult<Py<PyAny>> {
     let ctx = Box::into_raw(Box::new(Context {
         shape: [len as i64],
@@ -169,7 +179,7 @@ pub(crate) unsafe fn capsule(
                 version: DLPackVersion { major: 1, minor: 0 },
                 manager_ctx: ctx.cast(),
                 deleter: Some(delete::<DLManagedTensorVersioned>),
-                flags: if read_only { FLAG_READ_ONLY } else { 0 },
+                flags: if req.read_only { FLAG_READ_ONLY } else { 0 },
                 dl_tensor: tensor,
             }));
             (
@@ -178,13 +188,6 @@ pub(crate) unsafe fn capsule(
                 Some(drop_capsule::<DLManagedTensorVersioned>),
             )
         } else {
-            if read_only {
-                // SAFETY: `ctx` came from Box::into_raw above and is not shared yet.
-                drop(unsafe { Box::from_raw(ctx) });
-                return Err(PyBufferError::new_err(
-                    "__dlpack__: read-only memory needs a DLPack 1.0 consumer (max_version)",
-                ));
-            }
             let m = Box::into_raw(Box::new(DLManagedTensor {
                 dl_tensor: tensor,
                 manager_ctx: ctx.cast(),

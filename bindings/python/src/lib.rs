@@ -997,9 +997,17 @@ impl Window {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let device = (dlpack::DEVICE_CPU, 0);
-        let req = dlpack::Request::check("Window", device, stream, max_version, dl_device, copy)?;
         let w = &slf.get().inner;
         let read_only = !w.view().region().is_writable();
+        let req = dlpack::Request::check(
+            "Window",
+            device,
+            read_only,
+            stream,
+            max_version,
+            dl_device,
+            copy,
+        )?;
         // SAFETY: the memory stays mapped as long as the Window lives, which the capsule
         // keeps alive; it is writable unless its region says otherwise.
         unsafe {
@@ -1010,7 +1018,6 @@ impl Window {
                 w.as_ptr().cast(),
                 w.len(),
                 device,
-                read_only,
             )
         }
     }

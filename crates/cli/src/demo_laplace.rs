@@ -289,11 +289,13 @@ fn rank_main(a: &LaplaceArgs, w: &World) -> anyhow::Result<()> {
     report(a, &decomp, &all, verified)
 }
 
-/// Whether every rank of this node has a core of its own; if so and `bind`, pins this rank
-/// to the core of its place among the node's ranks. Ranks a launcher already pinned
-/// (`accio run`, `mpirun --bind-to core`: each record names one CPU, no two the same) have
-/// a core each and stay where they are.
+/// Whether every rank of this node has a core of its own (the world is not
+/// [oversubscribed](World::oversubscribed)); if so and `bind`, pins this rank to the core
+/// of its place among the node's ranks. Ranks a launcher already pinned (`accio run`,
+/// `mpirun --bind-to core`: each record names one CPU, no two the same) stay where they
+/// are.
 fn place(w: &World, bind: bool) -> anyhow::Result<bool> {
+    let own_core = !w.oversubscribed();
     let node = w.node_ranks();
     let mut pinned: Vec<usize> = node
         .iter()
@@ -301,15 +303,14 @@ fn place(w: &World, bind: bool) -> anyhow::Result<bool> {
         .collect();
     pinned.sort_unstable();
     pinned.dedup();
-    if pinned.len() == node.len() {
-        return Ok(true);
+    if !own_core || !bind || pinned.len() == node.len() {
+        return Ok(own_core);
     }
     let cpus = crate::cpus::allowed().context("reading this rank's CPUs")?;
-    let own_core = node.len() <= cpus.len();
-    if own_core && bind {
-        let k = node.iter().position(|&r| r == w.rank()).unwrap_or(0);
-        crate::cpus::pin(cpus[k])
-            .with_context(|| format!("pinning rank {} to CPU {}", w.rank(), cpus[k]))?;
+    let k = node.iter().position(|&r| r == w.rank()).unwrap_or(0);
+    // The ranks' CPUs together are enough; this rank's own may be fewer.
+    if let Some(&cpu) = cpus.get(k) {
+        crate::cpus::pin(cpu).with_context(|| format!("pinning rank {} to CPU {cpu}", w.rank()))?;
     }
     Ok(own_core)
 }

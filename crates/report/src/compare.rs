@@ -304,19 +304,17 @@ impl Comparison<'_> {
                     c.new.unit.to_string(),
                     median_range(&c.old.summary),
                     median_range(&c.new.summary),
-                    match (c.verdict, c.machine) {
-                        (Verdict::Same, _) => "within noise".into(),
-                        (Verdict::TooFew, _) => format!(
+                    match (c.verdict, c.machine, c.with_ceiling) {
+                        (Verdict::Same, _, _) => "within noise".into(),
+                        (Verdict::TooFew, _, _) => format!(
                             "{} (n={}, not judged)",
                             c.words(),
                             c.old.summary.n.min(c.new.summary.n)
                         ),
-                        (_, true) => format!("{} (machine)", c.words()),
-                        _ if c.with_ceiling.is_some() => format!(
-                            "{} (ceiling {})",
-                            c.words(),
-                            c.words_of(c.with_ceiling.unwrap_or(1.0))
-                        ),
+                        (_, true, _) => format!("{} (machine)", c.words()),
+                        (_, _, Some(ceiling)) => {
+                            format!("{} (ceiling {})", c.words(), c.words_of(ceiling))
+                        }
                         _ if differed => format!("{} (machine differed)", c.words()),
                         _ => c.words(),
                     },

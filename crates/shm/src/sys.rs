@@ -72,27 +72,26 @@ pub fn membarrier_registered(wait: Duration) -> bool {
         .compare_exchange(NOT_ASKED, UNDER_WAY, AcqRel, Acquire)
         .is_ok()
     {
-        if threads_here() == Some(1) {
-            // Alone in its process, the kernel answers at once: no thread needed (one
-            // would itself make the process one of several threads).
+        // The registration's outcome, noted for every later call.
+        let register = || {
             let done = if register_membarrier() {
                 REGISTERED
             } else {
                 REFUSED
             };
             MEMBARRIER.store(done, Release);
-            return done == REGISTERED;
+            done == REGISTERED
+        };
+        if threads_here() == Some(1) {
+            // Alone in its process, the kernel answers at once: no thread needed (one
+            // would itself make the process one of several threads).
+            return register();
         }
         let started = std::thread::Builder::new()
             .name("accio-membarrier".into())
             .stack_size(64 << 10)
-            .spawn(|| {
-                let done = if register_membarrier() {
-                    REGISTERED
-                } else {
-                    REFUSED
-                };
-                MEMBARRIER.store(done, Release);
+            .spawn(move || {
+                register();
                 // Under the lock, so that a waiter that saw UNDER_WAY is waiting by now.
                 let _held = MEMBARRIER_LOCK.lock();
                 MEMBARRIER_DONE.notify_all();
