@@ -209,9 +209,21 @@ impl DeviceBench {
             ));
         }
         let memory_copy = gpu.memory_copy_gbps();
+        let l2 = gpu.l2_bytes();
+        if let Some(l2) = l2.filter(|_| {
+            self.tests.iter().any(|t| t.copy == copy::Copy::DeviceToDevice)
+                && self.sizes.iter().any(|&s| !copy::memory_bound(s, l2))
+        }) {
+            events(Event::Note(&format!(
+                "device→device copies whose two buffers fit the GPU's L2 cache ({}) stand \
+                 without the memory's copy rate as ceiling: the cache serves them faster",
+                format_size(l2)
+            )));
+        }
         for &test in &self.tests {
             for &size in &self.sizes {
                 self.check_stop()?;
+                let memory_copy = memory_copy.filter(|_| copy::memory_bound(size, l2));
                 let copies = copies_per_pass(size);
                 gpu.pass(test, size as usize, copies)?;
                 let secs = (0..self.passes)

@@ -222,6 +222,15 @@ pub fn memory_copy_gbps(clock_khz: u64, bus_bits: u64) -> Option<f64> {
     Some(bandwidth / 2.0 / 1e9)
 }
 
+/// Whether a device→device copy of `size` bytes is bound by device memory: its source and
+/// destination together exceed the GPU's L2 cache (`l2_bytes`, unknown: assume so). Below
+/// that the copy can run from the cache, faster than the memory's copy rate (an H200's
+/// 60 MB L2 holds both 16 MiB buffers, and 16 MiB copies ran at 107% of it), so the memory's
+/// rate is no ceiling there.
+pub fn memory_bound(size: u64, l2_bytes: Option<u64>) -> bool {
+    l2_bytes.is_none_or(|l2| size.saturating_mul(2) > l2)
+}
+
 /// The figure of one bandwidth test at one size: `pass_secs` are the passes' event times,
 /// each moving `copies` copies of `size` bytes (both directions counted for
 /// [`Copy::Bidirectional`]). The ceiling: the link for host copies (twice it both ways at
@@ -414,6 +423,17 @@ mod tests {
         let g = memory_copy_gbps(2_619_000, 5120).unwrap();
         assert!((g - 1676.16).abs() < 0.01, "{g}");
         assert_eq!(memory_copy_gbps(0, 5120), None);
+    }
+
+    #[test]
+    fn small_device_copies_that_fit_the_l2_cache_have_no_memory_ceiling() {
+        let h200_l2 = Some(60 << 20);
+        assert!(!memory_bound(16 << 20, h200_l2));
+        assert!(!memory_bound(30 << 20, h200_l2));
+        assert!(memory_bound((30 << 20) + 1, h200_l2));
+        assert!(memory_bound(64 << 20, h200_l2));
+        assert!(memory_bound(4096, None));
+        assert!(memory_bound(u64::MAX, Some(1)));
     }
 
     #[test]

@@ -147,6 +147,9 @@ pub(crate) struct Gpu {
     /// The last value the ping word took (values only grow, so a wait never sees an old
     /// one).
     seq: u32,
+    /// A stream that did not drain in time waits on the GPU still: nothing more is
+    /// enqueued, and [`Drop`] leaks the resources instead of waiting for ever.
+    wedged: bool,
 }
 
 /// Byte offset of the pong word in the flag page.
@@ -154,6 +157,9 @@ const PONG: usize = 128;
 
 /// How long the host waits for the GPU's answer in a flag round trip before giving up.
 const FLAG_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// Flag round trips enqueued at a time (see [`Gpu::flag_pass`]).
+const FLAG_BATCH: u32 = 8;
 
 impl Gpu {
     /// Opens GPU `ordinal` with buffers of `len` bytes.
@@ -177,6 +183,7 @@ impl Gpu {
                 flags: std::ptr::null_mut(),
                 flags_dev: 0,
                 seq: 0,
+                wedged: false,
             };
             // SAFETY: each call gets a valid out-pointer into `g`, whose Drop releases
             // whatever was created if a later call fails. The context is made current
@@ -237,6 +244,17 @@ impl Gpu {
             .ok()
             .flatten()
             .and_then(|(c, w)| crate::copy::memory_copy_gbps(c, w))
+    }
+
+    /// The GPU's L2 cache in bytes, where the driver says.
+    pub(crate) fn l2_bytes(&self) -> Option<u64> {
+        let mut v: c_int = 0;
+        let a = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE;
+        // SAFETY: `self.dev` is a valid device; `v` a valid out-pointer.
+        no_panic(|| Ok(unsafe { sys::cuDeviceGetAttribute(&mut v, a, self.dev) }))
+            .ok()
+            .filter(|&r| r == CUresult::CUDA_SUCCESS && v > 0)
+            .map(|_| v as u64)
     }
 
     /// The host buffer of `host` memory for stream `k`'s copies.
@@ -349,30 +367,26 @@ impl Gpu {
     /// pinned memory reaches a value (`cuStreamWaitValue32`: the GPU polls host memory over
     /// PCIe), then writes it to the pong word (`cuStreamWriteValue32`); the host writes
     /// ping and spins on pong, `copies` times. Returns the host's wall time in seconds.
+    ///
+    /// The operations are enqueued [`FLAG_BATCH`] round trips at a time, and those round
+    /// trips run before the next batch is enqueued: enqueueing them all first deadlocks
+    /// once the stream's command queue is full (the enqueue blocks until the GPU moves on,
+    /// and the GPU waits for a ping the host has not written yet: seen on an H200 with
+    /// 1000 round trips). A GPU that never answers costs [`FLAG_TIMEOUT`] and an error,
+    /// never a hang: the stream is drained with a bounded wait, and one that does not drain
+    /// marks the GPU wedged (nothing more is enqueued, and its drop leaks rather than
+    /// waits).
     pub(crate) fn flag_pass(&mut self, copies: u64) -> Result<f64> {
         use std::sync::atomic::{AtomicU32, Ordering};
+        if self.wedged {
+            return Err(Error::Argument(
+                "flag round trip: the GPU's stream is still waiting from an earlier pass".into(),
+            ));
+        }
         no_panic(|| {
             let s0 = self.streams[0];
-            let base = self.seq;
             let n = copies.min(u64::from(u32::MAX / 4)) as u32;
             let geq = sys::CUstreamWaitValue_flags_enum::CU_STREAM_WAIT_VALUE_GEQ as u32;
-            // SAFETY: the context is `self`'s; both words lie in the flag page that `self`
-            // owns, mapped for the device at `flags_dev`; the stream is synchronized
-            // before the pass returns, also on a timeout (the final ping releases every
-            // wait).
-            unsafe {
-                check("cuCtxSetCurrent", sys::cuCtxSetCurrent(self.ctx))?;
-                for k in 1..=n {
-                    check(
-                        "cuStreamWaitValue32",
-                        sys::cuStreamWaitValue32_v2(s0, self.flags_dev, base + k, geq),
-                    )?;
-                    check(
-                        "cuStreamWriteValue32",
-                        sys::cuStreamWriteValue32_v2(s0, self.flags_dev + PONG as u64, base + k, 0),
-                    )?;
-                }
-            }
             // SAFETY: the page is 2 * PONG bytes, aligned to a page; both words are
             // 4-byte aligned and only ever accessed atomically on the host.
             let (ping, pong) = unsafe {
@@ -381,27 +395,56 @@ impl Gpu {
                     &*((self.flags as *const u8).add(PONG) as *const AtomicU32),
                 )
             };
-            let t = Instant::now();
+            // SAFETY: the context is `self`'s.
+            check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })?;
+            let mut secs = 0.0;
+            let mut done = 0u32;
             let mut answered = true;
-            'outer: for k in 1..=n {
-                ping.store(base + k, Ordering::Release);
-                let asked = Instant::now();
-                while pong.load(Ordering::Acquire) != base + k {
-                    std::hint::spin_loop();
-                    if asked.elapsed() > FLAG_TIMEOUT {
-                        answered = false;
-                        break 'outer;
+            while done < n && answered {
+                let batch = (n - done).min(FLAG_BATCH);
+                let base = self.seq;
+                // SAFETY: both words lie in the flag page that `self` owns, mapped for
+                // the device at `flags_dev`; the stream is drained (or the GPU marked
+                // wedged) before this pass returns.
+                unsafe {
+                    for k in 1..=batch {
+                        check(
+                            "cuStreamWaitValue32",
+                            sys::cuStreamWaitValue32_v2(s0, self.flags_dev, base + k, geq),
+                        )?;
+                        check(
+                            "cuStreamWriteValue32",
+                            sys::cuStreamWriteValue32_v2(
+                                s0,
+                                self.flags_dev + PONG as u64,
+                                base + k,
+                                0,
+                            ),
+                        )?;
                     }
                 }
+                let t = Instant::now();
+                for k in 1..=batch {
+                    ping.store(base + k, Ordering::Release);
+                    let asked = Instant::now();
+                    while pong.load(Ordering::Acquire) != base + k {
+                        std::hint::spin_loop();
+                        if asked.elapsed() > FLAG_TIMEOUT {
+                            answered = false;
+                            break;
+                        }
+                    }
+                    if !answered {
+                        break;
+                    }
+                }
+                secs += t.elapsed().as_secs_f64();
+                // Release every wait of the batch still queued (values only grow).
+                ping.store(base + batch, Ordering::Release);
+                self.seq = base + batch;
+                done += batch;
+                self.drain(s0)?;
             }
-            let secs = t.elapsed().as_secs_f64();
-            // Release every wait still queued, then drain the stream.
-            ping.store(base + n, Ordering::Release);
-            self.seq = base + n;
-            // SAFETY: the stream is `self`'s.
-            check("cuStreamSynchronize", unsafe {
-                sys::cuStreamSynchronize(s0)
-            })?;
             if !answered {
                 return Err(Error::Argument(format!(
                     "flag round trip: the GPU did not answer within {} s",
@@ -411,11 +454,35 @@ impl Gpu {
             Ok(secs)
         })
     }
+
+    /// Waits for stream `s` to finish its work, at most [`FLAG_TIMEOUT`]; past it the GPU
+    /// is marked wedged and the error says so.
+    fn drain(&mut self, s: sys::CUstream) -> Result<()> {
+        let t = Instant::now();
+        loop {
+            // SAFETY: `s` is one of `self`'s streams.
+            let r = unsafe { sys::cuStreamQuery(s) };
+            if r == CUresult::CUDA_SUCCESS {
+                return Ok(());
+            }
+            if r != CUresult::CUDA_ERROR_NOT_READY {
+                return check("cuStreamQuery", r);
+            }
+            if t.elapsed() > FLAG_TIMEOUT {
+                self.wedged = true;
+                return Err(Error::Argument(format!(
+                    "flag round trip: the GPU's stream did not finish within {} s",
+                    FLAG_TIMEOUT.as_secs()
+                )));
+            }
+            std::thread::yield_now();
+        }
+    }
 }
 
 impl Drop for Gpu {
     fn drop(&mut self) {
-        if self.ctx.is_null() {
+        if self.ctx.is_null() || self.wedged {
             return;
         }
         let _ = no_panic(|| {
