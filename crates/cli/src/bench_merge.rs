@@ -69,6 +69,14 @@ pub struct MergeArgs {
     /// Fewer sizes and repetitions: a rough picture in a fraction of the time.
     #[arg(long)]
     quick: bool,
+    /// Where the producers' blocks live: host, or device[:N] (GPU N's memory, written with
+    /// Producer::write_device; producer processes only; each merged file is verified,
+    /// block by block) [default: host].
+    #[arg(long, value_parser = parse_source, value_name = "MEMORY")]
+    source: Option<Source>,
+    /// Keep the last merged file at FILE (for accio verify) instead of removing it.
+    #[arg(long, value_name = "FILE")]
+    keep: Option<PathBuf>,
     #[command(flatten)]
     flags: common::BenchFlags,
     /// What the bench runs with: the flags above and those given before the subcommand
@@ -94,6 +102,28 @@ fn parse_placement(s: &str) -> Result<Placement, String> {
         _ => Err(format!(
             "unknown placement {s:?} (known: threads, processes)"
         )),
+    }
+}
+
+/// Where producers' blocks live (`--source`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Source {
+    /// Host memory.
+    Host,
+    /// GPU N's memory.
+    Device(u32),
+}
+
+fn parse_source(s: &str) -> Result<Source, String> {
+    match s {
+        "host" => Ok(Source::Host),
+        "device" | "gpu" => Ok(Source::Device(0)),
+        _ => s
+            .strip_prefix("device:")
+            .or_else(|| s.strip_prefix("gpu:"))
+            .and_then(|n| n.parse().ok())
+            .map(Source::Device)
+            .ok_or_else(|| format!("unknown source {s:?} (known: host, device, device:N)")),
     }
 }
 
@@ -126,6 +156,8 @@ impl MergeArgs {
             no_naive: false,
             producer_nice: None,
             write_mode: None,
+            source: None,
+            keep: None,
         }
     }
 
@@ -179,7 +211,11 @@ impl MergeArgs {
         if let Some(m) = &self.write_mode {
             b = b.write_modes(m);
         }
-        b.sync_persistent(!self.no_sync).naive(!self.no_naive)
+        b = b.sync_persistent(!self.no_sync).naive(!self.no_naive);
+        if let Some(Source::Device(gpu)) = self.source {
+            b = b.device(Some(gpu));
+        }
+        b.keep(self.keep.clone())
     }
 }
 
@@ -202,6 +238,9 @@ pub struct ProducerArgs {
     /// CPU priority to run at.
     #[arg(long, default_value_t = 0)]
     nice: i32,
+    /// Blocks from this GPU's memory.
+    #[arg(long)]
+    device: Option<u32>,
 }
 
 /// Runs the merge bench: progress on stderr, the table and checks on stdout, JSON to
@@ -269,6 +308,7 @@ pub fn run_producer(args: ProducerArgs) -> anyhow::Result<()> {
         buffers: args.buffers,
         size: args.size,
         nice: args.nice,
+        device: args.device,
     };
     merge::producer_main(&cfg)
         .with_context(|| format!("merge producer {} connected to {}", cfg.id, cfg.addr))
@@ -317,6 +357,7 @@ mod tests {
             buffers: 7,
             size: 4096,
             nice: 19,
+            device: Some(2),
         };
         let mut argv = vec!["accio".to_string(), PRODUCER_SUBCOMMAND.into()];
         argv.extend(cfg.to_args());
@@ -325,9 +366,17 @@ mod tests {
             panic!("not parsed as the producer");
         };
         assert_eq!(
-            (p.addr.as_str(), p.id, p.buffers, p.size, p.nice),
-            ("tcp://127.0.0.1:5", 3, 7, 4096, 19)
+            (p.addr.as_str(), p.id, p.buffers, p.size, p.nice, p.device),
+            ("tcp://127.0.0.1:5", 3, 7, 4096, 19, Some(2))
         );
+        for (arg, want) in [
+            ("host", Source::Host),
+            ("device", Source::Device(0)),
+            ("device:3", Source::Device(3)),
+        ] {
+            assert_eq!(parse_source(arg), Ok(want));
+        }
+        assert!(parse_source("device:x").is_err() && parse_source("disk").is_err());
         assert!(
             crate::Cli::try_parse_from(["accio", "bench", "merge", "--producer-nice", "-1"])
                 .is_err()

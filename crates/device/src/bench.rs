@@ -211,7 +211,9 @@ impl DeviceBench {
         let memory_copy = gpu.memory_copy_gbps();
         let l2 = gpu.l2_bytes();
         if let Some(l2) = l2.filter(|_| {
-            self.tests.iter().any(|t| t.copy == copy::Copy::DeviceToDevice)
+            self.tests
+                .iter()
+                .any(|t| t.copy == copy::Copy::DeviceToDevice)
                 && self.sizes.iter().any(|&s| !copy::memory_bound(s, l2))
         }) {
             events(Event::Note(&format!(

@@ -19,7 +19,7 @@ use crate::copy::{normalize_bus_id, Copy, HostMemory, Test, Way, LATENCY_BYTES};
 use crate::{no_panic, DeviceInfo, Error, Result};
 
 /// `r` as a `Result`, naming the driver call that returned it.
-fn check(call: &'static str, r: CUresult) -> Result<()> {
+pub(crate) fn check(call: &'static str, r: CUresult) -> Result<()> {
     if r == CUresult::CUDA_SUCCESS {
         Ok(())
     } else {
@@ -81,7 +81,7 @@ fn c_string(buf: &[c_char]) -> String {
     String::from_utf8_lossy(&bytes).into_owned()
 }
 
-fn device(ordinal: u32) -> Result<sys::CUdevice> {
+pub(crate) fn device(ordinal: u32) -> Result<sys::CUdevice> {
     let mut dev: sys::CUdevice = 0;
     // SAFETY: the driver is initialized (callers ran `init`); `dev` is a valid out-pointer.
     check("cuDeviceGet", unsafe {

@@ -44,6 +44,15 @@ mod driver;
 #[path = "no_driver.rs"]
 mod driver;
 
+#[cfg(feature = "cuda")]
+#[path = "cuda_memory.rs"]
+mod memory;
+#[cfg(not(feature = "cuda"))]
+#[path = "no_memory.rs"]
+mod memory;
+
+pub use memory::{DeviceBuffer, PeerMemory, Stager, CHUNK};
+
 /// What went wrong with a GPU call.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -70,9 +79,20 @@ pub enum Error {
         /// Its number.
         code: u32,
     },
-    /// A bench argument out of range.
+    /// An argument out of range (a bench's, or a copy's bounds).
     #[error("{0}")]
     Argument(String),
+    /// An address given as device memory is not (or not all of it): host memory, memory
+    /// the driver does not know, or a range past its allocation.
+    #[error("{len} bytes at {ptr:#x} are not CUDA device memory: {cause}")]
+    NotDeviceMemory {
+        /// The address given.
+        ptr: u64,
+        /// The bytes asked for from it.
+        len: usize,
+        /// Why (the driver's answer).
+        cause: String,
+    },
     /// The bench was stopped (Ctrl-C) between two figures.
     #[error("interrupted")]
     Interrupted,
@@ -111,6 +131,61 @@ pub struct DeviceInfo {
     /// PCI address in sysfs's spelling (`0000:3b:00.0`, see [`copy::normalize_bus_id`]),
     /// to find its link in `accio info`'s facts.
     pub pci_bus_id: String,
+}
+
+/// Bytes of device memory: `len` bytes at device address `ptr` on GPU `ordinal`. Made by
+/// [`device_range`] (which asks the driver that the bytes are device memory of one
+/// allocation) or by the types that own device memory ([`DeviceBuffer::range`],
+/// [`PeerMemory::range`]); its fields are private, so that a range is never made unchecked.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DeviceRange {
+    pub(crate) ordinal: u32,
+    pub(crate) ptr: u64,
+    pub(crate) len: usize,
+}
+
+impl DeviceRange {
+    /// The GPU the bytes are on.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    /// Their device address.
+    pub fn ptr(&self) -> u64 {
+        self.ptr
+    }
+
+    /// Their length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether the range is empty.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// `len` bytes from byte `at` of the range, or `None` past its end.
+    pub fn sub(&self, at: usize, len: usize) -> Option<DeviceRange> {
+        (at.checked_add(len)? <= self.len).then_some(DeviceRange {
+            ordinal: self.ordinal,
+            ptr: self.ptr + at as u64,
+            len,
+        })
+    }
+}
+
+/// Checks with the driver that `len` bytes at `ptr` are CUDA device memory within one
+/// allocation (`cuPointerGetAttribute`: memory type, GPU, the allocation's start and size),
+/// the way to take a device pointer from C, Python or another library.
+///
+/// # Errors
+///
+/// [`Error::NotDeviceMemory`] naming the cause: host memory (pinned or not), an address
+/// the driver does not know, a range past its allocation; [`Error::is_unavailable`]
+/// errors without a GPU.
+pub fn device_range(ptr: u64, len: usize) -> Result<DeviceRange> {
+    memory::device_range(ptr, len)
 }
 
 /// Whether GPU calls can work here: `Ok` when this build has the `cuda` feature, the driver

@@ -95,6 +95,10 @@ pub enum MergeError {
     /// A configuration value is unusable.
     #[error("invalid merge configuration: {0}")]
     Config(String),
+    /// A block in GPU memory could not be read ([`crate::Producer::write_device`]): not
+    /// device memory, no driver or GPU, a failed copy.
+    #[error("block from device memory: {0}")]
+    Device(#[from] accio_device::Error),
     /// A deadline passed.
     #[error("{what} timed out after {after:?}")]
     Timeout {

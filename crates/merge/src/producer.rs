@@ -124,6 +124,9 @@ pub struct Producer {
     maps: HashMap<u64, RemoteMap>,
     /// The local buffer of the slot in use (tcp).
     staging: Vec<u8>,
+    /// The pinned staging pipeline of [`Producer::write_device`], made at its first call
+    /// (for the GPU of that block; remade for a block on another GPU).
+    stager: Option<accio_device::Stager>,
     packing: Option<Packing>,
     next_seq: u64,
     acked: u64,
@@ -213,6 +216,7 @@ impl Producer {
             in_use: 0,
             maps: HashMap::new(),
             staging: Vec::new(),
+            stager: None,
             packing: None,
             next_seq: 0,
             acked: 0,
@@ -679,6 +683,52 @@ impl Producer {
     /// on tcp). Returns its sequence number.
     pub fn write_block(&mut self, data: &[u8]) -> Result<u64> {
         self.write_block_kind(data, BlockKind::Raw)
+    }
+
+    /// Writes a block that lives in GPU memory (seed 004's producers on the card): copied
+    /// through pinned staging chunks straight into the buffer [`Producer::buffer`] lends
+    /// (the merger's pages on shm), the copy engine filling the next chunk while the CPU
+    /// moves this one, then committed as [`Producer::write_block`] commits, with the same
+    /// checksum and container format. While this producer copies its next block, the
+    /// merger writes the last one into the file. Returns its sequence number.
+    ///
+    /// `src` is checked by the driver ([`accio_device::device_range`]); a pointer from C,
+    /// Python or another library becomes one that way.
+    ///
+    /// # Errors
+    ///
+    /// [`MergeError::TooLarge`] for a block larger than a buffer; [`MergeError::Device`]
+    /// when there is no GPU code, driver or GPU, or a copy fails; the errors of
+    /// [`Producer::buffer`] and [`Buffer::commit`].
+    pub fn write_device(&mut self, src: &accio_device::DeviceRange) -> Result<u64> {
+        self.write_device_kind(src, BlockKind::Raw)
+    }
+
+    /// [`Producer::write_device`] with a block kind.
+    pub fn write_device_kind(
+        &mut self,
+        src: &accio_device::DeviceRange,
+        kind: BlockKind,
+    ) -> Result<u64> {
+        let len = src.len();
+        if len > self.slot_bytes {
+            return Err(MergeError::TooLarge {
+                what: "device block",
+                len,
+                limit: self.slot_bytes,
+            });
+        }
+        let mut stager = match self.stager.take() {
+            Some(s) if s.ordinal() == src.ordinal() => s,
+            _ => accio_device::Stager::new(src.ordinal())?,
+        };
+        let r = (|| {
+            let mut b = self.buffer()?;
+            stager.to_host(src, &mut b.as_mut_slice()[..len])?;
+            b.commit_kind(len, kind)
+        })();
+        self.stager = Some(stager);
+        r
     }
 
     /// [`Producer::write_block`] with a block kind.

@@ -161,6 +161,8 @@ pub struct MergeBench {
     modes: Vec<accio_merge::WriteMode>,
     command: Option<ProducerCommand>,
     cancel: &'static AtomicBool,
+    device: Option<u32>,
+    keep: Option<PathBuf>,
 }
 
 impl MergeBench {
@@ -190,6 +192,8 @@ impl MergeBench {
             modes: vec![accio_merge::WriteMode::Direct, accio_merge::WriteMode::Copy],
             command: None,
             cancel: &crate::cancel::INTERRUPTED,
+            device: None,
+            keep: None,
         }
     }
 
@@ -220,6 +224,28 @@ impl MergeBench {
             repeats: 1,
             ..MergeBench::new(targets)
         }
+    }
+
+    /// Blocks from the memory of GPU `gpu` (`Producer::write_device`), or from host memory
+    /// (`None`, the default). Producers are then processes only (each allocates its block
+    /// in device memory and fills it with its pattern), the naive alternative (which writes
+    /// from host memory) is not measured, and every merged file is verified whole, each
+    /// block's bytes against what its producer put in device memory, before it is
+    /// removed; the figures carry `source = device:N`.
+    pub fn device(mut self, gpu: Option<u32>) -> Self {
+        self.device = gpu;
+        if gpu.is_some() {
+            self.placements = vec![Placement::Processes];
+            self.naive = false;
+        }
+        self
+    }
+
+    /// Keeps the last merged file at `path` (for `accio verify` and friends) instead of
+    /// removing it; refused if something is there already.
+    pub fn keep(mut self, path: Option<PathBuf>) -> Self {
+        self.keep = path;
+        self
     }
 
     /// Backends (default shm, tcp).
@@ -377,6 +403,17 @@ impl MergeBench {
         }
         if self.budget < self.slot_bytes() {
             return bad("the budget must hold at least one buffer");
+        }
+        if self.device.is_some() && self.command.is_none() {
+            return bad("blocks from device memory need producer processes (no producer command)");
+        }
+        if let Some(k) = &self.keep {
+            if k.symlink_metadata().is_ok() {
+                return Err(MergeBenchError::Config(format!(
+                    "--keep {}: something is there already; refusing to replace it",
+                    k.display()
+                )));
+            }
         }
         for b in &self.backends {
             if !["shm", "tcp"].contains(&b.as_str()) {

@@ -31,6 +31,9 @@ pub struct ProducerConfig {
     pub size: usize,
     /// CPU priority (`nice`) to run at.
     pub nice: i32,
+    /// The GPU whose memory the blocks come from ([`Producer::write_device`]); `None`:
+    /// host memory.
+    pub device: Option<u32>,
 }
 
 impl ProducerConfig {
@@ -48,10 +51,18 @@ impl ProducerConfig {
             "--nice".into(),
             self.nice.to_string(),
         ]
+        .into_iter()
+        .chain(
+            self.device
+                .iter()
+                .flat_map(|g| ["--device".into(), g.to_string()]),
+        )
+        .collect()
     }
 }
 
-/// An S-byte buffer with a pattern, every page touched (fresh memory is slow to touch).
+/// An S-byte buffer with a pattern, every page touched (fresh memory is slow to touch):
+/// the bytes of every block producer `seed` writes.
 pub(super) fn source_buffer(len: usize, seed: u8) -> Vec<u8> {
     (0..len)
         .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
@@ -80,9 +91,9 @@ pub(super) fn set_nice(nice: i32) -> std::io::Result<()> {
     }
 }
 
-/// The body of a producer process: connect, prepare the buffer, say `ready`, wait for a
-/// line on stdin, write the blocks, finish, say `done BLOCKS BYTES INSERTED` (the blocks
-/// written by inserting pages).
+/// The body of a producer process: connect, prepare the buffer (in GPU memory with
+/// [`ProducerConfig::device`]), say `ready`, wait for a line on stdin, write the blocks,
+/// finish, say `done BLOCKS BYTES INSERTED` (the blocks written by inserting pages).
 pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
     let mut p = Producer::connect_with(
         &cfg.addr,
@@ -92,13 +103,24 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
         },
     )?;
     let src = source_buffer(cfg.size, cfg.id as u8);
+    let device = match cfg.device {
+        Some(gpu) => {
+            let b = accio_device::DeviceBuffer::alloc(gpu, cfg.size)?;
+            b.write(0, &src)?;
+            Some(b)
+        }
+        None => None,
+    };
     set_nice(cfg.nice).map_err(|e| accio_merge::MergeError::Config(e.to_string()))?;
     println!("ready");
     let _ = std::io::stdout().flush();
     let mut line = String::new();
     let _ = std::io::stdin().lock().read_line(&mut line);
     for _ in 0..cfg.buffers {
-        p.write_block(&src)?;
+        match &device {
+            Some(b) => p.write_device(&b.range())?,
+            None => p.write_block(&src)?,
+        };
     }
     let s = p.finish()?;
     println!("done {} {} {}", s.blocks, s.bytes, s.inserted_blocks);

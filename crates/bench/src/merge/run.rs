@@ -36,6 +36,11 @@ impl MergeBench {
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), MergeBenchError> {
         self.validate()?;
+        if self.device.is_some() {
+            // Before any ceiling is measured: without a GPU nothing here can run.
+            accio_device::available()
+                .map_err(|e| MergeBenchError::Config(format!("blocks from device memory: {e}")))?;
+        }
         events(Event::Started {
             bench: "merge",
             total: (self.targets.len() * self.producers.len()) as u64,
@@ -293,6 +298,9 @@ impl MergeBench {
             .param("buffer_bytes", self.buffer_bytes as u64)
             .param("bytes", total)
             .param("sync", sync);
+        if let Some(gpu) = self.device {
+            fig = fig.param("source", format!("device:{gpu}"));
+        }
         if let Some((name, v)) = ceiling {
             fig = fig.ceiling(name.clone(), *v, CeilingSource::Measured);
         }
@@ -650,6 +658,7 @@ impl MergeBench {
                         buffers: f,
                         size: self.buffer_bytes,
                         nice: self.producer_nice,
+                        device: self.device,
                     };
                     let child = Command::new(&cmd.program)
                         .args(&cmd.args)
@@ -753,6 +762,17 @@ impl MergeBench {
                 )),
             });
         }
+        if self.device.is_some() {
+            verify_blocks(&path, self.buffer_bytes)?;
+        }
+        if let Some(keep) = &self.keep {
+            std::fs::rename(&path, keep)
+                .or_else(|_| std::fs::copy(&path, keep).map(|_| ()))
+                .map_err(io_err(format!(
+                    "keeping the merged file as {}",
+                    keep.display()
+                )))?;
+        }
         let (end, ns) = (summary.stats, secs * 1e9);
         Ok(RunResult {
             mode: used,
@@ -772,6 +792,39 @@ impl MergeBench {
             inserted,
         })
     }
+}
+
+/// Checks a merged file whose producers wrote from device memory: whole (every checksum, the
+/// index, every sequence), and each block's bytes those its producer put in device memory
+/// (`source_buffer` of its id): a staging copy that lost or moved bytes would still carry
+/// a valid checksum, computed after the copy.
+fn verify_blocks(path: &std::path::Path, size: usize) -> Result<(), MergeBenchError> {
+    let bad = |why: String| MergeBenchError::Io {
+        what: format!("verifying {}", path.display()),
+        source: std::io::Error::other(why),
+    };
+    let r = accio_merge::container::ContainerReader::open(path).map_err(|e| bad(e.to_string()))?;
+    let v = r.verify().map_err(|e| bad(e.to_string()))?;
+    if !v.is_whole() {
+        return Err(bad(format!("not whole: {:?}", v.problems)));
+    }
+    let mut want: std::collections::HashMap<u32, Vec<u8>> = Default::default();
+    let mut got = Vec::new();
+    for b in r.blocks() {
+        r.read_payload_into(b, &mut got)
+            .map_err(|e| bad(e.to_string()))?;
+        let id = b.header.producer;
+        let expect = want
+            .entry(id)
+            .or_insert_with(|| source_buffer(size, id as u8));
+        if got != *expect {
+            return Err(bad(format!(
+                "block {} of producer {id} differs from the bytes it wrote from device memory",
+                b.header.seq
+            )));
+        }
+    }
+    Ok(())
 }
 
 /// Waits (at most 30 s, and not once `cancel` is set) until `p` producers are connected and the merger has registered

@@ -1,0 +1,539 @@
+//! Device memory through the driver API (the `cuda` feature): allocations, checked device
+//! ranges, CUDA IPC across processes, and the pinned staging pipeline that moves bytes
+//! between device memory and any host memory.
+//!
+//! Everything runs in the GPU's primary context, the one the CUDA runtime (and so PyTorch
+//! and CuPy) uses, so that device pointers from those libraries are valid here. Every
+//! public entry runs under [`crate::no_panic`].
+
+use std::ffi::c_void;
+
+use cudarc::driver::sys::{self, CUresult};
+
+use crate::driver::{check, device, init};
+use crate::{no_panic, DeviceRange, Error, Result};
+
+/// The primary context of GPU `ordinal`, retained (released on drop) and made current.
+struct Context {
+    dev: sys::CUdevice,
+    ctx: sys::CUcontext,
+}
+
+impl Context {
+    fn retain(ordinal: u32) -> Result<Context> {
+        init()?;
+        let dev = device(ordinal)?;
+        let mut ctx = std::ptr::null_mut();
+        // SAFETY: `dev` is a valid device; `ctx` a valid out-pointer.
+        check("cuDevicePrimaryCtxRetain", unsafe {
+            sys::cuDevicePrimaryCtxRetain(&mut ctx, dev)
+        })?;
+        let c = Context { dev, ctx };
+        c.make_current()?;
+        Ok(c)
+    }
+
+    fn make_current(&self) -> Result<()> {
+        // SAFETY: `self.ctx` is retained for `self`'s life.
+        check("cuCtxSetCurrent", unsafe { sys::cuCtxSetCurrent(self.ctx) })
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: retained in `retain`; released once.
+        let _ = no_panic(|| Ok(unsafe { sys::cuDevicePrimaryCtxRelease_v2(self.dev) }));
+    }
+}
+
+/// One pointer attribute (an integer-sized one) of `ptr`.
+fn attribute<T: Default>(
+    ptr: u64,
+    a: sys::CUpointer_attribute,
+) -> std::result::Result<T, CUresult> {
+    let mut v = T::default();
+    // SAFETY: each attribute asked for here is written as a value of `T`'s size (the
+    // callers pair them: memory type u32, ordinal i32, start address u64, size usize).
+    let r = unsafe { sys::cuPointerGetAttribute(&mut v as *mut T as *mut c_void, a, ptr) };
+    if r == CUresult::CUDA_SUCCESS {
+        Ok(v)
+    } else {
+        Err(r)
+    }
+}
+
+/// Checks with the driver that `[ptr, ptr + len)` is device memory inside one allocation;
+/// see [`crate::device_range`].
+pub(crate) fn device_range(ptr: u64, len: usize) -> Result<DeviceRange> {
+    init()?;
+    no_panic(|| {
+        use sys::CUpointer_attribute as A;
+        let not_device = |cause: String| Error::NotDeviceMemory { ptr, len, cause };
+        let kind: u32 = attribute(ptr, A::CU_POINTER_ATTRIBUTE_MEMORY_TYPE).map_err(|r| {
+            not_device(format!(
+                "the driver does not know the address ({r:?}): plain host memory, or memory \
+                 of another process"
+            ))
+        })?;
+        if kind != sys::CUmemorytype::CU_MEMORYTYPE_DEVICE as u32 {
+            return Err(not_device(
+                if kind == sys::CUmemorytype::CU_MEMORYTYPE_HOST as u32 {
+                    "it is pinned host memory: give it as host memory".into()
+                } else {
+                    format!("its memory type is {kind}")
+                },
+            ));
+        }
+        let ordinal: i32 = attribute(ptr, A::CU_POINTER_ATTRIBUTE_DEVICE_ORDINAL)
+            .map_err(|r| not_device(format!("its GPU is unknown ({r:?})")))?;
+        let start: u64 = attribute(ptr, A::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR)
+            .map_err(|r| not_device(format!("its allocation is unknown ({r:?})")))?;
+        let size: usize = attribute(ptr, A::CU_POINTER_ATTRIBUTE_RANGE_SIZE)
+            .map_err(|r| not_device(format!("its allocation is unknown ({r:?})")))?;
+        let end = ptr.checked_add(len as u64);
+        let alloc_end = start.saturating_add(size as u64);
+        if ptr < start || end.is_none_or(|e| e > alloc_end) {
+            return Err(not_device(format!(
+                "it runs past its allocation ({size} bytes at {start:#x})"
+            )));
+        }
+        Ok(DeviceRange {
+            ordinal: ordinal.max(0) as u32,
+            ptr,
+            len,
+        })
+    })
+}
+
+/// Device memory of one GPU, allocated here and freed on drop (see the crate docs).
+pub struct DeviceBuffer {
+    ctx: Context,
+    ordinal: u32,
+    ptr: sys::CUdeviceptr,
+    len: usize,
+}
+
+impl std::fmt::Debug for DeviceBuffer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DeviceBuffer")
+            .field("gpu", &self.ordinal)
+            .field("ptr", &format_args!("{:#x}", self.ptr))
+            .field("len", &self.len)
+            .finish()
+    }
+}
+
+// SAFETY: a device address and a retained context are plain handles, usable from any
+// thread (each call makes the context current on its thread).
+unsafe impl Send for DeviceBuffer {}
+// SAFETY: as above; the copies through `&self` are synchronous driver calls.
+unsafe impl Sync for DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Allocates `len` bytes (at least 1) on GPU `ordinal` (`cuMemAlloc`).
+    pub fn alloc(ordinal: u32, len: usize) -> Result<DeviceBuffer> {
+        no_panic(|| {
+            let ctx = Context::retain(ordinal)?;
+            let mut ptr = 0;
+            // SAFETY: the context is current; `ptr` a valid out-pointer.
+            check("cuMemAlloc", unsafe {
+                sys::cuMemAlloc_v2(&mut ptr, len.max(1))
+            })?;
+            Ok(DeviceBuffer {
+                ctx,
+                ordinal,
+                ptr,
+                len,
+            })
+        })
+    }
+
+    /// The whole buffer as a range.
+    pub fn range(&self) -> DeviceRange {
+        DeviceRange {
+            ordinal: self.ordinal,
+            ptr: self.ptr,
+            len: self.len,
+        }
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn check(&self, at: usize, len: usize, what: &str) -> Result<()> {
+        if at.checked_add(len).is_none_or(|end| end > self.len) {
+            return Err(Error::Argument(format!(
+                "{what} of {len} bytes at {at} runs past the {}-byte device buffer",
+                self.len
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies `src` to byte `at` of the buffer (synchronous `cuMemcpyHtoD`).
+    pub fn write(&self, at: usize, src: &[u8]) -> Result<()> {
+        self.check(at, src.len(), "a write")?;
+        no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: bounds checked above; `src` is readable host memory for the call.
+            check("cuMemcpyHtoD", unsafe {
+                sys::cuMemcpyHtoD_v2(
+                    self.ptr + at as u64,
+                    src.as_ptr() as *const c_void,
+                    src.len(),
+                )
+            })
+        })
+    }
+
+    /// Copies bytes from `at` of the buffer into `dst` (synchronous `cuMemcpyDtoH`).
+    pub fn read(&self, at: usize, dst: &mut [u8]) -> Result<()> {
+        self.check(at, dst.len(), "a read")?;
+        no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: bounds checked above; `dst` is writable host memory for the call.
+            check("cuMemcpyDtoH", unsafe {
+                sys::cuMemcpyDtoH_v2(
+                    dst.as_mut_ptr() as *mut c_void,
+                    self.ptr + at as u64,
+                    dst.len(),
+                )
+            })
+        })
+    }
+
+    /// A handle another process on this node opens with [`PeerMemory::open`]
+    /// (`cuIpcGetMemHandle`): 64 opaque bytes.
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        no_panic(|| {
+            self.ctx.make_current()?;
+            let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+            // SAFETY: `self.ptr` is an allocation of this process; `h` a valid out-pointer.
+            check("cuIpcGetMemHandle", unsafe {
+                sys::cuIpcGetMemHandle(&mut h, self.ptr)
+            })?;
+            Ok(h.reserved.map(|c| c as u8))
+        })
+    }
+}
+
+impl Drop for DeviceBuffer {
+    fn drop(&mut self) {
+        let _ = no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: allocated in `alloc`, freed once; no copy of ours still uses it (every
+            // copy through `self` is synchronous, and a `Stager` waits for its copies).
+            check("cuMemFree", unsafe { sys::cuMemFree_v2(self.ptr) })
+        });
+    }
+}
+
+/// Another process's device allocation, opened through CUDA IPC (`cuIpcOpenMemHandle`),
+/// closed on drop.
+pub struct PeerMemory {
+    ctx: Context,
+    range: DeviceRange,
+}
+
+impl std::fmt::Debug for PeerMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PeerMemory")
+            .field("range", &self.range)
+            .finish()
+    }
+}
+
+impl PeerMemory {
+    /// Opens the allocation behind `handle` (from [`DeviceBuffer::ipc_handle`] in another
+    /// process) on GPU `ordinal`, expecting at least `len` bytes: a smaller allocation is
+    /// refused, so that no copy through it runs past what the peer allocated.
+    pub fn open(ordinal: u32, handle: &[u8; 64], len: usize) -> Result<PeerMemory> {
+        no_panic(|| {
+            let ctx = Context::retain(ordinal)?;
+            let h = sys::CUipcMemHandle_st {
+                reserved: handle.map(|b| b as std::ffi::c_char),
+            };
+            let mut ptr = 0;
+            let lazy = sys::CUipcMem_flags::CU_IPC_MEM_LAZY_ENABLE_PEER_ACCESS as u32;
+            // SAFETY: `ptr` a valid out-pointer; the handle is opaque bytes the driver
+            // checks.
+            check("cuIpcOpenMemHandle", unsafe {
+                sys::cuIpcOpenMemHandle_v2(&mut ptr, h, lazy)
+            })?;
+            let peer = PeerMemory {
+                ctx,
+                range: DeviceRange { ordinal, ptr, len },
+            };
+            let size: usize = attribute(
+                ptr,
+                sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+            )
+            .map_err(|r| Error::Driver {
+                call: "cuPointerGetAttribute",
+                name: format!("{r:?}"),
+                code: r as u32,
+            })?;
+            if size < len {
+                return Err(Error::Argument(format!(
+                    "the peer's device allocation holds {size} bytes, fewer than the {len} expected"
+                )));
+            }
+            Ok(peer)
+        })
+    }
+
+    /// The opened memory, as a range of this process.
+    pub fn range(&self) -> DeviceRange {
+        self.range
+    }
+}
+
+impl Drop for PeerMemory {
+    fn drop(&mut self) {
+        let _ = no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: opened in `open`, closed once.
+            check("cuIpcCloseMemHandle", unsafe {
+                sys::cuIpcCloseMemHandle(self.range.ptr)
+            })
+        });
+    }
+}
+
+/// Bytes per staging chunk: large enough for the link's full rate (55 GB/s from 4 MiB on
+/// an H200's Gen5 x16), small enough to start the host's copy early.
+pub const CHUNK: usize = 4 << 20;
+
+/// The pinned staging pipeline between device memory and any host memory (see the crate
+/// docs): one stream, two pinned chunks, two events. While the copy engine fills (or
+/// drains) one chunk, the CPU copies the other from (or to) the host memory.
+pub struct Stager {
+    ctx: Context,
+    ordinal: u32,
+    stream: sys::CUstream,
+    chunks: [*mut c_void; 2],
+    events: [sys::CUevent; 2],
+}
+
+// SAFETY: the handles are usable from any thread; `&mut self` serializes their use.
+unsafe impl Send for Stager {}
+
+impl std::fmt::Debug for Stager {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Stager")
+            .field("gpu", &self.ordinal)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Stager {
+    /// A pipeline for GPU `ordinal`: a stream and 2 × [`CHUNK`] bytes of pinned memory.
+    pub fn new(ordinal: u32) -> Result<Stager> {
+        no_panic(|| {
+            let mut s = Stager {
+                ctx: Context::retain(ordinal)?,
+                ordinal,
+                stream: std::ptr::null_mut(),
+                chunks: [std::ptr::null_mut(); 2],
+                events: [std::ptr::null_mut(); 2],
+            };
+            // SAFETY: the context is current; each out-pointer is valid, and `s`'s Drop
+            // frees what was made if a later call fails.
+            unsafe {
+                check("cuStreamCreate", sys::cuStreamCreate(&mut s.stream, 1))?;
+                for e in &mut s.events {
+                    let no_timing = sys::CUevent_flags::CU_EVENT_DISABLE_TIMING as u32;
+                    check("cuEventCreate", sys::cuEventCreate(e, no_timing))?;
+                }
+                for c in &mut s.chunks {
+                    check("cuMemHostAlloc", sys::cuMemHostAlloc(c, CHUNK, 0))?;
+                }
+            }
+            Ok(s)
+        })
+    }
+
+    /// The GPU it copies for.
+    pub fn ordinal(&self) -> u32 {
+        self.ordinal
+    }
+
+    fn same_gpu(&self, r: &DeviceRange) -> Result<()> {
+        if r.ordinal != self.ordinal {
+            return Err(Error::Argument(format!(
+                "the device memory is on GPU {}, this stager copies for GPU {}",
+                r.ordinal, self.ordinal
+            )));
+        }
+        Ok(())
+    }
+
+    /// Copies the device range `src` into `dst` (of the same length) through the pinned
+    /// chunks, the next chunk's device→host copy running while the CPU copies this one.
+    pub fn to_host(&mut self, src: &DeviceRange, dst: &mut [u8]) -> Result<()> {
+        self.same_gpu(src)?;
+        if dst.len() != src.len {
+            return Err(Error::Argument(format!(
+                "device→host: {} device bytes into {} host bytes",
+                src.len,
+                dst.len()
+            )));
+        }
+        no_panic(|| {
+            self.ctx.make_current()?;
+            let total = dst.len();
+            let n = total.div_ceil(CHUNK);
+            let piece = |i: usize| (i * CHUNK, CHUNK.min(total - i * CHUNK));
+            let enqueue = |s: &Self, i: usize| -> Result<()> {
+                let (at, len) = piece(i);
+                // SAFETY: each chunk is CHUNK pinned bytes owned by `self`; `src` was
+                // checked by `device_range` (or is a buffer's own range); a chunk is
+                // refilled only after its last host copy finished (the loop below copies
+                // chunk i out before it enqueues chunk i + 2).
+                unsafe {
+                    check(
+                        "cuMemcpyDtoHAsync",
+                        sys::cuMemcpyDtoHAsync_v2(
+                            s.chunks[i % 2],
+                            src.ptr + at as u64,
+                            len,
+                            s.stream,
+                        ),
+                    )?;
+                    check(
+                        "cuEventRecord",
+                        sys::cuEventRecord(s.events[i % 2], s.stream),
+                    )
+                }
+            };
+            if n > 0 {
+                enqueue(self, 0)?;
+            }
+            for i in 0..n {
+                if i + 1 < n {
+                    enqueue(self, i + 1)?;
+                }
+                let (at, len) = piece(i);
+                // SAFETY: chunk i's copy is complete once its event is; its first `len`
+                // bytes are then the device's.
+                unsafe {
+                    check(
+                        "cuEventSynchronize",
+                        sys::cuEventSynchronize(self.events[i % 2]),
+                    )?;
+                    let chunk = std::slice::from_raw_parts(self.chunks[i % 2] as *const u8, len);
+                    dst[at..at + len].copy_from_slice(chunk);
+                }
+            }
+            Ok(())
+        })
+    }
+
+    /// Copies `src` into the device range `dst` (of the same length) through the pinned
+    /// chunks, the CPU filling the next chunk while the copy engine moves this one.
+    pub fn to_device(&mut self, src: &[u8], dst: &DeviceRange) -> Result<()> {
+        self.same_gpu(dst)?;
+        if src.len() != dst.len {
+            return Err(Error::Argument(format!(
+                "host→device: {} host bytes into {} device bytes",
+                src.len(),
+                dst.len
+            )));
+        }
+        no_panic(|| {
+            self.ctx.make_current()?;
+            let n = src.len().div_ceil(CHUNK);
+            for i in 0..n {
+                let (at, len) = (i * CHUNK, CHUNK.min(src.len() - i * CHUNK));
+                // SAFETY: as in `to_host`; chunk i % 2 was last used by copy i - 2, whose
+                // event is waited for before the CPU writes the chunk again.
+                unsafe {
+                    if i >= 2 {
+                        check(
+                            "cuEventSynchronize",
+                            sys::cuEventSynchronize(self.events[i % 2]),
+                        )?;
+                    }
+                    let chunk = std::slice::from_raw_parts_mut(self.chunks[i % 2] as *mut u8, len);
+                    chunk.copy_from_slice(&src[at..at + len]);
+                    check(
+                        "cuMemcpyHtoDAsync",
+                        sys::cuMemcpyHtoDAsync_v2(
+                            dst.ptr + at as u64,
+                            self.chunks[i % 2],
+                            len,
+                            self.stream,
+                        ),
+                    )?;
+                    check(
+                        "cuEventRecord",
+                        sys::cuEventRecord(self.events[i % 2], self.stream),
+                    )?;
+                }
+            }
+            // SAFETY: the stream is `self`'s.
+            check("cuStreamSynchronize", unsafe {
+                sys::cuStreamSynchronize(self.stream)
+            })
+        })
+    }
+
+    /// Copies device range `src` into device range `dst` (same GPU and length) on the copy
+    /// engine, and waits for it.
+    pub fn device_to_device(&mut self, src: &DeviceRange, dst: &DeviceRange) -> Result<()> {
+        self.same_gpu(src)?;
+        self.same_gpu(dst)?;
+        if src.len != dst.len {
+            return Err(Error::Argument(format!(
+                "device→device: {} bytes into {}",
+                src.len, dst.len
+            )));
+        }
+        no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: both ranges checked or owned; the stream is `self`'s and is
+            // synchronized before returning.
+            unsafe {
+                check(
+                    "cuMemcpyDtoDAsync",
+                    sys::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, src.len, self.stream),
+                )?;
+                check("cuStreamSynchronize", sys::cuStreamSynchronize(self.stream))
+            }
+        })
+    }
+}
+
+impl Drop for Stager {
+    fn drop(&mut self) {
+        let _ = no_panic(|| {
+            self.ctx.make_current()?;
+            // SAFETY: everything freed was made in `new` (null where it was not, and
+            // skipped); the stream is drained first so that no copy uses a chunk.
+            unsafe {
+                if !self.stream.is_null() {
+                    sys::cuStreamSynchronize(self.stream);
+                    sys::cuStreamDestroy_v2(self.stream);
+                }
+                for &e in &self.events {
+                    if !e.is_null() {
+                        sys::cuEventDestroy_v2(e);
+                    }
+                }
+                for &c in &self.chunks {
+                    if !c.is_null() {
+                        sys::cuMemFreeHost(c);
+                    }
+                }
+            }
+            Ok(())
+        });
+    }
+}

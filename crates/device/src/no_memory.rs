@@ -1,0 +1,99 @@
+//! Without the `cuda` feature: the device memory types, never made (every constructor
+//! answers [`Error::NotBuilt`]), so that callers compile and run unchanged.
+
+use crate::{DeviceRange, Error, Result};
+
+pub(crate) fn device_range(_ptr: u64, _len: usize) -> Result<DeviceRange> {
+    Err(Error::NotBuilt)
+}
+
+/// Device memory of one GPU (never made without the `cuda` feature).
+#[derive(Debug)]
+pub enum DeviceBuffer {}
+
+impl DeviceBuffer {
+    /// Answers [`Error::NotBuilt`].
+    pub fn alloc(_ordinal: u32, _len: usize) -> Result<DeviceBuffer> {
+        Err(Error::NotBuilt)
+    }
+
+    /// The whole buffer as a range.
+    pub fn range(&self) -> DeviceRange {
+        match *self {}
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        match *self {}
+    }
+
+    /// Whether it holds no bytes.
+    pub fn is_empty(&self) -> bool {
+        match *self {}
+    }
+
+    /// Copies `src` to byte `at` of the buffer.
+    pub fn write(&self, _at: usize, _src: &[u8]) -> Result<()> {
+        match *self {}
+    }
+
+    /// Copies bytes from `at` of the buffer into `dst`.
+    pub fn read(&self, _at: usize, _dst: &mut [u8]) -> Result<()> {
+        match *self {}
+    }
+
+    /// A CUDA IPC handle for another process.
+    pub fn ipc_handle(&self) -> Result<[u8; 64]> {
+        match *self {}
+    }
+}
+
+/// Another process's device allocation (never made without the `cuda` feature).
+#[derive(Debug)]
+pub enum PeerMemory {}
+
+impl PeerMemory {
+    /// Answers [`Error::NotBuilt`].
+    pub fn open(_ordinal: u32, _handle: &[u8; 64], _len: usize) -> Result<PeerMemory> {
+        Err(Error::NotBuilt)
+    }
+
+    /// The opened memory.
+    pub fn range(&self) -> DeviceRange {
+        match *self {}
+    }
+}
+
+/// Bytes per staging chunk.
+pub const CHUNK: usize = 4 << 20;
+
+/// The pinned staging pipeline (never made without the `cuda` feature).
+#[derive(Debug)]
+pub enum Stager {}
+
+impl Stager {
+    /// Answers [`Error::NotBuilt`].
+    pub fn new(_ordinal: u32) -> Result<Stager> {
+        Err(Error::NotBuilt)
+    }
+
+    /// The GPU it copies for.
+    pub fn ordinal(&self) -> u32 {
+        match *self {}
+    }
+
+    /// Device → host.
+    pub fn to_host(&mut self, _src: &DeviceRange, _dst: &mut [u8]) -> Result<()> {
+        match *self {}
+    }
+
+    /// Host → device.
+    pub fn to_device(&mut self, _src: &[u8], _dst: &DeviceRange) -> Result<()> {
+        match *self {}
+    }
+
+    /// Device → device.
+    pub fn device_to_device(&mut self, _src: &DeviceRange, _dst: &DeviceRange) -> Result<()> {
+        match *self {}
+    }
+}
