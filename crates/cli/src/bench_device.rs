@@ -6,7 +6,7 @@
 //! says why (no NVIDIA GPU on PCI, no driver, or a build without the `cuda` feature) and
 //! exits 0 with no figures; plain `accio bench` runs it only when a GPU is usable.
 
-use accio_device::bench::DeviceBench;
+use accio_device::bench::{DeviceBench, PeerCommand};
 use accio_results::event::Event;
 use accio_results::model::Recorder;
 use accio_results::node::NodeInfo;
@@ -123,7 +123,48 @@ fn bench(args: &DeviceArgs, info: &NodeInfo) -> anyhow::Result<DeviceBench> {
     if let Some(g) = &args.gpus {
         b = b.gpus(g);
     }
-    Ok(b.node(info).stop_when(accio_bench::cancel::interrupted))
+    let peer = std::env::current_exe()
+        .context("finding the accio executable to start the IPC peer process")?;
+    Ok(b.node(info)
+        .ipc_peer(PeerCommand {
+            program: peer,
+            args: vec![PEER_SUBCOMMAND.into()],
+        })
+        .stop_when(accio_bench::cancel::interrupted))
+}
+
+/// The hidden subcommand of the IPC figures' peer process (declared in `main.rs`).
+const PEER_SUBCOMMAND: &str = "__device-ipc-peer";
+
+/// Arguments of the hidden IPC peer process (written by
+/// [`accio_device::bench::IpcPeerArgs::to_args`]).
+#[derive(clap::Args, Debug)]
+pub struct IpcPeerArgs {
+    #[arg(long)]
+    gpu: u32,
+    #[arg(long)]
+    handle: String,
+    #[arg(long)]
+    size: usize,
+    #[arg(long)]
+    copies: u64,
+    #[arg(long)]
+    passes: usize,
+}
+
+/// Runs the IPC peer process: prints `secs S1 S2 ...`.
+pub fn run_ipc_peer(a: IpcPeerArgs) -> anyhow::Result<()> {
+    let args = accio_device::bench::IpcPeerArgs {
+        gpu: a.gpu,
+        handle: a.handle,
+        size: a.size,
+        copies: a.copies,
+        passes: a.passes,
+    };
+    let secs = accio_device::bench::ipc_peer_main(&args).context("the IPC peer of bench device")?;
+    let s: Vec<String> = secs.iter().map(|x| format!("{x:e}")).collect();
+    println!("secs {}", s.join(" "));
+    Ok(())
 }
 
 /// Runs the bench with its events going to `events` and, with `tables`, its table on

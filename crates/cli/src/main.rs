@@ -63,6 +63,9 @@ enum Command {
     /// Internal: a producer process of `accio bench merge` (not for direct use).
     #[command(hide = true, name = "__merge-producer")]
     MergeProducer(bench_merge::ProducerArgs),
+    /// Internal: the peer process of `accio bench device`'s IPC figures (not for direct use).
+    #[command(hide = true, name = "__device-ipc-peer")]
+    DeviceIpcPeer(bench_device::IpcPeerArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -257,6 +260,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::WorldCheck(a) => world_cmd::check(a),
         Command::TransportPeer(a) => bench_transport::run_peer(a),
         Command::MergeProducer(a) => bench_merge::run_producer(a),
+        Command::DeviceIpcPeer(a) => bench_device::run_ipc_peer(a),
     }
 }
 

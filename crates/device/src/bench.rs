@@ -36,6 +36,8 @@ use crate::copy::{self, copies_per_pass, LinkCeiling, Test, Way};
 use crate::driver::Gpu;
 use crate::{DeviceInfo, Error, Result};
 
+pub use crate::copy::IPC_FIGURE_METHOD;
+
 /// Small copies per latency pass.
 const LATENCY_COPIES: u64 = 200;
 /// Flag round trips per pass.
@@ -51,6 +53,173 @@ pub struct DeviceBench {
     gpus: Option<Vec<u32>>,
     links: BTreeMap<String, LinkCeiling>,
     stop: Option<fn() -> bool>,
+    ipc_peer: Option<PeerCommand>,
+}
+
+/// How to start the peer process of the IPC figures: a program and its leading arguments
+/// (the hidden subcommand); the peer's own arguments follow ([`IpcPeerArgs::to_args`]).
+#[derive(Clone, Debug)]
+pub struct PeerCommand {
+    /// The executable.
+    pub program: std::path::PathBuf,
+    /// Leading arguments.
+    pub args: Vec<std::ffi::OsString>,
+}
+
+/// The smallest size of the IPC figures (a process start each: the small sizes say
+/// nothing the device→device figures do not).
+pub const IPC_MIN: u64 = 1 << 20;
+
+/// How long a peer process may take before it is killed and its figure skipped.
+const PEER_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// The byte the peer fills its source with, checked in the target afterwards.
+const PEER_BYTE: u8 = 0x3c;
+
+/// What the IPC peer process does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct IpcPeerArgs {
+    /// The GPU.
+    pub gpu: u32,
+    /// The target allocation's CUDA IPC handle, 128 hex digits.
+    pub handle: String,
+    /// Bytes per copy.
+    pub size: usize,
+    /// Copies per pass.
+    pub copies: u64,
+    /// Timed passes.
+    pub passes: usize,
+}
+
+impl IpcPeerArgs {
+    /// The arguments the peer's subcommand parses back.
+    pub fn to_args(&self) -> Vec<String> {
+        vec![
+            "--gpu".into(),
+            self.gpu.to_string(),
+            "--handle".into(),
+            self.handle.clone(),
+            "--size".into(),
+            self.size.to_string(),
+            "--copies".into(),
+            self.copies.to_string(),
+            "--passes".into(),
+            self.passes.to_string(),
+        ]
+    }
+}
+
+/// The peer process's body: opens the target through its IPC handle, fills a buffer of
+/// its own with [`PEER_BYTE`], times the copies into the target; returns each pass's
+/// seconds (the subcommand prints them on one line: `secs S1 S2 ...`).
+pub fn ipc_peer_main(a: &IpcPeerArgs) -> Result<Vec<f64>> {
+    let handle = decode_handle(&a.handle)?;
+    let target = crate::PeerMemory::open(a.gpu, &handle, a.size)?;
+    let src = crate::DeviceBuffer::alloc(a.gpu, a.size)?;
+    src.write(0, &vec![PEER_BYTE; a.size])?;
+    let dst = target
+        .range()
+        .sub(0, a.size)
+        .expect("opened with at least size bytes");
+    crate::memory::timed_copies(&dst, &src.range(), a.copies, a.passes.max(1))
+}
+
+/// 128 hex digits as the 64 bytes of an IPC handle.
+fn decode_handle(hex: &str) -> Result<[u8; 64]> {
+    let bad = || Error::Argument(format!("--handle: {} is not 128 hex digits", hex.len()));
+    if hex.len() != 128 || !hex.is_ascii() {
+        return Err(bad());
+    }
+    let mut h = [0u8; 64];
+    for (i, b) in h.iter_mut().enumerate() {
+        *b = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(h)
+}
+
+fn encode_handle(h: &[u8; 64]) -> String {
+    h.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// One IPC figure: a target buffer here, the peer process writing into it, its output
+/// parsed, the target's bytes checked.
+fn ipc_figure(
+    peer: &PeerCommand,
+    g: &DeviceInfo,
+    size: u64,
+    passes: usize,
+    d2d: Option<f64>,
+) -> Result<Figure> {
+    use std::io::Read as _;
+    let target = crate::DeviceBuffer::alloc(g.ordinal, size as usize)?;
+    target.write(0, &vec![0u8; size as usize])?;
+    let copies = copies_per_pass(size);
+    let args = IpcPeerArgs {
+        gpu: g.ordinal,
+        handle: encode_handle(&target.ipc_handle()?),
+        size: size as usize,
+        copies,
+        passes,
+    };
+    let io = |what: &str, e: std::io::Error| Error::Argument(format!("{what}: {e}"));
+    let mut child = std::process::Command::new(&peer.program)
+        .args(&peer.args)
+        .args(args.to_args())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| io(&format!("starting {}", peer.program.display()), e))?;
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(st) = child
+            .try_wait()
+            .map_err(|e| io("waiting for the peer", e))?
+        {
+            break st;
+        }
+        if t.elapsed() > PEER_TIMEOUT {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(Error::Argument(format!(
+                "the peer process did not finish within {} s",
+                PEER_TIMEOUT.as_secs()
+            )));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(5));
+    };
+    let mut out = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        let _ = o.read_to_string(&mut out);
+    }
+    if !status.success() {
+        return Err(Error::Argument(format!(
+            "the peer process exited with {status} (its error is above)"
+        )));
+    }
+    let secs: Vec<f64> = out
+        .trim()
+        .strip_prefix("secs ")
+        .map(|s| {
+            s.split_whitespace()
+                .filter_map(|x| x.parse().ok())
+                .collect()
+        })
+        .unwrap_or_default();
+    if secs.len() != passes.max(1) {
+        return Err(Error::Argument(format!(
+            "the peer process said {:?}",
+            out.trim()
+        )));
+    }
+    // The peer's bytes arrived, all of them.
+    let mut back = vec![0u8; size as usize];
+    target.read(0, &mut back)?;
+    if let Some(at) = back.iter().position(|&b| b != PEER_BYTE) {
+        return Err(Error::Argument(format!(
+            "byte {at} of the target is {:#x}, not the peer's {PEER_BYTE:#x}",
+            back[at]
+        )));
+    }
+    copy::ipc_figure(g, size, copies, &secs, d2d).ok_or_else(|| Error::Argument("no passes".into()))
 }
 
 impl Default for DeviceBench {
@@ -71,6 +240,7 @@ impl DeviceBench {
             gpus: None,
             links: BTreeMap::new(),
             stop: None,
+            ipc_peer: None,
         }
     }
 
@@ -135,9 +305,24 @@ impl DeviceBench {
         self
     }
 
-    /// The figures one GPU gives: a figure per test and size, and two latencies.
+    /// The figures one GPU gives: a figure per test and size, the IPC figures (sizes of
+    /// at least [`IPC_MIN`], with a peer command), and three latencies.
     pub fn figures_per_gpu(&self) -> usize {
-        self.tests.len() * self.sizes.len() + if self.latency { 3 } else { 0 }
+        let ipc = match self.ipc_peer {
+            Some(_) => self.sizes.iter().filter(|&&s| s >= IPC_MIN).count(),
+            None => 0,
+        };
+        self.tests.len() * self.sizes.len() + ipc + if self.latency { 3 } else { 0 }
+    }
+
+    /// Also measures copies from another process into device memory of this one, opened
+    /// through CUDA IPC (the path of device windows between processes of a node), at each
+    /// size of at least [`IPC_MIN`]: `peer` starts that process (`accio __device-ipc-peer`,
+    /// which calls [`ipc_peer_main`]). Each figure stands beside the same GPU's
+    /// device→device rate at that size, measured in the same run (default: not measured).
+    pub fn ipc_peer(mut self, peer: PeerCommand) -> DeviceBench {
+        self.ipc_peer = Some(peer);
+        self
     }
 
     /// Measures every GPU, recording each figure as it comes and reporting through
@@ -201,6 +386,7 @@ impl DeviceBench {
             g.pci_bus_id,
             format_size(max)
         )));
+        #[allow(unused_assignments)] // reassigned after the IPC figures, used by latency
         let mut gpu = Gpu::open(g.ordinal, max as usize)?;
         let link = self.links.get(&g.pci_bus_id);
         if link.is_none() {
@@ -210,6 +396,8 @@ impl DeviceBench {
         }
         let memory_copy = gpu.memory_copy_gbps();
         let l2 = gpu.l2_bytes();
+        // Device→device medians by size: the ceilings of the IPC figures.
+        let mut d2d = BTreeMap::new();
         if let Some(l2) = l2.filter(|_| {
             self.tests
                 .iter()
@@ -225,7 +413,9 @@ impl DeviceBench {
         for &test in &self.tests {
             for &size in &self.sizes {
                 self.check_stop()?;
-                let memory_copy = memory_copy.filter(|_| copy::memory_bound(size, l2));
+                let in_l2 =
+                    test.copy == copy::Copy::DeviceToDevice && !copy::memory_bound(size, l2);
+                let memory_copy = memory_copy.filter(|_| !in_l2);
                 let copies = copies_per_pass(size);
                 gpu.pass(test, size as usize, copies)?;
                 let secs = (0..self.passes)
@@ -234,10 +424,37 @@ impl DeviceBench {
                 if let Some(f) =
                     copy::bandwidth_figure(g, test, size, copies, &secs, link, memory_copy)
                 {
-                    record(rec, events, f)?;
+                    if test.copy == copy::Copy::DeviceToDevice {
+                        d2d.insert(size, f.summary.median);
+                    }
+                    record(
+                        rec,
+                        events,
+                        if in_l2 { f.param("fits_l2", true) } else { f },
+                    )?;
                 }
                 events(Event::Advanced(1));
             }
+        }
+        if let Some(peer) = &self.ipc_peer {
+            // Freed before the IPC buffers are allocated: at the largest size they need
+            // as much device memory again.
+            drop(gpu);
+            for &size in self.sizes.iter().filter(|&&s| s >= IPC_MIN) {
+                self.check_stop()?;
+                let ceiling = d2d.get(&size).copied();
+                match ipc_figure(peer, g, size, self.passes, ceiling) {
+                    Ok(f) => record(rec, events, f)?,
+                    Err(e @ Error::Interrupted) => return Err(e),
+                    Err(e) => events(Event::Skipped(&format!(
+                        "GPU {}: device→device into another process (CUDA IPC), {}: {e}",
+                        g.ordinal,
+                        format_size(size)
+                    ))),
+                }
+                events(Event::Advanced(1));
+            }
+            gpu = Gpu::open(g.ordinal, max as usize)?;
         }
         if self.latency {
             for way in [Way::HostToDevice, Way::DeviceToHost] {
@@ -299,6 +516,37 @@ mod tests {
         let b = DeviceBench::quick().sizes(&[4096, 1 << 20]).unwrap();
         assert_eq!(b.figures_per_gpu(), 6 * 2 + 3);
         assert_eq!(b.latency(false).figures_per_gpu(), 12);
+    }
+
+    #[test]
+    fn ipc_handles_travel_as_hex_and_bad_ones_are_refused() {
+        let h: [u8; 64] = std::array::from_fn(|i| (i * 37) as u8);
+        let hex = encode_handle(&h);
+        assert_eq!(hex.len(), 128);
+        assert_eq!(decode_handle(&hex).unwrap(), h);
+        for bad in [
+            "",
+            "00",
+            &"zz".repeat(64),
+            &"é".repeat(64),
+            &"0".repeat(130),
+        ] {
+            assert!(decode_handle(bad).is_err(), "{bad:?}");
+        }
+        let a = IpcPeerArgs {
+            gpu: 1,
+            handle: hex,
+            size: 1 << 20,
+            copies: 9,
+            passes: 4,
+        };
+        assert_eq!(a.to_args().len(), 10);
+        let b = DeviceBench::quick().ipc_peer(PeerCommand {
+            program: "accio".into(),
+            args: vec![],
+        });
+        // Quick sizes 4K, 1M, 64M, 512M: three of at least IPC_MIN.
+        assert_eq!(b.figures_per_gpu(), 6 * 4 + 3 + 3);
     }
 
     #[test]

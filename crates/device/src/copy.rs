@@ -298,6 +298,44 @@ pub fn bandwidth_figure(
     })
 }
 
+/// How the IPC figures are measured (their `method`).
+pub const IPC_FIGURE_METHOD: &str = "another process opens this process's device buffer \
+    through CUDA IPC (cuIpcGetMemHandle / cuIpcOpenMemHandle) and times cuMemcpyDtoDAsync \
+    from a buffer of its own into it, nvbandwidth's way (copies per pass between two events, \
+    median of the passes after a warm-up pass); the target's bytes are checked after";
+
+/// The figure of a copy into another process's device memory through CUDA IPC: `pass_secs`
+/// of `copies` copies of `size` bytes each, beside `d2d`, the same GPU's device→device
+/// rate at that size in the same run (a measured ceiling: the copy is the same work, the
+/// target only mapped from elsewhere). `None` without passes.
+pub fn ipc_figure(
+    gpu: &DeviceInfo,
+    size: u64,
+    copies: u64,
+    pass_secs: &[f64],
+    d2d: Option<f64>,
+) -> Option<Figure> {
+    let bytes = (size * copies) as f64;
+    let samples = pass_secs
+        .iter()
+        .map(|&s| bytes / s.max(1e-9) / 1e9)
+        .collect();
+    let fig = Figure::new(names::BENCH, names::D2D_IPC, Unit::GBps, samples)?
+        .param("gpu", gpu.pci_bus_id.as_str())
+        .param("memory", "device")
+        .param("size", size)
+        .param("gpu_name", gpu.name.as_str())
+        .method(IPC_FIGURE_METHOD);
+    Some(match d2d {
+        Some(c) => fig.ceiling(
+            "device→device copy in one process, same run",
+            c,
+            CeilingSource::Measured,
+        ),
+        None => fig,
+    })
+}
+
 /// The figure of a latency pass set: each pass ran `copies` small copies, each followed by
 /// a stream synchronize, in `pass_secs` of host wall time; the figure is microseconds per
 /// copy. `None` without passes.

@@ -511,6 +511,69 @@ impl Stager {
     }
 }
 
+/// Times `passes` passes of `copies` device→device copies `src` → `dst` (same length, on
+/// the GPU of `dst`, which must be current) on a stream of their own between two events,
+/// after a warm-up pass; returns each pass's seconds (nvbandwidth's method, as
+/// `Gpu::pass`).
+pub(crate) fn timed_copies(
+    dst: &DeviceRange,
+    src: &DeviceRange,
+    copies: u64,
+    passes: usize,
+) -> Result<Vec<f64>> {
+    let ctx = Context::retain(dst.ordinal)?;
+    no_panic(|| {
+        let mut stream = std::ptr::null_mut();
+        let mut ev = [std::ptr::null_mut(); 2];
+        // SAFETY: out-pointers valid; the stream and events are destroyed below, after
+        // the stream is synchronized; the ranges are checked or owned by the caller for
+        // the call.
+        unsafe {
+            check("cuStreamCreate", sys::cuStreamCreate(&mut stream, 1))?;
+            let r = (|| {
+                for e in &mut ev {
+                    check("cuEventCreate", sys::cuEventCreate(e, 0))?;
+                }
+                let mut secs = Vec::with_capacity(passes);
+                for pass in 0..=passes {
+                    check("cuEventRecord", sys::cuEventRecord(ev[0], stream))?;
+                    for _ in 0..copies {
+                        check(
+                            "cuMemcpyDtoDAsync",
+                            sys::cuMemcpyDtoDAsync_v2(
+                                dst.ptr,
+                                src.ptr,
+                                src.len.min(dst.len),
+                                stream,
+                            ),
+                        )?;
+                    }
+                    check("cuEventRecord", sys::cuEventRecord(ev[1], stream))?;
+                    check("cuEventSynchronize", sys::cuEventSynchronize(ev[1]))?;
+                    let mut ms = 0f32;
+                    check(
+                        "cuEventElapsedTime",
+                        sys::cuEventElapsedTime(&mut ms, ev[0], ev[1]),
+                    )?;
+                    if pass > 0 {
+                        secs.push(f64::from(ms) / 1e3);
+                    }
+                }
+                Ok(secs)
+            })();
+            sys::cuStreamSynchronize(stream);
+            for e in ev {
+                if !e.is_null() {
+                    sys::cuEventDestroy_v2(e);
+                }
+            }
+            sys::cuStreamDestroy_v2(stream);
+            drop(ctx);
+            r
+        }
+    })
+}
+
 impl Drop for Stager {
     fn drop(&mut self) {
         let _ = no_panic(|| {

@@ -189,12 +189,15 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
             matches!(m, coalesce::ITEM_RATE | coalesce::ITEM_BW)
                 && f.param_str("pattern") != "repeated",
         ),
-        // Copies stand beside the link or the device memory; small-copy and flag latencies
-        // have no floor accio can measure.
-        (device::BENCH, m) => Some(matches!(
-            m,
-            device::H2D | device::D2H | device::BIDIR | device::D2D
-        )),
+        // Copies stand beside the link or the device memory (a device copy that the L2
+        // cache holds, `fits_l2`, beside nothing: the cache serves it faster than memory);
+        // small-copy and flag latencies have no floor accio can measure.
+        (device::BENCH, m) => Some(
+            matches!(
+                m,
+                device::H2D | device::D2H | device::BIDIR | device::D2D | device::D2D_IPC
+            ) && !flag("fits_l2"),
+        ),
         _ => None,
     }
 }
@@ -250,6 +253,9 @@ pub mod device {
     pub const BIDIR: &str = "bidir";
     /// Device → device copy within one GPU, GB/s.
     pub const D2D: &str = "d2d";
+    /// Device → device copy from one process into another's device memory on the same
+    /// GPU, opened through CUDA IPC, GB/s.
+    pub const D2D_IPC: &str = "d2d_ipc";
     /// A small host → device copy and its completion, us.
     pub const LATENCY_H2D: &str = "latency_h2d";
     /// A small device → host copy and its completion, us.
@@ -267,7 +273,13 @@ mod tests {
     #[test]
     fn device_copies_have_a_ceiling_and_device_latencies_none() {
         let fig = |m: &str, unit| Figure::new(device::BENCH, m, unit, vec![1.0]).unwrap();
-        for m in [device::H2D, device::D2H, device::BIDIR, device::D2D] {
+        for m in [
+            device::H2D,
+            device::D2H,
+            device::BIDIR,
+            device::D2D,
+            device::D2D_IPC,
+        ] {
             assert_eq!(ceiling_defined(&fig(m, Unit::GBps)), Some(true), "{m}");
         }
         for m in [

@@ -11,13 +11,14 @@ use super::table::table_fit;
 use crate::doc::Table;
 
 /// The columns: metric, `memory` parameter, header.
-const COLUMNS: [(&str, &str, &str); 6] = [
+const COLUMNS: [(&str, &str, &str); 7] = [
     (names::H2D, "pinned", "h2d pinned"),
     (names::D2H, "pinned", "d2h pinned"),
     (names::H2D, "pageable", "h2d pageable"),
     (names::D2H, "pageable", "d2h pageable"),
     (names::BIDIR, "pinned", "both ways"),
     (names::D2D, "device", "d2d"),
+    (names::D2D_IPC, "device", "d2d ipc"),
 ];
 
 /// `median (share of the ceiling)`, or the median alone without a ceiling.
