@@ -227,7 +227,7 @@ pub(crate) fn device_memory(obj: &Bound<'_, PyAny>) -> Option<String> {
     let dev: (i32, i32) = obj.call_method0("__dlpack_device__").ok()?.extract().ok()?;
     let kind = match dev.0 {
         DEVICE_CPU | 3 | 11 | 13 => return None,
-        2 => "CUDA",
+        DEVICE_CUDA => "CUDA",
         4 => "OpenCL",
         7 => "Vulkan",
         8 => "Metal",
@@ -260,6 +260,19 @@ const MAX_NDIM: i32 = 64;
 /// `kDLCUDAHost`): `None` if it has no `__dlpack__`. Refuses, naming `what` and the cause,
 /// a tensor that is not C-contiguous or whose element size is not whole bytes.
 pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Imported>> {
+    import_from(obj, what, false)
+}
+
+/// [`import`] for memory on a CUDA device (`kDLCUDA`): the tensor's device address and
+/// length, to be checked with the driver before use (see `crate::cuda`).
+pub(crate) fn import_cuda(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Imported>> {
+    import_from(obj, what, true)
+}
+
+/// `kDLCUDA`.
+const DEVICE_CUDA: i32 = 2;
+
+fn import_from(obj: &Bound<'_, PyAny>, what: &str, cuda: bool) -> PyResult<Option<Imported>> {
     if !obj.hasattr("__dlpack__")? {
         return Ok(None);
     }
@@ -290,7 +303,14 @@ pub(crate) fn import(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option<Impo
     // SAFETY: the producer filled the tensor; it stays valid until its deleter runs.
     let t = unsafe { &(*managed).dl_tensor };
     let refuse = |cause: String| Err(PyTypeError::new_err(format!("{what}: {cause}")));
-    if !matches!(t.device.device_type, DEVICE_CPU | 3) {
+    let on_host = matches!(t.device.device_type, DEVICE_CPU | 3);
+    if cuda && t.device.device_type != DEVICE_CUDA {
+        return refuse(format!(
+            "DLPack device {:?} is not CUDA device memory",
+            (t.device.device_type, t.device.device_id)
+        ));
+    }
+    if !cuda && !on_host {
         return refuse(format!(
             "DLPack device {:?} is not host memory",
             (t.device.device_type, t.device.device_id)

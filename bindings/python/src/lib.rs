@@ -34,6 +34,7 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBytes, PyCapsule, PyDict, PyTuple, PyType};
 use pyo3::{create_exception, ffi};
 
+mod cuda;
 mod dlpack;
 mod grid;
 mod world;
@@ -1381,11 +1382,30 @@ impl Producer {
     }
 
     /// Writes one block and returns its sequence number: a pyarrow RecordBatch (Arrow
-    /// mergers) or any contiguous buffer (bytes, bytearray, NumPy array, memoryview).
+    /// mergers), any contiguous buffer (bytes, bytearray, NumPy array, memoryview), or a
+    /// C-contiguous CUDA array (CuPy, PyTorch: `__cuda_array_interface__` or DLPack),
+    /// copied from GPU memory through pinned staging (no host copy in Python; work queued
+    /// on its GPU is waited for first).
     fn write(&self, py: Python<'_>, data: &Bound<'_, PyAny>) -> PyResult<u64> {
         if data.hasattr("__arrow_c_array__")? {
             let batch = import_batch(data)?;
             return self.with(py, move |p| Ok(p.write_batch(&batch)?));
+        }
+        if let Some(device) = dlpack::device_memory(data) {
+            if !device.starts_with("CUDA") {
+                return Err(PyTypeError::new_err(format!(
+                    "Producer.write: {device}: accio reads host memory and CUDA devices"
+                )));
+            }
+            let block = cuda::device_block(data, "Producer.write")?;
+            let range = block.range;
+            return self.with(py, move |p| match range {
+                Some(r) => {
+                    accio_device::synchronize(r.ordinal()).map_err(MergeError::from)?;
+                    Ok(p.write_device(&r)?)
+                }
+                None => Ok(p.write_block(&[])?),
+            });
         }
         let buf = Buf::get(data, false)?;
         let s = buf.as_slice();

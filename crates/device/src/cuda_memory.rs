@@ -46,6 +46,16 @@ impl Drop for Context {
     }
 }
 
+/// Waits for all work queued on GPU `ordinal`'s primary context (`cuCtxSynchronize`): what
+/// another library (CuPy, PyTorch) queued there on any stream; see [`crate::synchronize`].
+pub(crate) fn synchronize(ordinal: u32) -> Result<()> {
+    no_panic(|| {
+        let _ctx = Context::retain(ordinal)?;
+        // SAFETY: the context is current (retained above).
+        check("cuCtxSynchronize", unsafe { sys::cuCtxSynchronize() })
+    })
+}
+
 /// One pointer attribute (an integer-sized one) of `ptr`.
 fn attribute<T: Default>(
     ptr: u64,

@@ -188,6 +188,13 @@ pub fn device_range(ptr: u64, len: usize) -> Result<DeviceRange> {
     memory::device_range(ptr, len)
 }
 
+/// Waits for all work queued on GPU `ordinal` in its primary context, the one the CUDA
+/// runtime (PyTorch, CuPy) uses: before reading an array another library wrote on a stream
+/// accio does not know.
+pub fn synchronize(ordinal: u32) -> Result<()> {
+    memory::synchronize(ordinal)
+}
+
 /// Whether GPU calls can work here: `Ok` when this build has the `cuda` feature, the driver
 /// library loads and it sees at least one GPU; otherwise the error that says which is
 /// missing.

@@ -3,6 +3,10 @@
 
 use crate::{DeviceRange, Error, Result};
 
+pub(crate) fn synchronize(_ordinal: u32) -> Result<()> {
+    Err(Error::NotBuilt)
+}
+
 pub(crate) fn device_range(_ptr: u64, _len: usize) -> Result<DeviceRange> {
     Err(Error::NotBuilt)
 }

@@ -1,0 +1,105 @@
+"""CUDA arrays as blocks of Producer.write: CuPy and PyTorch arrays on a GPU (run on the GPU
+machine by ci/device.sh), and objects that claim device memory everywhere: their address is
+checked with the driver before any copy, so a lie is a TypeError, never a wild copy."""
+
+import numpy as np
+import pytest
+
+import accio
+
+
+class FakeCudaArray:
+    """Claims CUDA memory at a host address (what a buggy or hostile producer could do)."""
+
+    def __init__(self, host, shape=None, strides=None, typestr="|u1"):
+        self._host = host
+        self.__cuda_array_interface__ = {
+            "data": (host.ctypes.data, False),
+            "shape": shape if shape is not None else host.shape,
+            "typestr": typestr,
+            "strides": strides,
+            "version": 3,
+        }
+
+
+def test_an_object_that_claims_device_memory_at_a_host_address_is_refused(shm_addr, tmp_path):
+    host = np.arange(4096, dtype=np.uint8)
+    with accio.Merger(shm_addr, tmp_path / "f.accio") as m, accio.Producer(m.addr) as p:
+        with pytest.raises(TypeError) as e:
+            p.write(FakeCudaArray(host))
+        # Without a GPU the driver is missing; with one, the driver does not know the
+        # address as device memory. Either way the message says which.
+        assert "Producer.write" in str(e.value)
+        assert "not CUDA device memory" in str(e.value) or "no CUDA" in str(e.value) \
+            or "without the cuda feature" in str(e.value), str(e.value)
+        for bad, cause in [
+            (FakeCudaArray(host, shape=(64, 64), strides=(1, 64)), "C-contiguous"),
+            (FakeCudaArray(host, shape=(-1,)), "negative"),
+            (FakeCudaArray(host, shape=(1 << 40, 1 << 40)), "too large"),
+            (FakeCudaArray(host, typestr="<x"), "typestr"),
+        ]:
+            with pytest.raises(TypeError, match=cause):
+                p.write(bad)
+        # An empty array is an empty block, whatever it claims.
+        assert p.write(FakeCudaArray(host[:0])) == 0
+
+
+def _gpu_modules():
+    mods = []
+    for name in ("cupy", "torch"):
+        try:
+            mod = __import__(name)
+        except ImportError:
+            continue
+        try:
+            ok = mod.cuda.runtime.getDeviceCount() > 0 if name == "cupy" else mod.cuda.is_available()
+        except Exception:  # noqa: BLE001 (no driver: nothing to test)
+            ok = False
+        if ok:
+            mods.append(name)
+    return mods
+
+
+GPU = _gpu_modules()
+
+
+@pytest.mark.skipif(not GPU, reason="no CUDA device with CuPy or PyTorch")
+@pytest.mark.parametrize("lib", GPU)
+def test_cuda_arrays_reach_the_file_unchanged(lib, shm_addr, tmp_path):
+    path = tmp_path / f"{lib}.accio"
+    sizes = [1, 4096, (4 << 20) - 1, (4 << 20) + 1, 3 << 20]
+    want = []
+    with accio.Merger(shm_addr, path, slot_bytes=8 << 20) as m, accio.Producer(m.addr) as p:
+        for k, n in enumerate(sizes):
+            if lib == "cupy":
+                import cupy
+
+                a = (cupy.arange(n, dtype=cupy.uint32) * 2654435761 + k).astype(cupy.uint8)
+                host = cupy.asnumpy(a)
+                # 2-D float view of the same kind of data: shape and typestr are honoured.
+                b = (cupy.arange(n // 4 * 4) % 256).astype(cupy.uint8).view(cupy.float32).reshape(-1, 1)
+            else:
+                import torch
+
+                a = ((torch.arange(n, dtype=torch.int64, device="cuda") * 2654435761 + k) % 256).to(torch.uint8)
+                host = a.cpu().numpy()
+                b = (torch.arange(n // 4 * 4, device="cuda") % 256).to(torch.uint8).view(torch.float32).reshape(-1, 1)
+            assert p.write(a) == 2 * k
+            want.append(host.tobytes())
+            assert p.write(b) == 2 * k + 1
+            want.append((np.arange(n // 4 * 4, dtype=np.uint64) % 256).astype(np.uint8).tobytes())
+        # A strided device array is refused, not copied wrongly.
+        if lib == "cupy":
+            import cupy
+
+            strided = cupy.zeros((64, 64), dtype=cupy.uint8)[:, ::2]
+        else:
+            import torch
+
+            strided = torch.zeros((64, 64), dtype=torch.uint8, device="cuda")[:, ::2]
+        with pytest.raises(TypeError, match="C-contiguous"):
+            p.write(strided)
+    with accio.open(path) as f:
+        assert f.verify()
+        got = [bytes(b.data) for b in f]
+    assert got == want
