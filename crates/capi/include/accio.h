@@ -683,6 +683,24 @@ enum accio_status accio_producer_write(struct accio_producer *producer,
                                        size_t len,
                                        uint64_t *seq);
 
+// Writes `len` bytes of CUDA device memory at device address `data` (a `CUdeviceptr`, or a
+// pointer from `cudaMalloc`) as one block: copied through pinned staging into the
+// merger's slot, the copy engine overlapping the host's copy; the block, its checksum and
+// the file as for `accio_producer_write`. Stores its sequence number in `*seq` (may be
+// NULL). The address is checked with the driver first: host memory, memory of no
+// allocation, or a range past its allocation fail with `ACCIO_INVALID_ARGUMENT` (naming
+// the cause), a library built without CUDA or a machine without driver or GPU with
+// `ACCIO_UNSUPPORTED`. Work queued on the GPU by the caller must be complete (synchronize
+// its stream first).
+//
+// # Safety
+// `producer` is a live producer used by this thread only; `seq` is NULL or writable.
+// `data` need not be readable by the host: the driver checks it.
+enum accio_status accio_producer_write_device(struct accio_producer *producer,
+                                              uint64_t data,
+                                              size_t len,
+                                              uint64_t *seq);
+
 // Appends one record of `len` bytes; records are packed into buffers (each a `u32`
 // length and the bytes) and a full buffer is committed as one block (kind 1). A record
 // longer than the merger's slot size less 4 bytes fails with `ACCIO_TOO_LARGE`; a `len`

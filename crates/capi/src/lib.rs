@@ -148,6 +148,10 @@ impl From<accio_merge::MergeError> for Failure {
             M::TooLarge { .. } => S::ACCIO_TOO_LARGE,
             M::Config(_) => S::ACCIO_INVALID_ARGUMENT,
             M::Timeout { .. } => S::ACCIO_TIMEOUT,
+            M::Device(d) if d.is_unavailable() => S::ACCIO_UNSUPPORTED,
+            M::Device(
+                accio_device::Error::NotDeviceMemory { .. } | accio_device::Error::Argument(_),
+            ) => S::ACCIO_INVALID_ARGUMENT,
             _ => S::ACCIO_IO,
         };
         Failure::new(status, e.to_string())

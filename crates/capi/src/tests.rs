@@ -700,6 +700,22 @@ fn huge_lengths_on_a_producer_and_a_reader_fail_cleanly() {
             last_error()
         );
         assert_eq!(accio_producer_write_record(p, b.as_ptr(), 3), ACCIO_OK);
+        // Host memory given as device memory: refused with the cause (no driver or GPU
+        // here: unsupported; on a GPU machine the driver does not know the address).
+        let s = accio_producer_write_device(p, b.as_ptr() as u64, b.len(), ptr::null_mut());
+        assert!(
+            s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
+            "{s:?}: {}",
+            last_error()
+        );
+        let e = last_error();
+        assert!(
+            e.starts_with("block from device memory: ")
+                && (e.contains("no CUDA")
+                    || e.contains("built without")
+                    || e.contains("not CUDA device memory")),
+            "{e}"
+        );
         assert_eq!(accio_producer_finish(p, ptr::null_mut()), ACCIO_OK);
         assert_eq!(accio_merger_close(m, ptr::null_mut()), ACCIO_OK);
 
