@@ -1,48 +1,116 @@
 #!/usr/bin/env bash
 # The GPU machine's run (no Rust, no network there): accio's GPU figures beside the CUDA C
-# reference, same machine, same run. Build the binary elsewhere:
-#   cargo build --release -p accio-cli --features cuda && strip -o accio target/release/accio
+# reference and PyTorch, the merged file from device buffers, and the tests that need a
+# GPU, in one go of a few minutes. Build what it takes here first:
+#   bash ci/device-build.sh .dev        (accio, the GPU test binaries, the Python package)
 # then, from the repository root on the GPU machine (nvcc and python3 on PATH):
-#   bash ci/device.sh ./accio [OUT_DIR]        (OUT_DIR defaults to $OUT, else ./device-out)
-# Extra flags for `accio bench device` (e.g. --quick) go in ACCIO_DEVICE_ARGS.
-set -euo pipefail
+#   bash ci/device.sh .dev [OUT_DIR]    (OUT_DIR defaults to $OUT, else ./device-out)
+# Each step runs under its own time limit and says how it ended; the run goes on after a
+# failed step and exits non-zero if any failed. Extra flags for `accio bench device` go in
+# ACCIO_DEVICE_ARGS.
+set -uo pipefail
 cd "$(dirname "$0")/.."
-accio=$(realpath "${1:?usage: ci/device.sh PATH_TO_ACCIO [OUT_DIR]}")
-out=${2:-${OUT:-device-out}}
+dir=$(realpath "${1:?usage: ci/device.sh DIR_FROM_DEVICE_BUILD [OUT_DIR]}")
+out=$(realpath -m "${2:-${OUT:-device-out}}")
 mkdir -p "$out"
+accio=$dir/accio
+failed=()
+
+# step NAME SECONDS COMMAND...: runs it, at most SECONDS, and reports.
+step() {
+    local name=$1 limit=$2 t0=$SECONDS rc
+    shift 2
+    echo "== $name"
+    timeout -k 5 "$limit" "$@"
+    rc=$?
+    echo "-- $name: exit $rc after $((SECONDS - t0)) s"
+    [ "$rc" -eq 0 ] || failed+=("$name")
+}
 
 echo "== node"
-nvidia-smi --query-gpu=index,name,pci.bus_id,pcie.link.gen.max,pcie.link.width.max,memory.total \
+nvidia-smi --query-gpu=index,name,pci.bus_id,driver_version,pcie.link.gen.max,pcie.link.width.max,memory.total \
     --format=csv || true
+grep -m1 "model name" /proc/cpuinfo || true
 "$accio" info | tee "$out/info.txt"
 
-echo "== accio bench device"
-# shellcheck disable=SC2086
-"$accio" bench device --json "$out/accio-device.json" ${ACCIO_DEVICE_ARGS:-} | tee "$out/accio-device.txt"
+step "CUDA C reference (benches/peers/nvbw_ref.cu)" 120 bash -c \
+    "set -o pipefail; nvcc -O2 -arch=native -o /tmp/nvbw_ref benches/peers/nvbw_ref.cu && /tmp/nvbw_ref 0 5 | tee '$out/nvbw_ref.jsonl'"
 
-echo "== CUDA C reference (benches/peers/nvbw_ref.cu)"
-nvcc --version | tail -1
-nvcc -O2 -o "$out/nvbw_ref" benches/peers/nvbw_ref.cu
-"$out/nvbw_ref" 0 5 | tee "$out/nvbw_ref.jsonl"
+# shellcheck disable=SC2086
+step "accio bench device" 150 "$accio" bench device --json "$out/accio-device.json" ${ACCIO_DEVICE_ARGS:-}
+
+step "PyTorch's copies (benches/peers/torch_copies.py)" 60 bash -c \
+    "set -o pipefail; python3 benches/peers/torch_copies.py 5 | tee '$out/torch.jsonl'"
 
 echo "== side by side (GPU 0)"
-python3 - "$out/accio-device.json" "$out/nvbw_ref.jsonl" <<'EOF'
-import json, sys
-acc = json.load(open(sys.argv[1]))["figures"]
-ref = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+python3 - "$out/accio-device.json" "$out/nvbw_ref.jsonl" "$out/torch.jsonl" <<'PY' || failed+=("table")
+import json, os, sys
+acc = json.load(open(sys.argv[1]))["figures"] if os.path.exists(sys.argv[1]) else []
+def lines(p):
+    return [json.loads(l) for l in open(p) if l.startswith("{")] if os.path.exists(p) else []
+ref, torch = lines(sys.argv[2]), {(r["metric"], r["memory"], r["size"]): r for r in lines(sys.argv[3])}
 gpu0 = acc[0]["params"]["gpu"] if acc else None
-mine = {(f["metric"], f["params"]["memory"], f["params"]["size"]): f
-        for f in acc if f["bench"] == "device" and f["params"]["gpu"] == gpu0}
-print(f"{'metric':12} {'memory':9} {'size':>10} {'accio':>9} {'ref':>9} {'vs ref':>9} {'of ceiling':>10}")
+mine = {(f["metric"], f["params"].get("memory"), f["params"]["size"]): f
+        for f in acc if f["bench"] == "device" and f["params"].get("gpu") == gpu0}
+print(f"{'metric':12} {'memory':9} {'size':>10} {'accio':>9} {'ref':>9} {'vs ref':>7} {'torch':>9} {'of ceiling':>10}")
 for r in ref:
     f = mine.get((r["metric"], r["memory"], r["size"]))
     if f is None:
         continue
     a, b = f["summary"]["median"], r["value"]
     ratio = b / a if r["unit"] == "us" else a / b  # > 1: accio better
+    t = torch.get((r["metric"], r["memory"], r["size"]))
     c = (f.get("ceiling") or {}).get("ratio")
-    print(f"{r['metric']:12} {r['memory']:9} {r['size']:>10} {a:9.3f} {b:9.3f} {ratio:9.3f} "
-          f"{'' if c is None else f'{c:10.1%}'}  {r['unit']}")
+    print(f"{r['metric']:12} {r['memory']:9} {r['size']:>10} {a:9.3f} {b:9.3f} {ratio:7.3f} "
+          f"{'' if t is None else format(t['value'], '9.3f'):>9} {'' if c is None else f'{c:10.1%}'}  {r['unit']}")
+for (m, mem, size), f in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][2])):
+    if m in ("d2d_ipc", "latency_flag"):
+        c = f.get("ceiling") or {}
+        print(f"{m:12} {mem or '':9} {size:>10} {f['summary']['median']:9.3f}  "
+              f"(min {f['summary']['min']:.3f}, max {f['summary']['max']:.3f}) {f['unit']}"
+              + (f"; {c['ratio']:.1%} of {c['name']} {c['value']:.1f}" if c.get("ratio") else ""))
 print("vs ref: accio's rate / the reference's (latency: the reference's time / accio's); "
       "above 1 accio is faster. of ceiling: accio's share of its ceiling (PCIe link, memory).")
-EOF
+PY
+
+kept=/dev/shm/accio-device-merge.accio
+rm -f "$kept"
+step "merge: 8 producer processes writing from device memory" 150 "$accio" bench merge \
+    /dev/shm /tmp --source device --producers 8 --placement processes --backend shm \
+    --sizes 2M --reps 3 --keep "$kept" --json "$out/merge-device.json"
+step "accio verify (the last merged file from device memory)" 30 "$accio" verify "$kept"
+rm -f "$kept"
+
+step "GPU tests, Rust (device memory, Producer::write_device)" 90 bash -c \
+    "for t in '$dir'/tests/*; do echo \"-- \$t\"; \"\$t\" --test-threads 1 || exit 1; done"
+step "GPU tests, Python (CuPy and PyTorch arrays into Producer.write)" 90 env \
+    PYTHONPATH="$dir/py" python3 -m pytest -q -p no:cacheprovider bindings/python/tests/test_cuda.py
+
+step "merge: the same shape from host memory" 150 "$accio" bench merge \
+    /dev/shm /tmp --producers 8 --placement processes --backend shm \
+    --sizes 2M --reps 3 --no-naive --json "$out/merge-host.json"
+
+echo "== merge from device and from host memory, 8 producer processes, 2 MiB blocks"
+python3 - "$out/merge-device.json" "$out/merge-host.json" <<'PY' || failed+=("merge table")
+import json, os, sys
+def figs(p):
+    return json.load(open(p))["figures"] if os.path.exists(p) else []
+dev, host = figs(sys.argv[1]), figs(sys.argv[2])
+key = lambda f: (f["params"]["path"], f["params"].get("write_mode"))
+hmap = {key(f): f for f in host if f["metric"] == "merge"}
+print(f"{'path':10} {'mode':7} {'device GB/s (min-max)':24} {'host GB/s':10} {'fs ceiling':10} {'dev/ceiling':>11}")
+for f in dev:
+    if f["metric"] != "merge":
+        continue
+    s, c, h = f["summary"], f.get("ceiling") or {}, hmap.get(key(f))
+    print(f"{f['params']['path']:10} {f['params'].get('write_mode', ''):7} "
+          f"{s['median']:6.3f} ({s['min']:.3f}-{s['max']:.3f})      "
+          f"{'' if h is None else format(h['summary']['median'], '.3f'):10} "
+          f"{c.get('value', float('nan')):10.3f} {c.get('ratio', float('nan')):11.1%}")
+PY
+
+if [ "${#failed[@]}" -gt 0 ]; then
+    printf 'FAILED: %s\n' "${failed[@]}"
+    exit 1
+fi
+echo "all steps passed"
