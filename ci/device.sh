@@ -75,37 +75,57 @@ PY
 
 kept=/dev/shm/accio-device-merge.accio
 rm -f "$kept"
-step "merge: 8 producer processes writing from device memory" 150 "$accio" bench merge \
-    /dev/shm /tmp --source device --producers 8 --placement processes --backend shm \
-    --sizes 2M --reps 3 --keep "$kept" --json "$out/merge-device.json"
+# Threads share one CUDA context; processes have one each, which the GPU time-slices
+# without MPS: both placements, and two block sizes, to tell where the time goes.
+step "merge: 8 producers writing from device memory" 180 "$accio" bench merge \
+    /dev/shm /tmp --source device --producers 8 --placement threads,processes --backend shm \
+    --sizes 2M,16M --write-mode direct --reps 3 --keep "$kept" --json "$out/merge-device.json"
 step "accio verify (the last merged file from device memory)" 30 "$accio" verify "$kept"
 rm -f "$kept"
+
+# The same producer processes with the CUDA MPS daemon, which runs the processes' work in
+# one context (skipped where the machine has no MPS).
+mps() {
+    command -v nvidia-cuda-mps-control >/dev/null || { echo "no nvidia-cuda-mps-control here"; return 0; }
+    export CUDA_MPS_PIPE_DIRECTORY=/tmp/accio-mps CUDA_MPS_LOG_DIRECTORY=/tmp/accio-mps-log
+    mkdir -p "$CUDA_MPS_PIPE_DIRECTORY" "$CUDA_MPS_LOG_DIRECTORY"
+    nvidia-cuda-mps-control -d || return 1
+    "$accio" bench merge /dev/shm --source device --producers 8 --placement processes \
+        --backend shm --sizes 2M --write-mode direct --reps 3 --json "$out/merge-device-mps.json"
+    local rc=$?
+    echo quit | nvidia-cuda-mps-control
+    return $rc
+}
+export accio out
+export -f mps
+step "merge: 8 producer processes from device memory, under MPS" 90 bash -c mps
 
 step "GPU tests, Rust (device memory, Producer::write_device)" 90 bash -c \
     "for t in '$dir'/tests/*; do echo \"-- \$t\"; \"\$t\" --test-threads 1 || exit 1; done"
 step "GPU tests, Python (CuPy and PyTorch arrays into Producer.write)" 90 env \
     PYTHONPATH="$dir/py" python3 -m pytest -q -p no:cacheprovider bindings/python/tests/test_cuda.py
 
-step "merge: the same shape from host memory" 150 "$accio" bench merge \
-    /dev/shm /tmp --producers 8 --placement processes --backend shm \
-    --sizes 2M --reps 3 --no-naive --json "$out/merge-host.json"
+step "merge: the same shapes from host memory" 150 "$accio" bench merge \
+    /dev/shm /tmp --producers 8 --placement threads,processes --backend shm \
+    --sizes 2M,16M --write-mode direct --reps 3 --no-naive --json "$out/merge-host.json"
 
-echo "== merge from device and from host memory, 8 producer processes, 2 MiB blocks"
-python3 - "$out/merge-device.json" "$out/merge-host.json" <<'PY' || failed+=("merge table")
+echo "== merge from device and from host memory, 8 producers"
+python3 - "$out/merge-device.json" "$out/merge-host.json" "$out/merge-device-mps.json" <<'PY' || failed+=("merge table")
 import json, os, sys
 def figs(p):
-    return json.load(open(p))["figures"] if os.path.exists(p) else []
-dev, host = figs(sys.argv[1]), figs(sys.argv[2])
-key = lambda f: (f["params"]["path"], f["params"].get("write_mode"))
-hmap = {key(f): f for f in host if f["metric"] == "merge"}
-print(f"{'path':10} {'mode':7} {'device GB/s (min-max)':24} {'host GB/s':10} {'fs ceiling':10} {'dev/ceiling':>11}")
+    return [f for f in json.load(open(p))["figures"] if f["metric"] == "merge"] if os.path.exists(p) else []
+dev, host, mps = (figs(p) for p in sys.argv[1:4])
+key = lambda f: (f["params"]["path"], f["params"]["placement"], f["params"]["buffer_bytes"],
+                 f["params"].get("write_mode"))
+hmap, mmap = {key(f): f for f in host}, {key(f): f for f in mps}
+print(f"{'path':9} {'producers':9} {'block':>5} {'mode':6} {'device GB/s (min-max)':23} "
+      f"{'MPS':>6} {'host':>6} {'fs ceiling':>10} {'dev/ceiling':>11}")
 for f in dev:
-    if f["metric"] != "merge":
-        continue
-    s, c, h = f["summary"], f.get("ceiling") or {}, hmap.get(key(f))
-    print(f"{f['params']['path']:10} {f['params'].get('write_mode', ''):7} "
-          f"{s['median']:6.3f} ({s['min']:.3f}-{s['max']:.3f})      "
-          f"{'' if h is None else format(h['summary']['median'], '.3f'):10} "
+    s, c, h, m = f["summary"], f.get("ceiling") or {}, hmap.get(key(f)), mmap.get(key(f))
+    g = lambda x: "" if x is None else format(x["summary"]["median"], ".3f")
+    print(f"{f['params']['path']:9} {f['params']['placement']:9} "
+          f"{f['params']['buffer_bytes'] >> 20:>4}M {f['params'].get('write_mode', ''):6} "
+          f"{s['median']:6.3f} ({s['min']:.3f}-{s['max']:.3f})    {g(m):>6} {g(h):>6} "
           f"{c.get('value', float('nan')):10.3f} {c.get('ratio', float('nan')):11.1%}")
 PY
 

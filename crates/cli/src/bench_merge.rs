@@ -70,8 +70,8 @@ pub struct MergeArgs {
     #[arg(long)]
     quick: bool,
     /// Where the producers' blocks live: host, or device[:N] (GPU N's memory, written with
-    /// Producer::write_device; producer processes only; each merged file is verified,
-    /// block by block) [default: host].
+    /// Producer::write_device by threads and processes alike; each merged file is
+    /// verified, block by block) [default: host].
     #[arg(long, value_parser = parse_source, value_name = "MEMORY")]
     source: Option<Source>,
     /// Keep the last merged file at FILE (for accio verify) instead of removing it.

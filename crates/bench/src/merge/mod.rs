@@ -227,15 +227,15 @@ impl MergeBench {
     }
 
     /// Blocks from the memory of GPU `gpu` (`Producer::write_device`), or from host memory
-    /// (`None`, the default). Producers are then processes only (each allocates its block
-    /// in device memory and fills it with its pattern), the naive alternative (which writes
-    /// from host memory) is not measured, and every merged file is verified whole, each
-    /// block's bytes against what its producer put in device memory, before it is
-    /// removed; the figures carry `source = device:N`.
+    /// (`None`, the default). Each producer, thread or process, allocates its block in
+    /// device memory and fills it with its pattern (processes each have their own CUDA
+    /// context, threads share their process's); the naive alternative (which writes from
+    /// host memory) is not measured, and every merged file is verified whole, each block's
+    /// bytes against what its producer put in device memory, before it is removed; the
+    /// figures carry `source = device:N`.
     pub fn device(mut self, gpu: Option<u32>) -> Self {
         self.device = gpu;
         if gpu.is_some() {
-            self.placements = vec![Placement::Processes];
             self.naive = false;
         }
         self
@@ -403,9 +403,6 @@ impl MergeBench {
         }
         if self.budget < self.slot_bytes() {
             return bad("the budget must hold at least one buffer");
-        }
-        if self.device.is_some() && self.command.is_none() {
-            return bad("blocks from device memory need producer processes (no producer command)");
         }
         if let Some(k) = &self.keep {
             if k.symlink_metadata().is_ok() {

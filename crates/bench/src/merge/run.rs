@@ -584,6 +584,7 @@ impl MergeBench {
                     .map(|i| {
                         let (addr, go, src) = (addr.clone(), go.clone(), src.clone());
                         let (nice, cancel) = (self.producer_nice, self.cancel);
+                        let (device, size) = (self.device, self.buffer_bytes);
                         std::thread::spawn(move || -> Result<u64, MergeBenchError> {
                             let merr = |e| MergeBenchError::Merge {
                                 what: "a producer thread".into(),
@@ -601,14 +602,28 @@ impl MergeBench {
                                     timeout: Duration::from_secs(60),
                                 },
                             );
+                            // In device memory: the pattern of this producer's id, as a
+                            // producer process writes it (and `verify_blocks` checks).
+                            let on_device = device
+                                .map(|gpu| {
+                                    let b = accio_device::DeviceBuffer::alloc(gpu, size)?;
+                                    b.write(0, &source_buffer(size, i as u8))?;
+                                    Ok(b)
+                                })
+                                .transpose()
+                                .map_err(|e: accio_device::Error| merr(e.into()));
                             go.wait();
-                            let mut prod = prod.map_err(merr)?;
+                            let (mut prod, on_device) = (prod.map_err(merr)?, on_device?);
                             for _ in 0..f {
                                 if cancel.load(std::sync::atomic::Ordering::Relaxed) {
                                     // Dropped unfinished: the merger counts it as lost.
                                     return Err(MergeBenchError::Interrupted);
                                 }
-                                prod.write_block(&src).map_err(merr)?;
+                                match &on_device {
+                                    Some(b) => prod.write_device(&b.range()),
+                                    None => prod.write_block(&src),
+                                }
+                                .map_err(merr)?;
                             }
                             prod.finish().map(|s| s.inserted_blocks).map_err(merr)
                         })
