@@ -37,8 +37,9 @@ fi
 
 # The crate is outside the workspace, so the workspace's fmt and clippy steps miss it; its
 # lints run here, on the stable-ABI build (one wheel for CPython >= 3.11), which must keep
-# compiling too.
-(cd bindings/python && cargo fmt --check && cargo clippy --release --quiet --all-targets --features abi3 -- -D warnings)
+# compiling too; with the cuda feature (CUDA arrays into Producer.write), which the GPU
+# machine's run uses.
+(cd bindings/python && cargo fmt --check && cargo clippy --release --quiet --all-targets --features abi3,cuda -- -D warnings)
 
 # The worlds of tests/test_world.py are launched by `accio run`: the CLI the workspace's
 # tests built (a missing binary then fails those tests instead of skipping them).

@@ -37,7 +37,11 @@ fn contiguous_len(shape: &[i64], strides: Option<&[i64]>, itemsize: u64) -> Resu
     }
     if let Some(strides) = strides.filter(|_| elems > 0) {
         if strides.len() != shape.len() {
-            return Err(format!("{} strides for {} axes", strides.len(), shape.len()));
+            return Err(format!(
+                "{} strides for {} axes",
+                strides.len(),
+                shape.len()
+            ));
         }
         let mut want = itemsize as i64;
         for k in (0..shape.len()).rev() {
@@ -67,7 +71,10 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
         let get = |k: &str| d.get_item(k).ok().flatten();
         let Some((ptr, _readonly)) = get("data").and_then(|v| v.extract::<(u64, bool)>().ok())
         else {
-            return refuse(what, "__cuda_array_interface__ has no (pointer, read-only) data");
+            return refuse(
+                what,
+                "__cuda_array_interface__ has no (pointer, read-only) data",
+            );
         };
         let Some(shape) = get("shape").and_then(|v| v.extract::<Vec<i64>>().ok()) else {
             return refuse(what, "__cuda_array_interface__ has no shape");
@@ -76,7 +83,10 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
             .and_then(|v| v.extract().ok())
             .unwrap_or_default();
         let Some(itemsize) = typestr.get(2..).and_then(|n| n.parse::<u64>().ok()) else {
-            return refuse(what, format!("__cuda_array_interface__ typestr {typestr:?}"));
+            return refuse(
+                what,
+                format!("__cuda_array_interface__ typestr {typestr:?}"),
+            );
         };
         let strides: Option<Vec<i64>> = match get("strides") {
             Some(v) if !v.is_none() => match v.extract() {
@@ -93,7 +103,12 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
     } else {
         match dlpack::import_cuda(obj, what)? {
             Some(t) => (t.ptr as u64, t.len, Some(t)),
-            None => return refuse(what, "gives neither __cuda_array_interface__ nor __dlpack__"),
+            None => {
+                return refuse(
+                    what,
+                    "gives neither __cuda_array_interface__ nor __dlpack__",
+                )
+            }
         }
     };
     if len == 0 {
@@ -123,10 +138,20 @@ mod tests {
         assert_eq!(contiguous_len(&[2, 3], Some(&[12, 4]), 4), Ok(24));
         assert_eq!(contiguous_len(&[], None, 8), Ok(8));
         assert_eq!(contiguous_len(&[0, 5], Some(&[1, 1]), 4), Ok(0));
-        assert!(contiguous_len(&[2, 3], Some(&[4, 8]), 4).unwrap_err().contains("C-contiguous"));
-        assert!(contiguous_len(&[-1], None, 1).unwrap_err().contains("negative"));
-        assert!(contiguous_len(&[1 << 40, 1 << 40], None, 1).unwrap_err().contains("too large"));
-        assert!(contiguous_len(&[1 << 62], None, 8).unwrap_err().contains("too large"));
-        assert!(contiguous_len(&[2, 2], Some(&[8]), 4).unwrap_err().contains("strides"));
+        assert!(contiguous_len(&[2, 3], Some(&[4, 8]), 4)
+            .unwrap_err()
+            .contains("C-contiguous"));
+        assert!(contiguous_len(&[-1], None, 1)
+            .unwrap_err()
+            .contains("negative"));
+        assert!(contiguous_len(&[1 << 40, 1 << 40], None, 1)
+            .unwrap_err()
+            .contains("too large"));
+        assert!(contiguous_len(&[1 << 62], None, 8)
+            .unwrap_err()
+            .contains("too large"));
+        assert!(contiguous_len(&[2, 2], Some(&[8]), 4)
+            .unwrap_err()
+            .contains("strides"));
     }
 }
