@@ -1,5 +1,7 @@
 //! Without the `cuda` feature: the device memory types, never made (every constructor
-//! answers [`Error::NotBuilt`]), so that callers compile and run unchanged.
+//! answers [`Error::NotBuilt`]), so that callers compile and run unchanged. They are
+//! ordinary types rather than empty enums, so that callers' code after a constructor is
+//! not unreachable to the compiler; their other methods answer `NotBuilt` (or nothing) too.
 
 use crate::{DeviceRange, Error, Result};
 
@@ -11,9 +13,26 @@ pub(crate) fn device_range(_ptr: u64, _len: usize) -> Result<DeviceRange> {
     Err(Error::NotBuilt)
 }
 
+pub(crate) fn timed_copies(
+    _dst: &DeviceRange,
+    _src: &DeviceRange,
+    _copies: u64,
+    _passes: usize,
+) -> Result<Vec<f64>> {
+    Err(Error::NotBuilt)
+}
+
+const NONE: DeviceRange = DeviceRange {
+    ordinal: 0,
+    ptr: 0,
+    len: 0,
+};
+
 /// Device memory of one GPU (never made without the `cuda` feature).
 #[derive(Debug)]
-pub enum DeviceBuffer {}
+pub struct DeviceBuffer {
+    _never: (),
+}
 
 impl DeviceBuffer {
     /// Answers [`Error::NotBuilt`].
@@ -23,38 +42,40 @@ impl DeviceBuffer {
 
     /// The whole buffer as a range.
     pub fn range(&self) -> DeviceRange {
-        match *self {}
+        NONE
     }
 
     /// Its length in bytes.
     pub fn len(&self) -> usize {
-        match *self {}
+        0
     }
 
     /// Whether it holds no bytes.
     pub fn is_empty(&self) -> bool {
-        match *self {}
+        true
     }
 
     /// Copies `src` to byte `at` of the buffer.
     pub fn write(&self, _at: usize, _src: &[u8]) -> Result<()> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
 
     /// Copies bytes from `at` of the buffer into `dst`.
     pub fn read(&self, _at: usize, _dst: &mut [u8]) -> Result<()> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
 
     /// A CUDA IPC handle for another process.
     pub fn ipc_handle(&self) -> Result<[u8; 64]> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
 }
 
 /// Another process's device allocation (never made without the `cuda` feature).
 #[derive(Debug)]
-pub enum PeerMemory {}
+pub struct PeerMemory {
+    _never: (),
+}
 
 impl PeerMemory {
     /// Answers [`Error::NotBuilt`].
@@ -64,7 +85,7 @@ impl PeerMemory {
 
     /// The opened memory.
     pub fn range(&self) -> DeviceRange {
-        match *self {}
+        NONE
     }
 }
 
@@ -73,7 +94,9 @@ pub const CHUNK: usize = 4 << 20;
 
 /// The pinned staging pipeline (never made without the `cuda` feature).
 #[derive(Debug)]
-pub enum Stager {}
+pub struct Stager {
+    _never: (),
+}
 
 impl Stager {
     /// Answers [`Error::NotBuilt`].
@@ -83,30 +106,21 @@ impl Stager {
 
     /// The GPU it copies for.
     pub fn ordinal(&self) -> u32 {
-        match *self {}
+        0
     }
 
     /// Device → host.
     pub fn to_host(&mut self, _src: &DeviceRange, _dst: &mut [u8]) -> Result<()> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
 
     /// Host → device.
     pub fn to_device(&mut self, _src: &[u8], _dst: &DeviceRange) -> Result<()> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
 
     /// Device → device.
     pub fn device_to_device(&mut self, _src: &DeviceRange, _dst: &DeviceRange) -> Result<()> {
-        match *self {}
+        Err(Error::NotBuilt)
     }
-}
-
-pub(crate) fn timed_copies(
-    _dst: &DeviceRange,
-    _src: &DeviceRange,
-    _copies: u64,
-    _passes: usize,
-) -> Result<Vec<f64>> {
-    Err(Error::NotBuilt)
 }
