@@ -386,7 +386,6 @@ impl DeviceBench {
             g.pci_bus_id,
             format_size(max)
         )));
-        #[allow(unused_assignments)] // reassigned after the IPC figures, used by latency
         let mut gpu = Gpu::open(g.ordinal, max as usize)?;
         let link = self.links.get(&g.pci_bus_id);
         if link.is_none() {
@@ -436,28 +435,6 @@ impl DeviceBench {
                 events(Event::Advanced(1));
             }
         }
-        if let Some(peer) = &self.ipc_peer {
-            // Freed before the IPC buffers are allocated: at the largest size they need
-            // as much device memory again. (Without the cuda feature `Gpu` is never made
-            // and has no Drop.)
-            #[allow(clippy::drop_non_drop)]
-            drop(gpu);
-            for &size in self.sizes.iter().filter(|&&s| s >= IPC_MIN) {
-                self.check_stop()?;
-                let ceiling = d2d.get(&size).copied();
-                match ipc_figure(peer, g, size, self.passes, ceiling) {
-                    Ok(f) => record(rec, events, f)?,
-                    Err(e @ Error::Interrupted) => return Err(e),
-                    Err(e) => events(Event::Skipped(&format!(
-                        "GPU {}: device→device into another process (CUDA IPC), {}: {e}",
-                        g.ordinal,
-                        format_size(size)
-                    ))),
-                }
-                events(Event::Advanced(1));
-            }
-            gpu = Gpu::open(g.ordinal, max as usize)?;
-        }
         if self.latency {
             for way in [Way::HostToDevice, Way::DeviceToHost] {
                 self.check_stop()?;
@@ -493,6 +470,28 @@ impl DeviceBench {
                 Err(e) => return Err(e),
             }
             events(Event::Advanced(1));
+        }
+        if let Some(peer) = &self.ipc_peer {
+            // Last, and with this process's buffers freed first: the IPC buffers at the
+            // largest size need as much device memory again, and every figure above is
+            // measured before another process has had a context on the GPU. (Without the
+            // cuda feature `Gpu` is never made and has no Drop.)
+            #[allow(clippy::drop_non_drop)]
+            drop(gpu);
+            for &size in self.sizes.iter().filter(|&&s| s >= IPC_MIN) {
+                self.check_stop()?;
+                let ceiling = d2d.get(&size).copied();
+                match ipc_figure(peer, g, size, self.passes, ceiling) {
+                    Ok(f) => record(rec, events, f)?,
+                    Err(e @ Error::Interrupted) => return Err(e),
+                    Err(e) => events(Event::Skipped(&format!(
+                        "GPU {}: device→device into another process (CUDA IPC), {}: {e}",
+                        g.ordinal,
+                        format_size(size)
+                    ))),
+                }
+                events(Event::Advanced(1));
+            }
         }
         Ok(())
     }
