@@ -281,8 +281,9 @@ class Producer:
         (``numpy.frombuffer(buf, dtype)``), delete them, then ``buf.commit(length)``; the
         producer's other calls are refused until the buffer is committed or released."""
     def write(self, data: Any) -> int:
-        """Writes one block (a contiguous buffer, or a pyarrow RecordBatch for Arrow and
-        Parquet mergers); returns its sequence number."""
+        """Writes one block (a contiguous buffer, a C-contiguous CuPy or PyTorch CUDA array
+        with the ``cuda`` build, or a pyarrow RecordBatch for Arrow and Parquet mergers);
+        returns its sequence number."""
     def write_record(self, data: _Buffer) -> None:
         """Appends one record; records are packed into blocks."""
     def flush_records(self) -> None:
