@@ -20,7 +20,13 @@
 //!   device`: host→device and device→host (pinned and pageable host memory), both
 //!   directions at once, device→device, and host↔device latency (a small copy, and a flag
 //!   polled by the GPU in mapped pinned memory), each figure beside its
-//!   ceiling (the GPU's PCIe link, or the device memory's own copy rate).
+//!   ceiling (the GPU's PCIe link, or the device memory's own copy rate), and copies from
+//!   another process into device memory through CUDA IPC.
+//! - Device memory: [`DeviceBuffer`] (an allocation of this process, with its CUDA IPC
+//!   handle), [`PeerMemory`] (another process's, opened by that handle), [`device_range`]
+//!   (any device pointer, checked with the driver into a [`DeviceRange`]), and [`Stager`]
+//!   (two pinned chunks between device memory and any host memory, the copy engine on one
+//!   while the CPU copies the other): what `Producer::write_device` in `accio-merge` uses.
 //!
 //! ```
 //! match accio_device::devices() {
