@@ -110,7 +110,7 @@ impl IpcPeerArgs {
 }
 
 /// The peer process's body: opens the target through its IPC handle, fills a buffer of
-/// its own with [`PEER_BYTE`], times the copies into the target; returns each pass's
+/// its own with a known byte, times the copies into the target; returns each pass's
 /// seconds (the subcommand prints them on one line: `secs S1 S2 ...`).
 pub fn ipc_peer_main(a: &IpcPeerArgs) -> Result<Vec<f64>> {
     let handle = decode_handle(&a.handle)?;
