@@ -693,7 +693,9 @@ impl Producer {
     /// merger writes the last one into the file. Returns its sequence number.
     ///
     /// `src` is checked by the driver ([`accio_device::device_range`]); a pointer from C,
-    /// Python or another library becomes one that way.
+    /// Python or another library becomes one that way. Work that writes `src` must be
+    /// complete: the copies run on a stream of their own, ordered after nothing of the
+    /// caller's (synchronize that stream, or call [`accio_device::synchronize`]).
     ///
     /// # Errors
     ///
