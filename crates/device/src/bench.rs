@@ -36,8 +36,6 @@ use crate::copy::{self, copies_per_pass, LinkCeiling, Test, Way};
 use crate::driver::Gpu;
 use crate::{DeviceInfo, Error, Result};
 
-pub use crate::copy::IPC_FIGURE_METHOD;
-
 /// Small copies per latency pass.
 const LATENCY_COPIES: u64 = 200;
 /// Flag round trips per pass.

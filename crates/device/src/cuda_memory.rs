@@ -531,6 +531,12 @@ pub(crate) fn timed_copies(
     copies: u64,
     passes: usize,
 ) -> Result<Vec<f64>> {
+    if src.len != dst.len {
+        return Err(Error::Argument(format!(
+            "timed copies: {} bytes into {}",
+            src.len, dst.len
+        )));
+    }
     let ctx = Context::retain(dst.ordinal)?;
     no_panic(|| {
         let mut stream = std::ptr::null_mut();
@@ -550,12 +556,7 @@ pub(crate) fn timed_copies(
                     for _ in 0..copies {
                         check(
                             "cuMemcpyDtoDAsync",
-                            sys::cuMemcpyDtoDAsync_v2(
-                                dst.ptr,
-                                src.ptr,
-                                src.len.min(dst.len),
-                                stream,
-                            ),
+                            sys::cuMemcpyDtoDAsync_v2(dst.ptr, src.ptr, src.len, stream),
                         )?;
                     }
                     check("cuEventRecord", sys::cuEventRecord(ev[1], stream))?;

@@ -232,24 +232,21 @@ impl Gpu {
 
     /// The device memory's copy rate in GB/s ([`crate::copy::memory_copy_gbps`]).
     pub(crate) fn memory_copy_gbps(&self) -> Option<f64> {
-        let attr = |a: sys::CUdevice_attribute| -> Option<u64> {
-            let mut v: c_int = 0;
-            // SAFETY: `self.dev` is a valid device; `v` a valid out-pointer.
-            let r = unsafe { sys::cuDeviceGetAttribute(&mut v, a, self.dev) };
-            (r == CUresult::CUDA_SUCCESS && v > 0).then_some(v as u64)
-        };
         let clock = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MEMORY_CLOCK_RATE;
         let width = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_GLOBAL_MEMORY_BUS_WIDTH;
-        no_panic(|| Ok(attr(clock).zip(attr(width))))
-            .ok()
-            .flatten()
+        self.attribute(clock)
+            .zip(self.attribute(width))
             .and_then(|(c, w)| crate::copy::memory_copy_gbps(c, w))
     }
 
     /// The GPU's L2 cache in bytes, where the driver says.
     pub(crate) fn l2_bytes(&self) -> Option<u64> {
+        self.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE)
+    }
+
+    /// A positive device attribute, or `None` where the driver gives none.
+    fn attribute(&self, a: sys::CUdevice_attribute) -> Option<u64> {
         let mut v: c_int = 0;
-        let a = sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE;
         // SAFETY: `self.dev` is a valid device; `v` a valid out-pointer.
         no_panic(|| Ok(unsafe { sys::cuDeviceGetAttribute(&mut v, a, self.dev) }))
             .ok()
@@ -278,9 +275,10 @@ impl Gpu {
         let d = if k == 0 { self.dev_a } else { self.dev_b };
         let stream = self.streams[k];
         // The copy's direction is named, as `cudaMemcpyAsync` with an explicit kind does
-        // (the CUDA C reference): the generic `cuMemcpyAsync` first looks both addresses
-        // up, which cost about 1 us per small copy on an H200 (8-byte copies 1.18x the
-        // reference's time, 64 KiB device copies 0.71x its rate).
+        // (the CUDA C reference), rather than the generic `cuMemcpyAsync`, which first
+        // looks both addresses up. A suspect, not yet confirmed on a GPU, for the H200 run
+        // whose 8-byte copies took 1.18x the reference's time and 64 KiB device copies ran
+        // at 0.71x its rate.
         // SAFETY: `d` and `h` are buffers of `self.len >= size` bytes owned by `self`
         // (device allocations, pinned or pageable host memory), on a stream of the current
         // context. The host buffers stay alive and untouched until the pass synchronizes.
@@ -418,22 +416,22 @@ impl Gpu {
                 // SAFETY: both words lie in the flag page that `self` owns, mapped for
                 // the device at `flags_dev`; the stream is drained (or the GPU marked
                 // wedged) before this pass returns.
-                unsafe {
-                    for k in 1..=batch {
-                        check(
-                            "cuStreamWaitValue32",
-                            sys::cuStreamWaitValue32_v2(s0, self.flags_dev, base + k, geq),
-                        )?;
-                        check(
-                            "cuStreamWriteValue32",
-                            sys::cuStreamWriteValue32_v2(
-                                s0,
-                                self.flags_dev + PONG as u64,
-                                base + k,
-                                0,
-                            ),
-                        )?;
-                    }
+                let queued = (1..=batch).try_for_each(|k| unsafe {
+                    check(
+                        "cuStreamWaitValue32",
+                        sys::cuStreamWaitValue32_v2(s0, self.flags_dev, base + k, geq),
+                    )?;
+                    check(
+                        "cuStreamWriteValue32",
+                        sys::cuStreamWriteValue32_v2(s0, self.flags_dev + PONG as u64, base + k, 0),
+                    )
+                });
+                if let Err(e) = queued {
+                    // Release the waits queued before the failure, and drain them.
+                    ping.store(base + batch, Ordering::Release);
+                    self.seq = base + batch;
+                    self.drain(s0)?;
+                    return Err(e);
                 }
                 let t = Instant::now();
                 for k in 1..=batch {

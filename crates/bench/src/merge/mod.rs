@@ -235,9 +235,6 @@ impl MergeBench {
     /// figures carry `source = device:N`.
     pub fn device(mut self, gpu: Option<u32>) -> Self {
         self.device = gpu;
-        if gpu.is_some() {
-            self.naive = false;
-        }
         self
     }
 

@@ -119,7 +119,8 @@ impl MergeBench {
                     events(Event::Advanced(1));
                     continue;
                 }
-                let naive = if self.naive {
+                // The naive alternative writes from host memory: no peer for device blocks.
+                let naive = if self.naive && self.device.is_none() {
                     self.measure_naive(&info, &scratch, p, f, sync, &mut ceiling, rec, events)?
                 } else {
                     None
