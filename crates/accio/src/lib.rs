@@ -61,6 +61,8 @@ pub static REGISTRY: &[Backend] = &[accio_shm::BACKEND, accio_tcp::BACKEND];
 #[cfg(feature = "mpi")]
 pub static REGISTRY: &[Backend] = &[accio_shm::BACKEND, accio_tcp::BACKEND, accio_mpi::BACKEND];
 
+pub mod device;
+
 /// The MPI side of the facade: whether MPI launched this process, MPI's own rank and size
 /// (`init`, collective), and an allgather for bootstrapping a world.
 pub use accio_mpi as mpi;

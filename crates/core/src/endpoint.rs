@@ -168,6 +168,13 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// Copies `dst.len()` bytes at remote offset `remote_off` into `dst`.
     fn vread_from(&self, dst: &mut [u8], remote_off: u64, flags: RmaFlags) -> Result<()>;
 
+    /// Checks, as an RMA would before it moves a byte, that `len` bytes at the peer's
+    /// `remote_off` lie inside one peer window that allows `need`, and moves nothing:
+    /// [`crate::Error::OutOfWindow`] or [`crate::Error::AccessDenied`] as the RMA would
+    /// fail with. For transfers made of several RMAs (staged from device memory), so that
+    /// a range that would fail part-way is refused before the first one.
+    fn check_remote(&self, remote_off: u64, len: usize, need: Access) -> Result<()>;
+
     // ---- ordering -------------------------------------------------------------------------
 
     /// Marks all RMAs issued so far.

@@ -11,7 +11,7 @@ use std::ffi::c_void;
 use cudarc::driver::sys::{self, CUresult};
 
 use crate::driver::{check, device, init};
-use crate::{no_panic, DeviceRange, Error, Result};
+use crate::{no_panic, DeviceRange, Error, Result, Staged};
 
 /// The primary context of GPU `ordinal`, retained (released on drop) and made current.
 struct Context {
@@ -388,7 +388,6 @@ impl Stager {
     /// Copies the device range `src` into `dst` (of the same length) through the pinned
     /// chunks, the next chunk's device→host copy running while the CPU copies this one.
     pub fn to_host(&mut self, src: &DeviceRange, dst: &mut [u8]) -> Result<()> {
-        self.same_gpu(src)?;
         if dst.len() != src.len {
             return Err(Error::Argument(format!(
                 "device→host: {} device bytes into {} host bytes",
@@ -396,17 +395,34 @@ impl Stager {
                 dst.len()
             )));
         }
-        no_panic(|| {
+        self.drain(src, |at, chunk| {
+            dst[at..at + chunk.len()].copy_from_slice(chunk);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(Staged::into_device)
+    }
+
+    /// Hands the device range `src` to `sink` chunk by chunk (`sink(at, bytes)`: the bytes
+    /// at byte `at` of the range, in pinned memory, at most [`CHUNK`] of them), the next
+    /// chunk's device→host copy running while `sink` consumes this one: what a transport
+    /// sends straight from (see the crate docs). Stops at the first error of `sink`.
+    pub fn drain<E>(
+        &mut self,
+        src: &DeviceRange,
+        mut sink: impl FnMut(usize, &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), Staged<E>> {
+        self.same_gpu(src).map_err(Staged::Device)?;
+        let r = no_panic(|| {
             self.ctx.make_current()?;
-            let total = dst.len();
+            let total = src.len;
             let n = total.div_ceil(CHUNK);
             let piece = |i: usize| (i * CHUNK, CHUNK.min(total - i * CHUNK));
             let enqueue = |s: &Self, i: usize| -> Result<()> {
                 let (at, len) = piece(i);
                 // SAFETY: each chunk is CHUNK pinned bytes owned by `self`; `src` was
                 // checked by `device_range` (or is a buffer's own range); a chunk is
-                // refilled only after its last host copy finished (the loop below copies
-                // chunk i out before it enqueues chunk i + 2).
+                // refilled only after `sink` returned from it (the loop below hands chunk
+                // i over before it enqueues chunk i + 2).
                 unsafe {
                     check(
                         "cuMemcpyDtoHAsync",
@@ -432,24 +448,32 @@ impl Stager {
                 }
                 let (at, len) = piece(i);
                 // SAFETY: chunk i's copy is complete once its event is; its first `len`
-                // bytes are then the device's.
-                unsafe {
+                // bytes are then the device's, and nothing writes them until chunk i + 2
+                // is enqueued, after `sink` returned.
+                let chunk = unsafe {
                     check(
                         "cuEventSynchronize",
                         sys::cuEventSynchronize(self.events[i % 2]),
                     )?;
-                    let chunk = std::slice::from_raw_parts(self.chunks[i % 2] as *const u8, len);
-                    dst[at..at + len].copy_from_slice(chunk);
+                    std::slice::from_raw_parts(self.chunks[i % 2] as *const u8, len)
+                };
+                if let Err(e) = sink(at, chunk) {
+                    return Ok(Err(e));
                 }
             }
-            Ok(())
-        })
+            Ok(Ok(()))
+        });
+        let drained = self.quiesce();
+        match r {
+            Err(e) => Err(Staged::Device(e)),
+            Ok(Err(e)) => Err(Staged::Host(e)),
+            Ok(Ok(())) => drained.map_err(Staged::Device),
+        }
     }
 
     /// Copies `src` into the device range `dst` (of the same length) through the pinned
     /// chunks, the CPU filling the next chunk while the copy engine moves this one.
     pub fn to_device(&mut self, src: &[u8], dst: &DeviceRange) -> Result<()> {
-        self.same_gpu(dst)?;
         if src.len() != dst.len {
             return Err(Error::Argument(format!(
                 "host→device: {} host bytes into {} device bytes",
@@ -457,22 +481,47 @@ impl Stager {
                 dst.len
             )));
         }
-        no_panic(|| {
+        self.fill(dst, |at, chunk| {
+            chunk.copy_from_slice(&src[at..at + chunk.len()]);
+            Ok::<(), std::convert::Infallible>(())
+        })
+        .map_err(Staged::into_device)
+    }
+
+    /// Fills the device range `dst` from `source` chunk by chunk (`source(at, chunk)` fills
+    /// the pinned `chunk` with the bytes for byte `at` of the range, at most [`CHUNK`] of
+    /// them), the copy engine moving each chunk to the device while `source` fills the
+    /// next: what a transport receives straight into. Returns once every byte is in device
+    /// memory; stops at the first error of `source` (the bytes before it are copied).
+    pub fn fill<E>(
+        &mut self,
+        dst: &DeviceRange,
+        mut source: impl FnMut(usize, &mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), Staged<E>> {
+        self.same_gpu(dst).map_err(Staged::Device)?;
+        let r = no_panic(|| {
             self.ctx.make_current()?;
-            let n = src.len().div_ceil(CHUNK);
+            let total = dst.len;
+            let n = total.div_ceil(CHUNK);
             for i in 0..n {
-                let (at, len) = (i * CHUNK, CHUNK.min(src.len() - i * CHUNK));
-                // SAFETY: as in `to_host`; chunk i % 2 was last used by copy i - 2, whose
-                // event is waited for before the CPU writes the chunk again.
-                unsafe {
+                let (at, len) = (i * CHUNK, CHUNK.min(total - i * CHUNK));
+                // SAFETY: chunk i % 2 was last used by copy i - 2, whose event is waited
+                // for before `source` writes the chunk again (copies of an earlier call
+                // were drained by its `quiesce`).
+                let chunk = unsafe {
                     if i >= 2 {
                         check(
                             "cuEventSynchronize",
                             sys::cuEventSynchronize(self.events[i % 2]),
                         )?;
                     }
-                    let chunk = std::slice::from_raw_parts_mut(self.chunks[i % 2] as *mut u8, len);
-                    chunk.copy_from_slice(&src[at..at + len]);
+                    std::slice::from_raw_parts_mut(self.chunks[i % 2] as *mut u8, len)
+                };
+                if let Err(e) = source(at, chunk) {
+                    return Ok(Err(e));
+                }
+                // SAFETY: as in `drain`; the chunk holds `len` bytes for `dst + at`.
+                unsafe {
                     check(
                         "cuMemcpyHtoDAsync",
                         sys::cuMemcpyHtoDAsync_v2(
@@ -488,6 +537,21 @@ impl Stager {
                     )?;
                 }
             }
+            Ok(Ok(()))
+        });
+        let drained = self.quiesce();
+        match r {
+            Err(e) => Err(Staged::Device(e)),
+            Ok(Err(e)) => Err(Staged::Host(e)),
+            Ok(Ok(())) => drained.map_err(Staged::Device),
+        }
+    }
+
+    /// Waits for every copy queued on the stager's stream, on every way out of a
+    /// pipeline: no copy of one call may touch a chunk the next call fills or reads.
+    fn quiesce(&self) -> Result<()> {
+        no_panic(|| {
+            self.ctx.make_current()?;
             // SAFETY: the stream is `self`'s.
             check("cuStreamSynchronize", unsafe {
                 sys::cuStreamSynchronize(self.stream)

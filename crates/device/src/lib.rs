@@ -59,6 +59,53 @@ mod memory;
 
 pub use memory::{DeviceBuffer, PeerMemory, Stager, CHUNK};
 
+/// How a staged copy with a host side ([`Stager::drain`], [`Stager::fill`]) failed: on the
+/// GPU, or in the caller's host side (a transport's send or receive).
+#[derive(Debug)]
+pub enum Staged<E> {
+    /// A driver call failed (or there is no GPU).
+    Device(Error),
+    /// The host side returned this error.
+    Host(E),
+}
+
+impl Staged<std::convert::Infallible> {
+    /// The device error of a staged copy whose host side cannot fail.
+    pub fn into_device(self) -> Error {
+        match self {
+            Staged::Device(e) => e,
+            Staged::Host(never) => match never {},
+        }
+    }
+}
+
+/// Idle stagers kept per GPU by [`with_stager`]: each holds 2 × [`CHUNK`] of pinned memory.
+const POOLED_PER_GPU: usize = 4;
+
+/// Runs `f` with a [`Stager`] for GPU `ordinal` taken from a pool of this process (made
+/// when none is idle, and put back after, up to four per GPU): a stager's pinned memory
+/// takes milliseconds to allocate, more than staging a few MiB takes.
+pub fn with_stager<R>(ordinal: u32, f: impl FnOnce(&mut Stager) -> R) -> Result<R> {
+    use std::sync::Mutex;
+    static IDLE: Mutex<Vec<Stager>> = Mutex::new(Vec::new());
+    let pooled = {
+        let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+        idle.iter()
+            .position(|s| s.ordinal() == ordinal)
+            .map(|i| idle.swap_remove(i))
+    };
+    let mut stager = match pooled {
+        Some(s) => s,
+        None => Stager::new(ordinal)?,
+    };
+    let r = f(&mut stager);
+    let mut idle = IDLE.lock().unwrap_or_else(|p| p.into_inner());
+    if idle.iter().filter(|s| s.ordinal() == ordinal).count() < POOLED_PER_GPU {
+        idle.push(stager);
+    }
+    Ok(r)
+}
+
 /// What went wrong with a GPU call.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]

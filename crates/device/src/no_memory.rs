@@ -3,7 +3,7 @@
 //! ordinary types rather than empty enums, so that callers' code after a constructor is
 //! not unreachable to the compiler; their other methods answer `NotBuilt` (or nothing) too.
 
-use crate::{DeviceRange, Error, Result};
+use crate::{DeviceRange, Error, Result, Staged};
 
 pub(crate) fn synchronize(_ordinal: u32) -> Result<()> {
     Err(Error::NotBuilt)
@@ -112,6 +112,24 @@ impl Stager {
     /// Device → host.
     pub fn to_host(&mut self, _src: &DeviceRange, _dst: &mut [u8]) -> Result<()> {
         Err(Error::NotBuilt)
+    }
+
+    /// Device → host, chunk by chunk into `sink`.
+    pub fn drain<E>(
+        &mut self,
+        _src: &DeviceRange,
+        _sink: impl FnMut(usize, &[u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), Staged<E>> {
+        Err(Staged::Device(Error::NotBuilt))
+    }
+
+    /// Host → device, chunk by chunk from `source`.
+    pub fn fill<E>(
+        &mut self,
+        _dst: &DeviceRange,
+        _source: impl FnMut(usize, &mut [u8]) -> std::result::Result<(), E>,
+    ) -> std::result::Result<(), Staged<E>> {
+        Err(Staged::Device(Error::NotBuilt))
     }
 
     /// Host → device.

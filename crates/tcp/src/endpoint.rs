@@ -121,14 +121,6 @@ impl TcpEndpoint {
         })
     }
 
-    /// Checks `offset + len` against the mirror of the peer's windows.
-    fn check_remote(&self, offset: u64, len: usize, need: Access) -> Result<()> {
-        let s = self.s();
-        read(&s.peer_windows)
-            .find(offset, len as u64, need, Side::Remote, &s.peer)
-            .map(|_| ())
-    }
-
     /// Windows hold 1 byte up to the largest RMA a frame can carry.
     fn window_len(op: &'static str, len: usize) -> Result<()> {
         if len == 0 {
@@ -531,6 +523,14 @@ impl Endpoint for TcpEndpoint {
         // SAFETY: `dst` is borrowed exclusively for the whole call, and `read_into` does
         // not return while the reader thread may still write to it.
         unsafe { self.read_into(remote_off, dst.as_mut_ptr(), dst.len()) }
+    }
+
+    /// Checks `offset + len` against the mirror of the peer's windows.
+    fn check_remote(&self, offset: u64, len: usize, need: Access) -> Result<()> {
+        let s = self.s();
+        read(&s.peer_windows)
+            .find(offset, len as u64, need, Side::Remote, &s.peer)
+            .map(|_| ())
     }
 
     fn fence_mark(&self) -> Result<Mark> {

@@ -25,15 +25,18 @@ enum Op {
     ReadFrom,
     VWriteTo(RmaFlags),
     VReadFrom,
+    /// `check_remote` with these rights: refused as the RMA needing them is.
+    Check(Access),
 }
 
-const WRITES: [Op; 4] = [
+const WRITES: [Op; 5] = [
     Op::WriteTo(RmaFlags::SYNC),
     Op::WriteTo(RmaFlags::ASYNC),
     Op::VWriteTo(RmaFlags::SYNC),
     Op::VWriteTo(RmaFlags::ASYNC),
+    Op::Check(Access::WRITE),
 ];
-const READS: [Op; 2] = [Op::ReadFrom, Op::VReadFrom];
+const READS: [Op; 3] = [Op::ReadFrom, Op::VReadFrom, Op::Check(Access::READ)];
 
 fn issue(ep: &dyn Endpoint, op: Op, lw: &Window, len: usize, remote: u64) -> accio::Result<()> {
     match op {
@@ -51,6 +54,7 @@ fn issue(ep: &dyn Endpoint, op: Op, lw: &Window, len: usize, remote: u64) -> acc
             }
             r
         }
+        Op::Check(need) => ep.check_remote(remote, len, need),
     }
 }
 
@@ -290,7 +294,13 @@ pub fn access_is_enforced(b: &Backend) {
             assert_window(&wo, 2, None, "write-only window after denied reads");
             assert_window(&lw, 3, None, "local window after denied reads");
 
-            // The permitted directions work.
+            // The permitted directions work, and `check_remote` says so.
+            for (w, need) in [(&ro, Access::READ), (&wo, Access::WRITE)] {
+                ok(
+                    x.check_remote(w.offset() + 5, 300, need),
+                    &format!("check_remote of {:?} in {}", need, range(w)),
+                );
+            }
             ok(
                 x.read_from(lw.offset(), 300, ro.offset() + 5, RmaFlags::SYNC),
                 "read_from read-only window",

@@ -185,6 +185,12 @@ impl Endpoint for MockEp {
             backend: "mock",
         })
     }
+    fn check_remote(&self, _: u64, _: usize, _: Access) -> Result<()> {
+        Err(Error::Unsupported {
+            op: "check_remote",
+            backend: "mock",
+        })
+    }
     fn fence_mark(&self) -> Result<Mark> {
         Ok(Mark(0))
     }

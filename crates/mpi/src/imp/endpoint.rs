@@ -664,6 +664,10 @@ impl Endpoint for MpiEndpoint {
         self.get(dst.as_mut_ptr(), dst.len(), disp)
     }
 
+    fn check_remote(&self, remote_off: u64, len: usize, need: Access) -> Result<()> {
+        self.remote(remote_off, len, need).map(|_| ())
+    }
+
     fn fence_mark(&self) -> Result<Mark> {
         Ok(Mark(self.issued.load(Ordering::Acquire)))
     }

@@ -337,6 +337,11 @@ impl Endpoint for ShmEndpoint {
         self.finish_rma(flags)
     }
 
+    fn check_remote(&self, remote_off: u64, len: usize, need: Access) -> Result<()> {
+        self.check_not_gone()?;
+        self.with_peer(remote_off, len, need, |_| ())
+    }
+
     fn fence_mark(&self) -> Result<Mark> {
         // Every RMA completes before its call returns, so a mark names completed work.
         fence(Ordering::SeqCst);
