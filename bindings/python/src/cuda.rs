@@ -17,6 +17,9 @@ use crate::dlpack::{self, Imported};
 pub(crate) struct DeviceBlock {
     /// Checked by the driver; `None` for an empty array (no bytes to check or copy).
     pub(crate) range: Option<accio_device::DeviceRange>,
+    /// `__cuda_array_interface__` says the memory is read-only (a DLPack tensor, imported
+    /// through the legacy capsule, cannot say it).
+    pub(crate) read_only: bool,
     /// The DLPack tensor the range lies in, handed back to its producer on drop.
     _tensor: Option<Imported>,
 }
@@ -63,13 +66,13 @@ fn contiguous_len(shape: &[i64], strides: Option<&[i64]>, itemsize: u64) -> Resu
 
 /// The device block `obj` holds, named `what` in errors.
 pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<DeviceBlock> {
-    let (ptr, len, tensor) = if obj.hasattr("__cuda_array_interface__")? {
+    let (ptr, len, read_only, tensor) = if obj.hasattr("__cuda_array_interface__")? {
         let cai = obj.getattr("__cuda_array_interface__")?;
         let Ok(d) = cai.cast::<PyDict>() else {
             return refuse(what, "__cuda_array_interface__ is not a dict");
         };
         let get = |k: &str| d.get_item(k).ok().flatten();
-        let Some((ptr, _readonly)) = get("data").and_then(|v| v.extract::<(u64, bool)>().ok())
+        let Some((ptr, read_only)) = get("data").and_then(|v| v.extract::<(u64, bool)>().ok())
         else {
             return refuse(
                 what,
@@ -99,10 +102,10 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
             Ok(n) => n,
             Err(why) => return refuse(what, why),
         };
-        (ptr, len, None)
+        (ptr, len, read_only, None)
     } else {
         match dlpack::import_cuda(obj, what)? {
-            Some(t) => (t.ptr as u64, t.len, Some(t)),
+            Some(t) => (t.ptr as u64, t.len, false, Some(t)),
             None => {
                 return refuse(
                     what,
@@ -114,6 +117,7 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
     if len == 0 {
         return Ok(DeviceBlock {
             range: None,
+            read_only,
             _tensor: tensor,
         });
     }
@@ -124,6 +128,7 @@ pub(crate) fn device_block(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Devic
     };
     Ok(DeviceBlock {
         range: Some(range),
+        read_only,
         _tensor: tensor,
     })
 }

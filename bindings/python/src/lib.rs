@@ -22,6 +22,7 @@ use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use accio::device::DeviceRma;
 use accio::{Access, ErrorKind, RmaFlags};
 use accio_merge::container::{ContainerOptions, ContainerReader};
 use accio_merge::{ArrowIpcSink, ContainerSink, MergeError, ParquetOptions, ParquetSink, Sink};
@@ -182,12 +183,51 @@ fn merge_err(e: &MergeError) -> PyErr {
         MergeError::Timeout { .. } => Timeout::new_err(e.to_string()),
         MergeError::TooLarge { .. } => MessageTooLarge::new_err(e.to_string()),
         MergeError::Config(_) => invalid_arg(e.to_string()),
+        MergeError::Device(d) => device_err(d),
         _ => MergeFailed::new_err(e.to_string()),
+    }
+}
+
+/// The CUDA array `obj` holds (`None` for host memory), for `what` to read from or, when
+/// `write`, to write into: other device memory is refused, and so is a read-only array
+/// given to write into.
+fn cuda_block(
+    obj: &Bound<'_, PyAny>,
+    what: &str,
+    write: bool,
+) -> PyResult<Option<cuda::DeviceBlock>> {
+    let Some(device) = dlpack::device_memory(obj) else {
+        return Ok(None);
+    };
+    if !device.starts_with("CUDA") {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: {device}: accio reads host memory and CUDA devices"
+        )));
+    }
+    let block = cuda::device_block(obj, what)?;
+    if write && block.read_only {
+        return Err(PyTypeError::new_err(format!(
+            "{what}: the CUDA array is read-only (__cuda_array_interface__)"
+        )));
+    }
+    Ok(Some(block))
+}
+
+/// The exception of a GPU failure: no GPU to use is `Unsupported`, memory that is not
+/// what it was given as is `InvalidArgument`, a driver call that failed is `accio.Error`.
+fn device_err(e: &accio_device::Error) -> PyErr {
+    match e {
+        e if e.is_unavailable() => Unsupported::new_err(e.to_string()),
+        accio_device::Error::NotDeviceMemory { .. } | accio_device::Error::Argument(_) => {
+            invalid_arg(e.to_string())
+        }
+        e => Error::new_err(e.to_string()),
     }
 }
 
 /// What a released-GIL body can fail with; turned into an exception once the GIL is back.
 enum Failure {
+    Device(accio_device::Error),
     Transport(accio::Error),
     Merge(MergeError),
     World(accio_world::WorldError),
@@ -201,6 +241,21 @@ impl From<accio::Error> for Failure {
     }
 }
 
+impl From<accio_device::Error> for Failure {
+    fn from(e: accio_device::Error) -> Self {
+        Failure::Device(e)
+    }
+}
+
+impl From<accio::device::DeviceRmaError> for Failure {
+    fn from(e: accio::device::DeviceRmaError) -> Self {
+        match e {
+            accio::device::DeviceRmaError::Transport(t) => Failure::Transport(t),
+            accio::device::DeviceRmaError::Device(d) => Failure::Device(d),
+        }
+    }
+}
+
 impl From<MergeError> for Failure {
     fn from(e: MergeError) -> Self {
         Failure::Merge(e)
@@ -210,6 +265,7 @@ impl From<MergeError> for Failure {
 impl From<Failure> for PyErr {
     fn from(f: Failure) -> PyErr {
         match f {
+            Failure::Device(e) => device_err(&e),
             Failure::Transport(e) => transport_err(&e),
             Failure::Merge(e) => merge_err(&e),
             Failure::World(e) => world::world_err(&e),
@@ -743,7 +799,10 @@ impl Endpoint {
     }
 
     /// Copies any contiguous buffer (a NumPy array, bytes, ...) to the peer's
-    /// `remote_offset` (in its registered address space), straight from its memory.
+    /// `remote_offset` (in its registered address space), straight from its memory. A
+    /// C-contiguous CUDA array (CuPy, PyTorch: `__cuda_array_interface__` or DLPack) is
+    /// copied from GPU memory through pinned staging, the copy engine filling one chunk
+    /// while the transport sends the other (work queued on its GPU is waited for first).
     #[pyo3(signature = (buffer, remote_offset, sync=false))]
     fn vwrite_to(
         &self,
@@ -754,13 +813,24 @@ impl Endpoint {
     ) -> PyResult<()> {
         let remote_offset = remote_offset.u64("vwrite_to", "remote_offset")?;
         let ep = self.ep()?;
+        if let Some(block) = cuda_block(buffer, "Endpoint.vwrite_to", false)? {
+            return guarded(py, || match block.range {
+                Some(r) => {
+                    accio::device::synchronize(r.ordinal())?;
+                    Ok(ep.vwrite_device(&r, remote_offset, flags(sync))?)
+                }
+                None => Ok(ep.vwrite_to(&[], remote_offset, flags(sync))?),
+            });
+        }
         let src = Buf::get(buffer, false)?;
         let s = src.as_slice();
         guarded(py, || Ok(ep.vwrite_to(s, remote_offset, flags(sync))?))
     }
 
     /// Fills a writable contiguous buffer from the peer's `remote_offset` (in its registered
-    /// address space), straight into its memory.
+    /// address space), straight into its memory. A C-contiguous CUDA array is filled
+    /// through pinned staging, the transport receiving one chunk while the copy engine
+    /// moves the other to the GPU; the bytes are in device memory when the call returns.
     #[pyo3(signature = (buffer, remote_offset, sync=false))]
     fn vread_from(
         &self,
@@ -771,6 +841,16 @@ impl Endpoint {
     ) -> PyResult<()> {
         let remote_offset = remote_offset.u64("vread_from", "remote_offset")?;
         let ep = self.ep()?;
+        if let Some(block) = cuda_block(buffer, "Endpoint.vread_from", true)? {
+            return guarded(py, || match block.range {
+                Some(r) => {
+                    // The array's producer may still use its memory on a stream of its own.
+                    accio::device::synchronize(r.ordinal())?;
+                    Ok(ep.vread_device(&r, remote_offset, flags(sync))?)
+                }
+                None => Ok(ep.vread_from(&mut [], remote_offset, flags(sync))?),
+            });
+        }
         let dst = Buf::get(buffer, true)?;
         let d = dst.as_mut_slice();
         guarded(py, || Ok(ep.vread_from(d, remote_offset, flags(sync))?))
@@ -1391,13 +1471,7 @@ impl Producer {
             let batch = import_batch(data)?;
             return self.with(py, move |p| Ok(p.write_batch(&batch)?));
         }
-        if let Some(device) = dlpack::device_memory(data) {
-            if !device.starts_with("CUDA") {
-                return Err(PyTypeError::new_err(format!(
-                    "Producer.write: {device}: accio reads host memory and CUDA devices"
-                )));
-            }
-            let block = cuda::device_block(data, "Producer.write")?;
+        if let Some(block) = cuda_block(data, "Producer.write", false)? {
             let range = block.range;
             return self.with(py, move |p| match range {
                 Some(r) => {

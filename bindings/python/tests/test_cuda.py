@@ -1,11 +1,13 @@
-"""CUDA arrays as blocks of Producer.write: CuPy and PyTorch arrays on a GPU (run on the GPU
-machine by ci/device.sh), and objects that claim device memory everywhere: their address is
-checked with the driver before any copy, so a lie is a TypeError, never a wild copy."""
+"""CUDA arrays as blocks of Producer.write and as the local side of Endpoint.vwrite_to and
+vread_from: CuPy and PyTorch arrays on a GPU (run on the GPU machine by ci/device.sh), and
+objects that claim device memory everywhere: their address is checked with the driver
+before any copy, so a lie is a TypeError, never a wild copy."""
 
 import numpy as np
 import pytest
 
 import accio
+from conftest import connected_pair
 
 
 class FakeCudaArray:
@@ -42,6 +44,24 @@ def test_an_object_that_claims_device_memory_at_a_host_address_is_refused(shm_ad
                 p.write(bad)
         # An empty array is an empty block, whatever it claims.
         assert p.write(FakeCudaArray(host[:0])) == 0
+
+
+def test_rma_with_an_object_that_claims_device_memory_is_refused_and_moves_nothing(shm_addr):
+    a, b, _lst = connected_pair(shm_addr)
+    win = b.register(8192, "rw")
+    np.frombuffer(win, dtype=np.uint8)[:] = 5
+    host = np.arange(4096, dtype=np.uint8)
+    for call, name in [(a.vwrite_to, "Endpoint.vwrite_to"), (a.vread_from, "Endpoint.vread_from")]:
+        with pytest.raises(TypeError) as e:
+            call(FakeCudaArray(host), win.offset)
+        text = str(e.value)
+        assert name in text, text
+        assert "not CUDA device memory" in text or "no CUDA" in text \
+            or "without the cuda feature" in text, text
+        with pytest.raises(TypeError, match="C-contiguous"):
+            call(FakeCudaArray(host, shape=(64, 64), strides=(1, 64)), win.offset)
+    assert (np.frombuffer(win, dtype=np.uint8) == 5).all()
+    assert (host == np.arange(4096, dtype=np.uint8)).all()
 
 
 def _gpu_modules():
@@ -103,3 +123,58 @@ def test_cuda_arrays_reach_the_file_unchanged(lib, shm_addr, tmp_path):
         assert f.verify()
         got = [bytes(b.data) for b in f]
     assert got == want
+
+
+class ReadOnlyView:
+    """A real CUDA array, offered through __cuda_array_interface__ as read-only."""
+
+    def __init__(self, arr):
+        cai = dict(arr.__cuda_array_interface__)
+        cai["data"] = (cai["data"][0], True)
+        self.__cuda_array_interface__ = cai
+        self._arr = arr
+
+
+@pytest.mark.skipif(not GPU, reason="no CUDA device with CuPy or PyTorch")
+@pytest.mark.parametrize("lib", GPU)
+@pytest.mark.parametrize("scheme", ["shm", "tcp"])
+def test_cuda_arrays_go_to_and_come_from_a_peer_window(lib, scheme, shm_addr):
+    a, b, _lst = connected_pair(shm_addr if scheme == "shm" else "tcp://127.0.0.1:0")
+    n = (9 << 20) + 4099  # three staging chunks and a piece
+    win = b.register(n + 8192, "rw")
+    view = np.frombuffer(win, dtype=np.uint8)
+    view[:] = 5
+    want = (np.arange(n, dtype=np.uint64) * 2654435761 % 251).astype(np.uint8)
+    if lib == "cupy":
+        import cupy
+
+        src = cupy.asarray(want)
+        dst = cupy.zeros(n, dtype=cupy.uint8)
+        back = lambda: cupy.asnumpy(dst)  # noqa: E731
+    else:
+        import torch
+
+        src = torch.from_numpy(want).to("cuda")
+        dst = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        back = lambda: dst.cpu().numpy()  # noqa: E731
+    for sync in (True, False):
+        view[:] = 5
+        a.vwrite_to(src, win.offset + 4096, sync=sync)
+        if not sync:
+            a.fence_wait(a.fence_mark())
+        assert (view[4096:4096 + n] == want).all()
+        assert (view[:4096] == 5).all() and (view[4096 + n:] == 5).all()
+    view[4096:4096 + n] = want[::-1]
+    a.vread_from(dst, win.offset + 4096)
+    assert (back() == want[::-1]).all()
+    # Past the window's end: refused before any byte moves, either way.
+    view[:] = 5
+    with pytest.raises(accio.OutOfWindow):
+        a.vwrite_to(src, win.offset + 8192)
+    assert (view == 5).all()
+    with pytest.raises(accio.OutOfWindow):
+        a.vread_from(dst, win.offset + 8192)
+    assert (back() == want[::-1]).all()
+    # A read-only array is not written into.
+    with pytest.raises(TypeError, match="read-only"):
+        a.vread_from(ReadOnlyView(dst), win.offset)

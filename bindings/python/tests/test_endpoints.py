@@ -124,9 +124,17 @@ def test_gpu_memory_where_host_memory_is_expected_is_an_error_that_says_so(shm_a
     for obj, text in [(CudaArray(), "CudaArray is CUDA device memory (__cuda_array_interface__)"),
                       (Tensor((2, 1)), "Tensor is CUDA device memory (DLPack device (2, 1))"),
                       (Tensor((10, 0)), "Tensor is ROCm device memory (DLPack device (10, 0))")]:
-        for call in (lambda: a.send(obj), lambda: a.vwrite_to(obj, win.offset)):
-            with pytest.raises(TypeError, match=re.escape(text) + ".*copy it to the host first"):
-                call()
+        with pytest.raises(TypeError, match=re.escape(text) + ".*copy it to the host first"):
+            a.send(obj)
+    # vwrite_to and vread_from take CUDA memory, once the driver vouches for it; other
+    # device memory is refused by name.
+    for call in (a.vwrite_to, a.vread_from):
+        for obj, text in [(CudaArray(), "not CUDA device memory|no CUDA|without the cuda feature"),
+                          (Tensor((2, 1)), "gives neither __cuda_array_interface__ nor __dlpack__"),
+                          (Tensor((10, 0)), r"ROCm device memory \(DLPack device \(10, 0\)\): "
+                                            "accio reads host memory and CUDA devices")]:
+            with pytest.raises(TypeError, match=text):
+                call(obj, win.offset)
     # Host memory that has no buffer to give: the usual message.
     with pytest.raises(TypeError, match="expected a contiguous buffer"):
         a.send(Tensor((1, 0)))

@@ -159,11 +159,13 @@ class Endpoint:
     def read_from(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
         """Copies ``length`` bytes at the peer's ``remote_offset`` to ``local_offset``
         (registered-space offsets, as in ``write_to``)."""
-    def vwrite_to(self, buffer: _Buffer, remote_offset: int, sync: bool = False) -> None:
+    def vwrite_to(self, buffer: Any, remote_offset: int, sync: bool = False) -> None:
         """Copies any contiguous buffer (NumPy array, bytes) to the peer's
-        ``remote_offset`` straight from its memory."""
-    def vread_from(self, buffer: _Buffer, remote_offset: int, sync: bool = False) -> None:
-        """Fills a writable contiguous buffer from the peer's ``remote_offset``."""
+        ``remote_offset`` straight from its memory; with the ``cuda`` build also a
+        C-contiguous CuPy or PyTorch CUDA array, through pinned staging."""
+    def vread_from(self, buffer: Any, remote_offset: int, sync: bool = False) -> None:
+        """Fills a writable contiguous buffer (or, with the ``cuda`` build, a C-contiguous
+        CUDA array) from the peer's ``remote_offset``."""
     def fence_mark(self) -> int:
         """Marks every RMA issued so far."""
     def fence_wait(self, mark: int) -> None:
