@@ -419,6 +419,38 @@ enum accio_status accio_endpoint_vread_from(const struct accio_endpoint *endpoin
                                             uint64_t remote_off,
                                             uint32_t flags);
 
+// Copies `len` bytes of CUDA device memory at device address `src` (a `CUdeviceptr`, or a
+// pointer from `cudaMalloc`) to the peer's offset `remote_off`, staged through two
+// pinned 4 MiB chunks: the copy engine fills one while the transport sends the other.
+// The whole remote range is checked first (a refused call moves no byte); the address
+// is checked with the driver: host memory, memory of no allocation, or a range past its
+// allocation fail with `ACCIO_INVALID_ARGUMENT` (naming the cause), a library built
+// without CUDA or a machine without driver or GPU with `ACCIO_UNSUPPORTED`. Work queued
+// on the GPU by the caller must be complete (synchronize its stream first).
+//
+// # Safety
+// `endpoint` is a live endpoint. `src` need not be readable by the host: the driver
+// checks it.
+enum accio_status accio_endpoint_vwrite_device(const struct accio_endpoint *endpoint,
+                                               uint64_t src,
+                                               size_t len,
+                                               uint64_t remote_off,
+                                               uint32_t flags);
+
+// Copies `len` bytes at the peer's offset `remote_off` into CUDA device memory at device
+// address `dst`, staged as `accio_endpoint_vwrite_device` stages (the transport receives
+// one chunk while the copy engine moves the other); the bytes are in device memory when
+// it returns. Errors as for `accio_endpoint_vwrite_device`.
+//
+// # Safety
+// `endpoint` is a live endpoint. `dst` need not be writable by the host: the driver
+// checks it.
+enum accio_status accio_endpoint_vread_device(const struct accio_endpoint *endpoint,
+                                              uint64_t dst,
+                                              size_t len,
+                                              uint64_t remote_off,
+                                              uint32_t flags);
+
 // Stores in `*mark` a mark naming every RMA whose call returned before this one.
 //
 // # Safety

@@ -4,6 +4,7 @@ use std::ffi::c_char;
 use std::sync::{Arc, Mutex, PoisonError, TryLockError};
 use std::time::Duration;
 
+use accio::device::DeviceRma;
 use accio::{Access, Endpoint, Listener, MemView, Progress, Region, RmaFlags, Window};
 
 use crate::{
@@ -586,6 +587,75 @@ pub unsafe extern "C" fn accio_endpoint_vread_from(
         let dst = unsafe { bytes_mut(OP, "dst", "len", dst, len)? };
         Ok(e.ep.vread_from(dst, remote_off, rma_flags(OP, flags)?)?)
     })
+}
+
+/// Copies `len` bytes of CUDA device memory at device address `src` (a `CUdeviceptr`, or a
+/// pointer from `cudaMalloc`) to the peer's offset `remote_off`, staged through two
+/// pinned 4 MiB chunks: the copy engine fills one while the transport sends the other.
+/// The whole remote range is checked first (a refused call moves no byte); the address
+/// is checked with the driver: host memory, memory of no allocation, or a range past its
+/// allocation fail with `ACCIO_INVALID_ARGUMENT` (naming the cause), a library built
+/// without CUDA or a machine without driver or GPU with `ACCIO_UNSUPPORTED`. Work queued
+/// on the GPU by the caller must be complete (synchronize its stream first).
+///
+/// # Safety
+/// `endpoint` is a live endpoint. `src` need not be readable by the host: the driver
+/// checks it.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_vwrite_device(
+    endpoint: *const accio_endpoint,
+    src: u64,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_vwrite_device";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let flags = rma_flags(OP, flags)?;
+        if len == 0 {
+            return Ok(e.ep.vwrite_to(&[], remote_off, flags)?);
+        }
+        let range = device_range(OP, src, len)?;
+        Ok(e.ep.vwrite_device(&range, remote_off, flags)?)
+    })
+}
+
+/// Copies `len` bytes at the peer's offset `remote_off` into CUDA device memory at device
+/// address `dst`, staged as `accio_endpoint_vwrite_device` stages (the transport receives
+/// one chunk while the copy engine moves the other); the bytes are in device memory when
+/// it returns. Errors as for `accio_endpoint_vwrite_device`.
+///
+/// # Safety
+/// `endpoint` is a live endpoint. `dst` need not be writable by the host: the driver
+/// checks it.
+#[no_mangle]
+pub unsafe extern "C" fn accio_endpoint_vread_device(
+    endpoint: *const accio_endpoint,
+    dst: u64,
+    len: usize,
+    remote_off: u64,
+    flags: u32,
+) -> accio_status {
+    const OP: &str = "accio_endpoint_vread_device";
+    guard(OP, || {
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let flags = rma_flags(OP, flags)?;
+        if len == 0 {
+            return Ok(e.ep.vread_from(&mut [], remote_off, flags)?);
+        }
+        let range = device_range(OP, dst, len)?;
+        Ok(e.ep.vread_device(&range, remote_off, flags)?)
+    })
+}
+
+/// `len` bytes of device memory at `ptr`, as the driver vouches for them; the error names
+/// `op`.
+fn device_range(op: &str, ptr: u64, len: usize) -> CResult<accio::device::DeviceRange> {
+    accio::device::device_range(ptr, len)
+        .map_err(|e| Failure::new(crate::device_status(&e), format!("{op}: {e}")))
 }
 
 /// Stores in `*mark` a mark naming every RMA whose call returned before this one.

@@ -148,13 +148,36 @@ impl From<accio_merge::MergeError> for Failure {
             M::TooLarge { .. } => S::ACCIO_TOO_LARGE,
             M::Config(_) => S::ACCIO_INVALID_ARGUMENT,
             M::Timeout { .. } => S::ACCIO_TIMEOUT,
-            M::Device(d) if d.is_unavailable() => S::ACCIO_UNSUPPORTED,
-            M::Device(
-                accio_device::Error::NotDeviceMemory { .. } | accio_device::Error::Argument(_),
-            ) => S::ACCIO_INVALID_ARGUMENT,
+            M::Device(d) => device_status(d),
             _ => S::ACCIO_IO,
         };
         Failure::new(status, e.to_string())
+    }
+}
+
+impl From<accio_device::Error> for Failure {
+    fn from(e: accio_device::Error) -> Failure {
+        Failure::new(device_status(&e), e.to_string())
+    }
+}
+
+impl From<accio::device::DeviceRmaError> for Failure {
+    fn from(e: accio::device::DeviceRmaError) -> Failure {
+        match e {
+            accio::device::DeviceRmaError::Transport(t) => t.into(),
+            accio::device::DeviceRmaError::Device(d) => d.into(),
+        }
+    }
+}
+
+/// The status of a GPU failure: no GPU to use is `ACCIO_UNSUPPORTED`, memory that is not
+/// what it was given as `ACCIO_INVALID_ARGUMENT`, a driver call that failed `ACCIO_IO`.
+pub(crate) fn device_status(e: &accio_device::Error) -> accio_status {
+    use accio_device::Error as D;
+    match e {
+        e if e.is_unavailable() => accio_status::ACCIO_UNSUPPORTED,
+        D::NotDeviceMemory { .. } | D::Argument(_) => accio_status::ACCIO_INVALID_ARGUMENT,
+        _ => accio_status::ACCIO_IO,
     }
 }
 

@@ -625,6 +625,31 @@ fn huge_lengths_on_an_endpoint_fail_cleanly_and_send_nothing() {
                 let s = accio_endpoint_recv(a, data, len, &mut n, 0);
                 assert_refused(s, op, "cap", limit);
             }
+            // Host memory given as device memory: refused with the cause (no driver or
+            // GPU here: unsupported; on a GPU machine the driver does not know it).
+            for op in [
+                "accio_endpoint_vwrite_device",
+                "accio_endpoint_vread_device",
+            ] {
+                let s = if op.contains("write") {
+                    accio_endpoint_vwrite_device(c, data as u64, 64, 4096, 0)
+                } else {
+                    accio_endpoint_vread_device(c, data as u64, 64, 4096, 0)
+                };
+                assert!(
+                    s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
+                    "{s:?}: {}",
+                    last_error()
+                );
+                let e = last_error();
+                assert!(
+                    e.starts_with(&format!("{op}: "))
+                        && (e.contains("no CUDA")
+                            || e.contains("built without")
+                            || e.contains("not CUDA device memory")),
+                    "{e}"
+                );
+            }
             // Nothing was sent: the first message the peer gets is the next real one.
             assert_eq!(accio_endpoint_send(c, b"after".as_ptr(), 5), ACCIO_OK);
             let mut n = 0usize;
