@@ -68,9 +68,11 @@
 
 use std::fmt;
 use std::fs::File;
+use std::sync::Arc;
 use std::time::Duration;
 
 use crate::addr::Addr;
+use crate::device::{DeviceMemory, DeviceWindow};
 use crate::error::Result;
 use crate::memory::{MemView, RemoteMap, Window};
 use crate::types::{Access, Capabilities, Mark, Progress, RmaFlags};
@@ -148,6 +150,24 @@ pub trait Endpoint: Send + Sync + fmt::Debug {
     /// windows (on this or other endpoints) may share it, and who writes when is the
     /// caller's business.
     fn register_view(&self, view: &MemView, access: Access) -> Result<Window>;
+
+    /// Registers device memory (a GPU's, see [`DeviceMemory`]) as a window the peer may
+    /// access with `access`: every RMA call works with it on either side, with the bounds
+    /// and rights of host windows; the copies are the device driver's. It cannot be mapped
+    /// ([`Endpoint::map_remote`] refuses it). The endpoint holds the memory while the
+    /// window is registered. Backends that cannot reach device memory return
+    /// [`crate::Error::Unsupported`].
+    fn register_device(
+        &self,
+        memory: Arc<dyn DeviceMemory>,
+        access: Access,
+    ) -> Result<DeviceWindow> {
+        let _ = (memory, access);
+        Err(crate::Error::Unsupported {
+            op: "register_device",
+            backend: self.backend(),
+        })
+    }
 
     /// Withdraws the window starting at `offset`. Later peer RMA to it fails; memory stays
     /// valid for handles that still hold it.

@@ -5,7 +5,8 @@
 //! - [`Addr`]: `shm://NAME` and `tcp://HOST:PORT` addresses; the scheme picks the backend.
 //! - [`Endpoint`] and [`Listener`]: SCIF-style connections with messages, registered
 //!   windows, one-sided RMA, fences and direct mapping. The trait docs are the specification.
-//! - [`Window`], [`RemoteMap`], [`MemView`], [`Region`]: registered memory and safe access to it.
+//! - [`Window`], [`RemoteMap`], [`MemView`], [`Region`]: registered memory and safe access to it;
+//!   [`DeviceWindow`] and [`DeviceMemory`]: accelerator memory as a window.
 //! - [`WindowTable`] and [`OffsetAllocator`]: the registered-address-space bookkeeping, with
 //!   the bounds and rights checks that turn a bad RMA into a precise error.
 //! - [`Error`] / [`ErrorKind`]: one typed error for all backends.
@@ -18,6 +19,7 @@
 mod addr;
 mod backend;
 mod copy;
+mod device;
 pub mod endpoint;
 mod error;
 mod memory;
@@ -29,6 +31,7 @@ mod types;
 pub use addr::Addr;
 pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
 pub use copy::{copy_bytes, copy_slice, copy_streaming};
+pub use device::{DeviceMemory, DeviceShare, DeviceWindow};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
 pub use memory::{huge_pages, reopen, HugePages, MemView, Region, RemoteMap, Window, PAGE};

@@ -252,6 +252,12 @@ pub struct PeerMemory {
     range: DeviceRange,
 }
 
+// SAFETY: as for `DeviceBuffer`: a device address and a retained context, plain handles
+// usable from any thread; all access is through synchronous driver calls.
+unsafe impl Send for PeerMemory {}
+// SAFETY: as above.
+unsafe impl Sync for PeerMemory {}
+
 impl std::fmt::Debug for PeerMemory {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PeerMemory")

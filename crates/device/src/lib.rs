@@ -58,6 +58,9 @@ mod memory;
 mod memory;
 
 pub use memory::{DeviceBuffer, PeerMemory, Stager, CHUNK};
+pub use window::{open_shared, KIND};
+
+mod window;
 
 /// How a staged copy with a host side ([`Stager::drain`], [`Stager::fill`]) failed: on the
 /// GPU, or in the caller's host side (a transport's send or receive).

@@ -308,7 +308,12 @@ pub struct Entry {
     pub stamp: u64,
     /// The window.
     pub desc: WindowDesc,
+    /// Whether it is device memory (a GPU's): reached through its driver, not mapped.
+    pub device: bool,
 }
+
+/// The bit of an entry's access word that marks device memory (above the rights' bits).
+const DEVICE_BIT: u64 = 1 << 32;
 
 impl Table {
     fn word(&self, slot: usize, field: usize) -> &AtomicU64 {
@@ -322,13 +327,15 @@ impl Table {
         self.word(slot, 0).load(Ordering::Acquire)
     }
 
-    /// Publishes `desc` in `slot` (owner side only).
-    pub fn publish(&self, slot: usize, desc: WindowDesc) {
+    /// Publishes `desc` in `slot` (owner side only), marked as device memory when
+    /// `device`.
+    pub fn publish(&self, slot: usize, desc: WindowDesc, device: bool) {
         let gen = self.word(slot, 0).load(Ordering::Relaxed) >> 1;
         self.word(slot, 1).store(desc.offset, Ordering::Relaxed);
         self.word(slot, 2).store(desc.len, Ordering::Relaxed);
+        let kind = if device { DEVICE_BIT } else { 0 };
         self.word(slot, 3)
-            .store(u64::from(desc.access.bits()), Ordering::Relaxed);
+            .store(u64::from(desc.access.bits()) | kind, Ordering::Relaxed);
         self.word(slot, 0)
             .store(((gen + 1) << 1) | 1, Ordering::Release);
     }
@@ -351,6 +358,7 @@ impl Table {
             let access = self.word(slot, 3).load(Ordering::Relaxed);
             sync::fence(Ordering::Acquire);
             if self.word(slot, 0).load(Ordering::Relaxed) == s1 {
+                let device = access & DEVICE_BIT != 0;
                 let access = Access::from_bits(access as u8).unwrap_or(Access::NONE);
                 return Some(Entry {
                     slot,
@@ -360,6 +368,7 @@ impl Table {
                         len,
                         access,
                     },
+                    device,
                 });
             }
         }

@@ -7,10 +7,11 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use accio_core::{
-    copy_bytes, Access, Addr, Capabilities, Endpoint, Error, Mark, MemView, Progress, Region,
-    RemoteMap, Result, RmaFlags, Window, PAGE,
+    copy_bytes, Access, Addr, Capabilities, DeviceMemory, DeviceWindow, Endpoint, Error, ErrorKind,
+    Mark, MemView, Progress, Region, RemoteMap, Result, RmaFlags, Window, PAGE,
 };
 
+use super::device::Rma;
 use super::windows::{LocalWin, CTL_FILE, CTL_RECORD, CTL_WINDOW};
 use super::ShmEndpoint;
 use crate::link::TABLE_SLOTS;
@@ -60,6 +61,36 @@ impl ShmEndpoint {
         // nothing, and the locked add would cost as much as the rest of a small RMA.
         let n = self.rma_issued.load(Ordering::Relaxed);
         self.rma_issued.store(n.wrapping_add(1), Ordering::Relaxed);
+    }
+
+    /// After the host path of an RMA failed with `e`: a refusal may concern a device
+    /// window, which [`ShmEndpoint::device_rma`] reaches (or refuses with the precise
+    /// error); other errors stand.
+    fn or_device(&self, e: Error, op: Rma<'_>, len: usize, remote_off: u64) -> Result<()> {
+        match e.kind() {
+            ErrorKind::OutOfWindow | ErrorKind::AccessDenied => {
+                self.device_rma(op, len, remote_off)
+            }
+            _ => Err(e),
+        }
+    }
+
+    /// `fence_signal` with a target its host path did not find: both targets are checked
+    /// in windows of either kind before either is stored.
+    fn device_fence_signal(
+        &self,
+        local: Option<(u64, u64)>,
+        remote: Option<(u64, u64)>,
+    ) -> Result<()> {
+        self.check_signal_targets(local.map(|l| l.0), remote.map(|r| r.0))?;
+        if let Some((off, val)) = remote {
+            self.device_signal(true, off, val)?;
+        }
+        if let Some((off, val)) = local {
+            self.device_signal(false, off, val)?;
+        }
+        self.count_rma();
+        Ok(())
     }
 
     fn finish_rma(&self, flags: RmaFlags) -> Result<()> {
@@ -269,12 +300,23 @@ impl Endpoint for ShmEndpoint {
                 slot,
             },
         )?;
-        self.link.table(self.side).publish(slot, desc);
+        self.link.table(self.side).publish(slot, desc, false);
         Ok(window)
+    }
+
+    fn register_device(
+        &self,
+        memory: Arc<dyn DeviceMemory>,
+        access: Access,
+    ) -> Result<DeviceWindow> {
+        self.register_device_window(memory, access)
     }
 
     fn unregister(&self, offset: u64) -> Result<()> {
         let mut space = self.local.write().expect("local windows lock");
+        if self.unregister_device(&mut space, offset) {
+            return Ok(());
+        }
         let (_, w) = space.table.remove(offset).ok_or_else(|| {
             Error::invalid(
                 "unregister",
@@ -296,7 +338,8 @@ impl Endpoint for ShmEndpoint {
             // during the call; they are different mappings (ours and the peer's), so they
             // do not overlap.
             unsafe { copy_into_peer(dst, src, len, flags) }
-        })?;
+        })
+        .or_else(|e| self.or_device(e, Rma::WriteTo { local_off }, len, remote_off))?;
         self.finish_rma(flags)
     }
 
@@ -311,7 +354,8 @@ impl Endpoint for ShmEndpoint {
         self.with_both(local_off, remote_off, len, Access::READ, |dst, src| {
             // SAFETY: as in write_to, with the roles swapped.
             unsafe { copy_bytes(dst, src, len) }
-        })?;
+        })
+        .or_else(|e| self.or_device(e, Rma::ReadFrom { local_off }, len, remote_off))?;
         self.finish_rma(flags)
     }
 
@@ -322,7 +366,8 @@ impl Endpoint for ShmEndpoint {
             // Rust slice of caller memory, which is never a peer window mapping of this
             // endpoint.
             unsafe { copy_into_peer(dst, src.as_ptr(), src.len(), flags) }
-        })?;
+        })
+        .or_else(|e| self.or_device(e, Rma::VWrite(src), src.len(), remote_off))?;
         self.finish_rma(flags)
     }
 
@@ -333,13 +378,20 @@ impl Endpoint for ShmEndpoint {
         self.with_peer(remote_off, len, Access::READ, |src| {
             // SAFETY: as in vwrite_to.
             unsafe { copy_bytes(out, src, len) }
-        })?;
+        })
+        .or_else(|e| self.or_device(e, Rma::VRead(out), len, remote_off))?;
         self.finish_rma(flags)
     }
 
     fn check_remote(&self, remote_off: u64, len: usize, need: Access) -> Result<()> {
         self.check_not_gone()?;
         self.with_peer(remote_off, len, need, |_| ())
+            .or_else(|e| match e.kind() {
+                ErrorKind::OutOfWindow | ErrorKind::AccessDenied => {
+                    self.peer_any_check(remote_off, len, need)
+                }
+                _ => Err(e),
+            })
     }
 
     fn fence_mark(&self) -> Result<Mark> {
@@ -376,17 +428,20 @@ impl Endpoint for ShmEndpoint {
             }
         }
         let local_view = match local {
-            Some((off, _)) => {
-                let w = self.local_find(off, 8)?;
-                Some(
+            Some((off, _)) => match self.local_find(off, 8) {
+                Ok(w) => Some(
                     MemView::sub(w.view().region().clone(), (off - w.offset()) as usize, 8)
                         .expect("checked"),
-                )
-            }
+                ),
+                Err(_) => return self.device_fence_signal(local, remote),
+            },
             None => None,
         };
         let remote_view = match remote {
-            Some((off, _)) => Some(self.peer_view(off, 8, Access::WRITE)?),
+            Some((off, _)) => match self.peer_view(off, 8, Access::WRITE) {
+                Ok(v) => Some(v),
+                Err(_) => return self.device_fence_signal(local, remote),
+            },
             None => None,
         };
         // Earlier RMAs are complete (they are synchronous copies); the release stores
@@ -403,7 +458,9 @@ impl Endpoint for ShmEndpoint {
 
     fn map_remote(&self, remote_off: u64, len: usize) -> Result<RemoteMap> {
         self.check_not_gone()?;
-        let view = self.peer_view(remote_off, len, Access::READ)?;
+        let view = self
+            .peer_view(remote_off, len, Access::READ)
+            .map_err(|_| self.unmappable(remote_off, len))?;
         Ok(RemoteMap::new(view, remote_off))
     }
 

@@ -12,6 +12,7 @@ use accio_core::{
     Access, Error, MemView, OffsetAllocator, Region, Result, Side, Window, WindowTable, PAGE,
 };
 
+use super::device::{DeviceRecord, DeviceWin, DEVICE_RECORD};
 use super::ShmEndpoint;
 use crate::link::{Entry, TABLE_SLOTS};
 use crate::sys;
@@ -22,6 +23,9 @@ pub(super) const CTL_RECORD: usize = 32;
 pub(super) const CTL_WINDOW: u32 = 1;
 /// Control record of a file lent to the peer ([`accio_core::Endpoint::send_file`]).
 pub(super) const CTL_FILE: u32 = 2;
+/// Control record of a device window: no descriptor, [`DEVICE_RECORD`] bytes follow it
+/// (see `device`).
+pub(super) const CTL_DEVICE: u32 = 3;
 
 /// One of our registered windows: the handle and its slot in our shared table.
 #[derive(Debug)]
@@ -33,6 +37,8 @@ pub(super) struct LocalWin {
 #[derive(Debug, Default)]
 pub(super) struct LocalSpace {
     pub(super) table: WindowTable<LocalWin>,
+    /// Our device windows, apart from host ones: the RMA fast paths never see them.
+    pub(super) devices: WindowTable<DeviceWin>,
     pub(super) alloc: OffsetAllocator,
     pub(super) free_slots: Vec<usize>,
     next_slot: usize,
@@ -52,6 +58,8 @@ pub(super) struct Ctl {
     pending: HashMap<u64, (OwnedFd, u64)>,
     /// Files received from the peer, not taken yet, in the order sent.
     files: VecDeque<OwnedFd>,
+    /// Device windows announced by the peer, by window offset, not yet opened.
+    pub(super) devices: HashMap<u64, DeviceRecord>,
 }
 
 /// A window one thread used last, with its mapping held, so that the next RMA to it takes
@@ -411,7 +419,8 @@ impl ShmEndpoint {
     fn peer_view_slow(&self, offset: u64, len: usize, need: Access) -> Result<MemView> {
         let table = self.link.table(1 - self.side);
         let mut snapshot = WindowTable::default();
-        for e in table.active() {
+        // Device windows are not mapped: RMA to them takes the device path (`device`).
+        for e in table.active().filter(|e| !e.device) {
             // Overlapping entries would be a corrupt table; ignore the later ones.
             let _ = snapshot.insert(e.desc, e);
         }
@@ -517,7 +526,7 @@ impl ShmEndpoint {
     }
 
     /// Reads one record from the control socket, if one is queued, and files it in `ctl`.
-    fn read_ctl(&self, ctl: &mut Ctl) -> Result<bool> {
+    pub(super) fn read_ctl(&self, ctl: &mut Ctl) -> Result<bool> {
         let mut rec = [0u8; CTL_RECORD];
         let mut fds = Vec::new();
         let got =
@@ -535,6 +544,23 @@ impl ShmEndpoint {
         let kind = u32::from_le_bytes(rec[..4].try_into().expect("4 bytes"));
         let off = u64::from_le_bytes(rec[8..16].try_into().expect("8 bytes"));
         let file_off = u64::from_le_bytes(rec[24..32].try_into().expect("8 bytes"));
+        if kind == CTL_DEVICE {
+            // No descriptor; the record's payload follows it on the stream.
+            let mut payload = [0u8; DEVICE_RECORD];
+            let mut more = Vec::new();
+            let whole = fds.is_empty()
+                && sys::recv_with_fds(self.sock.as_raw_fd(), &mut payload, &mut more, false)
+                    .map_err(|e| Error::io("recvmsg", self.addr.to_string(), e))?
+                && more.is_empty();
+            if !whole {
+                return Err(Error::protocol(
+                    &self.addr,
+                    "a device window record came with a descriptor or without its payload",
+                ));
+            }
+            ctl.devices.insert(off, DeviceRecord::decode(&payload));
+            return Ok(true);
+        }
         // Exactly one descriptor per record: more would leak, none is a broken peer.
         let fd = match (fds.pop(), fds.is_empty()) {
             (Some(fd), true) => fd,
@@ -562,7 +588,17 @@ impl ShmEndpoint {
 
     /// Sends a control record with its descriptor (see [`CTL_RECORD`]).
     pub(super) fn send_ctl(&self, rec: &[u8; CTL_RECORD], fd: &impl AsRawFd) -> Result<()> {
-        sys::send_with_fd(self.sock.as_raw_fd(), rec, Some(fd.as_raw_fd())).map_err(|e| {
+        self.send_ctl_bytes(rec, Some(fd.as_raw_fd()))
+    }
+
+    /// Sends `bytes` (records, and a device record's payload) on the control socket, with
+    /// `fd` along with the first byte.
+    pub(super) fn send_ctl_bytes(
+        &self,
+        bytes: &[u8],
+        fd: Option<std::os::fd::RawFd>,
+    ) -> Result<()> {
+        sys::send_with_fd(self.sock.as_raw_fd(), bytes, fd).map_err(|e| {
             if e.kind() == std::io::ErrorKind::BrokenPipe
                 || e.kind() == std::io::ErrorKind::ConnectionReset
             {

@@ -1,0 +1,130 @@
+//! Device memory behind a window: memory of an accelerator (a GPU) that the CPU cannot load
+//! or store, so every access is a copy by the device's driver. The [`DeviceMemory`] trait
+//! is that driver's side of the contract (`accio-device` implements it for CUDA memory);
+//! [`crate::Endpoint::register_device`] exposes such memory to the peer as a
+//! [`DeviceWindow`], and every RMA call then works with it on either side.
+
+use std::fmt;
+use std::sync::Arc;
+
+use crate::error::{Result, WindowDesc};
+use crate::types::Access;
+
+/// Memory of an accelerator, reached through copies (see the [module docs](self)).
+///
+/// Offsets are bytes from the start of the memory; callers check them against
+/// [`DeviceMemory::len`] before any call (implementations may assume they are in range).
+/// Every copy is complete when its call returns.
+pub trait DeviceMemory: Send + Sync + fmt::Debug {
+    /// Its length in bytes.
+    fn len(&self) -> usize;
+
+    /// Whether it holds no bytes.
+    fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The implementation, so that [`DeviceMemory::copy_from`] knows whether `src` is
+    /// memory it can copy from directly (`"cuda"`).
+    fn kind(&self) -> &'static str;
+
+    /// The device's ordinal on the node (meaningful per [`kind`](Self::kind)).
+    fn device(&self) -> u32;
+
+    /// Which memory this is, for messages: `cuda device 0`.
+    fn describe(&self) -> String {
+        format!("{} device {}", self.kind(), self.device())
+    }
+
+    /// Its device address (meaningful to implementations of the same [`kind`](Self::kind)).
+    fn address(&self) -> u64;
+
+    /// Copies `dst.len()` bytes at `at` into host memory `dst`.
+    fn read(&self, at: usize, dst: &mut [u8]) -> Result<()>;
+
+    /// Copies host memory `src` to byte `at`.
+    fn write(&self, at: usize, src: &[u8]) -> Result<()>;
+
+    /// Copies `len` bytes at `src_at` of `src` to byte `at`: on the device where `src` is
+    /// of the same kind, through host memory otherwise.
+    fn copy_from(&self, at: usize, src: &dyn DeviceMemory, src_at: usize, len: usize)
+        -> Result<()>;
+
+    /// What another process of this node opens this memory by (a CUDA IPC handle), or an
+    /// error saying why it cannot be shared.
+    fn share(&self) -> Result<DeviceShare>;
+}
+
+/// How another process opens a [`DeviceMemory`] ([`DeviceMemory::share`]): the device and
+/// an opaque handle of its driver.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct DeviceShare {
+    /// The device's ordinal on the node.
+    pub device: u32,
+    /// The driver's handle (`cuIpcGetMemHandle`'s 64 bytes).
+    pub handle: [u8; 64],
+}
+
+impl fmt::Debug for DeviceShare {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("DeviceShare")
+            .field("device", &self.device)
+            .finish_non_exhaustive()
+    }
+}
+
+/// A registered window of device memory ([`crate::Endpoint::register_device`]): the peer
+/// reaches it with RMA as it reaches host windows; this process reaches it through the
+/// [`DeviceMemory`] it was made of. Cloning shares the memory, which stays valid while any
+/// clone (or a transfer in flight) holds it, even after `unregister`.
+#[derive(Clone, Debug)]
+pub struct DeviceWindow {
+    memory: Arc<dyn DeviceMemory>,
+    offset: u64,
+    access: Access,
+}
+
+impl DeviceWindow {
+    /// Wraps `memory` as the window at `offset` with the peer's `access` rights.
+    pub fn new(memory: Arc<dyn DeviceMemory>, offset: u64, access: Access) -> DeviceWindow {
+        DeviceWindow {
+            memory,
+            offset,
+            access,
+        }
+    }
+
+    /// Offset of the window in its endpoint's registered address space.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// Rights the peer has on the window.
+    pub fn access(&self) -> Access {
+        self.access
+    }
+
+    /// Its length in bytes.
+    pub fn len(&self) -> usize {
+        self.memory.len()
+    }
+
+    /// Whether it holds no bytes (never, for a registered window).
+    pub fn is_empty(&self) -> bool {
+        self.memory.is_empty()
+    }
+
+    /// The device memory.
+    pub fn memory(&self) -> &Arc<dyn DeviceMemory> {
+        &self.memory
+    }
+
+    /// Offset, length and rights, as printed in errors.
+    pub fn desc(&self) -> WindowDesc {
+        WindowDesc {
+            offset: self.offset,
+            len: self.memory.len() as u64,
+            access: self.access,
+        }
+    }
+}

@@ -1,0 +1,156 @@
+//! CUDA memory as the memory of a window ([`accio_core::DeviceMemory`]): a
+//! [`DeviceBuffer`] of this process, or a peer's allocation opened through CUDA IPC
+//! ([`open_shared`]), which `Endpoint::register_device` exposes and the `shm` backend
+//! opens. Copies to and from host memory go through the pinned [`Stager`] pipeline (any
+//! host memory: a peer's mapped window too); device→device copies run on the copy engine.
+
+use std::sync::Arc;
+
+use accio_core::{DeviceMemory, DeviceShare};
+
+use crate::{with_stager, DeviceBuffer, DeviceRange, Error, PeerMemory, Result, Stager};
+
+/// The kind of [`DeviceMemory`] this crate makes.
+pub const KIND: &str = "cuda";
+
+/// An accio-core error of a failed device copy `op` on `what`: memory that is not what it
+/// was given as is an invalid argument, anything else (no GPU, a driver call) an I/O
+/// error naming the driver's cause.
+fn core_error(op: &'static str, what: &str, e: Error) -> accio_core::Error {
+    match e {
+        Error::NotDeviceMemory { .. } | Error::Argument(_) => {
+            accio_core::Error::invalid(op, format!("{what}: {e}"))
+        }
+        e => accio_core::Error::io(op, what.to_string(), std::io::Error::other(e.to_string())),
+    }
+}
+
+/// `len` bytes at `at` of `range`, or the error naming `op`.
+fn part(
+    op: &'static str,
+    range: &DeviceRange,
+    at: usize,
+    len: usize,
+) -> accio_core::Result<DeviceRange> {
+    range.sub(at, len).ok_or_else(|| {
+        accio_core::Error::invalid(
+            op,
+            format!(
+                "{at:#x} + {len} is outside the {}-byte device memory",
+                range.len()
+            ),
+        )
+    })
+}
+
+fn run(
+    op: &'static str,
+    range: &DeviceRange,
+    f: impl FnOnce(&mut Stager) -> Result<()>,
+) -> accio_core::Result<()> {
+    let what = format!("{} bytes of GPU {} memory", range.len(), range.ordinal());
+    with_stager(range.ordinal(), f)
+        .and_then(|r| r)
+        .map_err(|e| core_error(op, &what, e))
+}
+
+/// The [`DeviceMemory`] methods of memory known by its [`DeviceRange`].
+macro_rules! device_memory {
+    ($ty:ty) => {
+        impl DeviceMemory for $ty {
+            fn len(&self) -> usize {
+                self.range().len()
+            }
+
+            fn kind(&self) -> &'static str {
+                KIND
+            }
+
+            fn device(&self) -> u32 {
+                self.range().ordinal()
+            }
+
+            fn address(&self) -> u64 {
+                self.range().ptr()
+            }
+
+            fn read(&self, at: usize, dst: &mut [u8]) -> accio_core::Result<()> {
+                let r = self.range();
+                let src = part("device read", &r, at, dst.len())?;
+                run("device read", &r, |st| st.to_host(&src, dst))
+            }
+
+            fn write(&self, at: usize, src: &[u8]) -> accio_core::Result<()> {
+                let r = self.range();
+                let dst = part("device write", &r, at, src.len())?;
+                run("device write", &r, |st| st.to_device(src, &dst))
+            }
+
+            fn copy_from(
+                &self,
+                at: usize,
+                src: &dyn DeviceMemory,
+                src_at: usize,
+                len: usize,
+            ) -> accio_core::Result<()> {
+                let r = self.range();
+                let dst = part("device copy", &r, at, len)?;
+                if src.kind() != KIND {
+                    let mut bounce = vec![0u8; len];
+                    src.read(src_at, &mut bounce)?;
+                    return DeviceMemory::write(self, at, &bounce);
+                }
+                let from = DeviceRange {
+                    ordinal: src.device(),
+                    ptr: src.address() + src_at as u64,
+                    len,
+                };
+                run("device copy", &r, |st| st.device_to_device(&from, &dst))
+            }
+
+            fn share(&self) -> accio_core::Result<DeviceShare> {
+                Shareable::share_memory(self)
+            }
+        }
+    };
+}
+
+/// How each kind of memory answers [`DeviceMemory::share`].
+trait Shareable {
+    fn share_memory(&self) -> accio_core::Result<DeviceShare>;
+}
+
+impl Shareable for DeviceBuffer {
+    fn share_memory(&self) -> accio_core::Result<DeviceShare> {
+        let device = self.range().ordinal();
+        self.ipc_handle()
+            .map(|handle| DeviceShare { device, handle })
+            .map_err(|e| core_error("share", &format!("GPU {device} memory"), e))
+    }
+}
+
+impl Shareable for PeerMemory {
+    fn share_memory(&self) -> accio_core::Result<DeviceShare> {
+        Err(accio_core::Error::invalid(
+            "share",
+            "memory opened from another process is shared by its owner, not again",
+        ))
+    }
+}
+
+device_memory!(DeviceBuffer);
+device_memory!(PeerMemory);
+
+/// Opens `len` bytes of another process's device memory from what its
+/// [`DeviceMemory::share`] gave (CUDA IPC), as the memory of a peer's window.
+///
+/// # Errors
+///
+/// An I/O error naming the driver's cause (no GPU here, a handle of another node or of
+/// memory since freed).
+pub fn open_shared(share: &DeviceShare, len: usize) -> accio_core::Result<Arc<dyn DeviceMemory>> {
+    let what = format!("{len} bytes of a peer's GPU {} memory", share.device);
+    let m = PeerMemory::open(share.device, &share.handle, len)
+        .map_err(|e| core_error("cuIpcOpenMemHandle", &what, e))?;
+    Ok(Arc::new(m))
+}
