@@ -14,8 +14,10 @@ cargo build --release -p accio-cli --features cuda
 strip -o "$dir/accio" target/release/accio
 
 # The integration tests whose GPU branches run there (elsewhere they say "skipped").
-tests=$(cargo test --release --no-run --features accio-merge/cuda,accio-device/cuda,accio/cuda \
+tests=$(cargo test --release --no-run \
+    --features accio-merge/cuda,accio-device/cuda,accio/cuda,accio-testkit/cuda \
     -p accio-device --test memory -p accio-merge --test device -p accio --test device \
+    -p accio-testkit --test cuda \
     --message-format=json \
     | python3 -c 'import json,sys
 for l in sys.stdin:
