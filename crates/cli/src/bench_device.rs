@@ -180,7 +180,10 @@ pub(crate) fn run_with(
         events(Event::Note("bench device ignores --backend"));
     }
     let bench = bench(&args, info)?;
-    let result = bench.run(rec, events).context("measuring GPU copies");
+    let mut result = bench.run(rec, events).context("measuring GPU copies");
+    if result.is_ok() {
+        result = window_figures(&args, rec, events);
+    }
     if tables {
         let t =
             accio_report::text::device::device_table_fit(rec.report(), crate::term::stdout_width());
@@ -189,6 +192,28 @@ pub(crate) fn run_with(
         }
     }
     result
+}
+
+/// The device-window figures ([`crate::bench_device_windows`]) of the GPUs asked for, at
+/// the sizes asked for from 1 MiB up (default 64 MiB).
+fn window_figures(
+    args: &DeviceArgs,
+    rec: &mut Recorder,
+    events: &mut dyn FnMut(Event<'_>),
+) -> anyhow::Result<()> {
+    let gpus: Vec<_> = accio_device::devices()?
+        .into_iter()
+        .filter(|g| args.gpus.as_ref().is_none_or(|w| w.contains(&g.ordinal)))
+        .collect();
+    let sizes: Vec<u64> = match &args.common.sizes {
+        Some(s) => s.0.iter().copied().filter(|&n| n >= 1 << 20).collect(),
+        None => vec![64 << 20],
+    };
+    let passes = args
+        .passes
+        .map_or(if args.common.quick { 3 } else { 5 }, |n| n as usize);
+    crate::bench_device_windows::run(&gpus, &sizes, passes, rec, events)
+        .context("measuring device windows")
 }
 
 #[cfg(test)]

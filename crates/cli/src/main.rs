@@ -3,6 +3,7 @@
 
 mod bench_coalesce;
 mod bench_device;
+mod bench_device_windows;
 mod bench_fs;
 mod bench_matrix;
 mod bench_merge;
@@ -66,6 +67,9 @@ enum Command {
     /// Internal: the peer process of `accio bench device`'s IPC figures (not for direct use).
     #[command(hide = true, name = "__device-ipc-peer")]
     DeviceIpcPeer(bench_device::IpcPeerArgs),
+    /// Internal: the peer process of `accio bench device`'s window figures.
+    #[command(hide = true, name = "__device-window-peer")]
+    DeviceWindowPeer(bench_device_windows::WindowPeerArgs),
 }
 
 #[derive(clap::Args, Debug)]
@@ -261,6 +265,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::TransportPeer(a) => bench_transport::run_peer(a),
         Command::MergeProducer(a) => bench_merge::run_producer(a),
         Command::DeviceIpcPeer(a) => bench_device::run_ipc_peer(a),
+        Command::DeviceWindowPeer(a) => bench_device_windows::run_peer(a),
     }
 }
 

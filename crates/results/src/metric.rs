@@ -195,7 +195,13 @@ pub fn ceiling_defined(f: &crate::model::Figure) -> Option<bool> {
         (device::BENCH, m) => Some(
             matches!(
                 m,
-                device::H2D | device::D2H | device::BIDIR | device::D2D | device::D2D_IPC
+                device::H2D
+                    | device::D2H
+                    | device::BIDIR
+                    | device::D2D
+                    | device::D2D_IPC
+                    | device::WINDOW_D2D
+                    | device::WINDOW_H2D
             ) && !flag("fits_l2"),
         ),
         _ => None,
@@ -256,6 +262,15 @@ pub mod device {
     /// Device → device copy from one process into another's device memory on the same
     /// GPU, opened through CUDA IPC, GB/s.
     pub const D2D_IPC: &str = "d2d_ipc";
+    /// `write_to` from a device window into another process's device window on the same
+    /// GPU, over a transport (`backend` parameter), GB/s.
+    pub const WINDOW_D2D: &str = "window_d2d";
+    /// `write_to` from a host window into another process's device window, over a
+    /// transport (`backend` parameter), GB/s.
+    pub const WINDOW_H2D: &str = "window_h2d";
+    /// `write_to` from a host window into another process's host window over the same
+    /// transport in the same run: the transport's part of `window_h2d`'s ceiling, GB/s.
+    pub const WINDOW_H2H: &str = "window_h2h";
     /// A small host → device copy and its completion, us.
     pub const LATENCY_H2D: &str = "latency_h2d";
     /// A small device → host copy and its completion, us.
@@ -279,6 +294,8 @@ mod tests {
             device::BIDIR,
             device::D2D,
             device::D2D_IPC,
+            device::WINDOW_D2D,
+            device::WINDOW_H2D,
         ] {
             assert_eq!(ceiling_defined(&fig(m, Unit::GBps)), Some(true), "{m}");
         }

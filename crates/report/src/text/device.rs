@@ -11,7 +11,7 @@ use super::table::table_fit;
 use crate::doc::Table;
 
 /// The columns: metric, `memory` parameter, header.
-const COLUMNS: [(&str, &str, &str); 7] = [
+const COLUMNS: [(&str, &str, &str); 9] = [
     (names::H2D, "pinned", "h2d pinned"),
     (names::D2H, "pinned", "d2h pinned"),
     (names::H2D, "pageable", "h2d pageable"),
@@ -19,6 +19,8 @@ const COLUMNS: [(&str, &str, &str); 7] = [
     (names::BIDIR, "pinned", "both ways"),
     (names::D2D, "device", "d2d"),
     (names::D2D_IPC, "device", "d2d ipc"),
+    (names::WINDOW_H2D, "host", "window h2d"),
+    (names::WINDOW_D2D, "device", "window d2d"),
 ];
 
 /// `median (share of the ceiling)`, or the median alone without a ceiling.

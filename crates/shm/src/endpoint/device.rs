@@ -67,8 +67,13 @@ impl DeviceRecord {
     }
 }
 
-/// A peer's device window opened here: its table stamp and its memory.
-pub(super) type OpenedDevice = (u64, Arc<dyn DeviceMemory>);
+/// A peer's device window opened here: its table entry (slot, stamp, extent, rights) and
+/// its memory.
+#[derive(Debug)]
+pub(super) struct OpenedDevice {
+    entry: Entry,
+    memory: Arc<dyn DeviceMemory>,
+}
 
 /// Device memory of this process's device windows, by token, for peers in this process.
 static SHARED: Mutex<Option<HashMap<u128, Weak<dyn DeviceMemory>>>> = Mutex::new(None);
@@ -234,6 +239,22 @@ impl ShmEndpoint {
     /// Bytes `offset..+len` of the peer's windows, of either kind, checked for `need`.
     fn peer_any(&self, offset: u64, len: usize, need: Access) -> Result<Found> {
         let table = self.link.table(1 - self.side);
+        // A device window opened before and still registered, as is: no table scan.
+        {
+            let open = self.peer_devices.lock().expect("peer device windows lock");
+            if let Some((_, o)) = open.range(..=offset).next_back() {
+                let d = o.entry.desc;
+                let inside = offset
+                    .checked_add(len as u64)
+                    .is_some_and(|end| end <= d.offset + d.len);
+                if inside && d.access.contains(need) && table.stamp(o.entry.slot) == o.entry.stamp {
+                    return Ok(Found {
+                        place: Place::Device(o.memory.clone(), (offset - d.offset) as usize),
+                        _keep: None,
+                    });
+                }
+            }
+        }
         let mut snapshot = WindowTable::default();
         for e in table.active() {
             // Overlapping entries would be a corrupt table; ignore the later ones.
@@ -264,16 +285,23 @@ impl ShmEndpoint {
     fn peer_device(&self, entry: &Entry) -> Result<Arc<dyn DeviceMemory>> {
         let desc = entry.desc;
         let mut open = self.peer_devices.lock().expect("peer device windows lock");
-        if let Some((stamp, m)) = open.get(&desc.offset) {
-            if *stamp == entry.stamp {
-                return Ok(m.clone());
+        if let Some(o) = open.get(&desc.offset) {
+            if o.entry.stamp == entry.stamp {
+                return Ok(o.memory.clone());
             }
         }
+        // Withdrawn windows' memory is let go (a CUDA IPC mapping closed).
         let table = self.link.table(1 - self.side);
-        open.retain(|_, (stamp, _)| table.active().any(|e| e.stamp == *stamp));
+        open.retain(|_, o| table.stamp(o.entry.slot) == o.entry.stamp);
         let record = self.take_device_record(desc.offset)?;
         let memory = self.open_peer_device(&record, desc)?;
-        open.insert(desc.offset, (entry.stamp, memory.clone()));
+        open.insert(
+            desc.offset,
+            OpenedDevice {
+                entry: *entry,
+                memory: memory.clone(),
+            },
+        );
         Ok(memory)
     }
 

@@ -19,7 +19,7 @@ mod liveness;
 mod messages;
 mod windows;
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::os::fd::AsRawFd;
 use std::os::linux::net::SocketAddrExt;
 use std::os::unix::net::{SocketAddr, UnixStream};
@@ -262,7 +262,7 @@ pub struct ShmEndpoint {
     local_gen: AtomicU64,
     ctl: Mutex<Ctl>,
     /// The peer's device windows opened so far, by offset: their table stamp and memory.
-    peer_devices: Mutex<HashMap<u64, device::OpenedDevice>>,
+    peer_devices: Mutex<BTreeMap<u64, device::OpenedDevice>>,
     /// Set once the peer is known gone; shared with the hang-up watcher thread.
     gone: Arc<Gone>,
     /// Whether the hang-up watcher runs (see `liveness`): then calls that do not wait learn
@@ -428,7 +428,7 @@ impl ShmEndpoint {
             id: windows::next_endpoint_id(),
             local_gen: AtomicU64::new(0),
             ctl: Mutex::new(Ctl::default()),
-            peer_devices: Mutex::new(HashMap::new()),
+            peer_devices: Mutex::new(BTreeMap::new()),
             gone: Arc::new(Gone::new()),
             watched: AtomicBool::new(false),
             watcher: Mutex::new(None),
