@@ -10,6 +10,9 @@ use std::sync::Arc;
 use crate::error::{Result, WindowDesc};
 use crate::types::Access;
 
+/// The largest chunk [`DeviceMemory::drain`] and [`DeviceMemory::fill`] hand over.
+pub const DEVICE_CHUNK: usize = 4 << 20;
+
 /// Memory of an accelerator, reached through copies (see the [module docs](self)).
 ///
 /// Offsets are bytes from the start of the memory; callers check them against
@@ -44,6 +47,49 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
 
     /// Copies host memory `src` to byte `at`.
     fn write(&self, at: usize, src: &[u8]) -> Result<()>;
+
+    /// Hands `len` bytes from `at` to `sink` in order, a chunk at a time (at most
+    /// [`DEVICE_CHUNK`] bytes each): what a transport sends from. Implementations copy the
+    /// next chunk off the device while `sink` takes this one. Stops at `sink`'s first
+    /// error and returns it.
+    fn drain(
+        &self,
+        at: usize,
+        len: usize,
+        sink: &mut dyn FnMut(&[u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk = vec![0u8; len.min(DEVICE_CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(DEVICE_CHUNK);
+            self.read(at + done, &mut chunk[..n])?;
+            sink(&chunk[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
+
+    /// Fills `len` bytes from `at` from `source` in order, a chunk at a time (`source`
+    /// fills each chunk it is given, at most [`DEVICE_CHUNK`] bytes): what a transport
+    /// receives into. Implementations copy each chunk to the device while `source` fills
+    /// the next. Stops at `source`'s first error and returns it (the chunks before it are
+    /// copied).
+    fn fill(
+        &self,
+        at: usize,
+        len: usize,
+        source: &mut dyn FnMut(&mut [u8]) -> Result<()>,
+    ) -> Result<()> {
+        let mut chunk = vec![0u8; len.min(DEVICE_CHUNK)];
+        let mut done = 0;
+        while done < len {
+            let n = (len - done).min(DEVICE_CHUNK);
+            source(&mut chunk[..n])?;
+            self.write(at + done, &chunk[..n])?;
+            done += n;
+        }
+        Ok(())
+    }
 
     /// Copies `len` bytes at `src_at` of `src` to byte `at`: on the device where `src` is
     /// of the same kind, through host memory otherwise.

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use accio_core::{DeviceMemory, DeviceShare};
 
-use crate::{with_stager, DeviceBuffer, DeviceRange, Error, PeerMemory, Result, Stager};
+use crate::{with_stager, DeviceBuffer, DeviceRange, Error, PeerMemory, Result, Staged, Stager};
 
 /// The kind of [`DeviceMemory`] this crate makes.
 pub const KIND: &str = "cuda";
@@ -54,6 +54,21 @@ fn run(
         .map_err(|e| core_error(op, &what, e))
 }
 
+/// [`run`] for a pipeline whose host side (a transport) may fail: its error comes back
+/// as it was.
+fn staged(
+    op: &'static str,
+    range: &DeviceRange,
+    f: impl FnOnce(&mut Stager) -> std::result::Result<(), Staged<accio_core::Error>>,
+) -> accio_core::Result<()> {
+    let what = format!("{} bytes of GPU {} memory", range.len(), range.ordinal());
+    match with_stager(range.ordinal(), f) {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(Staged::Host(e))) => Err(e),
+        Ok(Err(Staged::Device(e))) | Err(e) => Err(core_error(op, &what, e)),
+    }
+}
+
 /// The [`DeviceMemory`] methods of memory known by its [`DeviceRange`].
 macro_rules! device_memory {
     ($ty:ty) => {
@@ -84,6 +99,32 @@ macro_rules! device_memory {
                 let r = self.range();
                 let dst = part("device write", &r, at, src.len())?;
                 run("device write", &r, |st| st.to_device(src, &dst))
+            }
+
+            fn drain(
+                &self,
+                at: usize,
+                len: usize,
+                sink: &mut dyn FnMut(&[u8]) -> accio_core::Result<()>,
+            ) -> accio_core::Result<()> {
+                let r = self.range();
+                let src = part("device drain", &r, at, len)?;
+                staged("device drain", &r, |st| {
+                    st.drain(&src, |_, chunk| sink(chunk))
+                })
+            }
+
+            fn fill(
+                &self,
+                at: usize,
+                len: usize,
+                source: &mut dyn FnMut(&mut [u8]) -> accio_core::Result<()>,
+            ) -> accio_core::Result<()> {
+                let r = self.range();
+                let dst = part("device fill", &r, at, len)?;
+                staged("device fill", &r, |st| {
+                    st.fill(&dst, |_, chunk| source(chunk))
+                })
             }
 
             fn copy_from(

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use accio_core::{
-    Access, Addr, Capabilities, Endpoint, Error, Mark, MemView, Progress, Region, RemoteMap,
-    Result, RmaFlags, Side, Window, PAGE,
+    Access, Addr, Capabilities, DeviceMemory, DeviceWindow, Endpoint, Error, Mark, MemView,
+    Progress, Region, RemoteMap, Result, RmaFlags, Side, Window, WindowTable, PAGE,
 };
 
 use crate::frame::{Header, Hello, MAX_RMA};
@@ -119,6 +119,103 @@ impl TcpEndpoint {
             len: len as u64,
             nearest: Some(*d),
         })
+    }
+
+    /// Local bytes `offset + len` of a window of either kind.
+    fn local_any(&self, offset: u64, len: usize) -> Result<Local> {
+        let err = match self.local_range(offset, len) {
+            Ok(v) => return Ok(Local::Host(v)),
+            Err(e) => e,
+        };
+        let s = self.s();
+        let space = read(&s.windows);
+        if space.devices.is_empty() {
+            return Err(err);
+        }
+        match space
+            .devices
+            .find(offset, len as u64, Access::NONE, Side::Local, &s.local)
+        {
+            Ok((d, w)) => Ok(Local::Device(
+                w.memory().clone(),
+                (offset - d.offset) as usize,
+            )),
+            // The nearest window of either kind names the miss.
+            Err(_) => {
+                let mut all = WindowTable::default();
+                for (d, _) in space.table.iter() {
+                    let _ = all.insert(*d, ());
+                }
+                for (d, _) in space.devices.iter() {
+                    let _ = all.insert(*d, ());
+                }
+                Err(all
+                    .find(offset, len as u64, Access::NONE, Side::Local, &s.local)
+                    .expect_err("no window covers it"))
+            }
+        }
+    }
+
+    /// `write_to` from a local device window: its bytes go out chunk by chunk as the
+    /// driver copies them off the device (each a write frame), the next chunk's copy
+    /// running while this one is sent.
+    fn write_from_device(
+        &self,
+        m: &dyn DeviceMemory,
+        at: usize,
+        len: usize,
+        remote_off: u64,
+        flags: RmaFlags,
+    ) -> Result<()> {
+        let mut done = 0u64;
+        m.drain(at, len, &mut |chunk| {
+            // SAFETY: `chunk` is live for the call; an asynchronous write has been sent
+            // (its bytes consumed) when `rma_write` returns.
+            unsafe { self.rma_write(remote_off + done, chunk.as_ptr(), chunk.len(), false) }?;
+            done += chunk.len() as u64;
+            Ok(())
+        })?;
+        if flags.sync {
+            let mark = self.fence_mark()?;
+            self.fence_wait(mark)?;
+        }
+        Ok(())
+    }
+
+    /// `read_from` into a local device window: the peer's bytes are read chunk by chunk
+    /// into pinned memory, each copied to the device while the next is read.
+    fn read_into_device(
+        &self,
+        m: &dyn DeviceMemory,
+        at: usize,
+        len: usize,
+        remote_off: u64,
+    ) -> Result<()> {
+        let mut done = 0u64;
+        m.fill(at, len, &mut |chunk| {
+            // SAFETY: `chunk` is exclusively ours for the call, and `read_into` returns
+            // only once the reader thread is done writing it.
+            unsafe { self.read_into(remote_off + done, chunk.as_mut_ptr(), chunk.len()) }?;
+            done += chunk.len() as u64;
+            Ok(())
+        })
+    }
+
+    /// `fence_signal` whose local word is in a device window: every earlier RMA is
+    /// waited for, the remote signal (if any) sent, and the local word stored.
+    fn signal_device(
+        &self,
+        m: &dyn DeviceMemory,
+        at: usize,
+        value: u64,
+        remote: Option<(u64, u64)>,
+    ) -> Result<()> {
+        let mark = self.fence_mark()?;
+        self.fence_wait(mark)?;
+        if let Some(r) = remote {
+            self.fence_signal(None, Some(r))?;
+        }
+        m.write(at, &value.to_le_bytes())
     }
 
     /// Windows hold 1 byte up to the largest RMA a frame can carry.
@@ -474,9 +571,46 @@ impl Endpoint for TcpEndpoint {
         Ok(window)
     }
 
+    fn register_device(
+        &self,
+        memory: Arc<dyn DeviceMemory>,
+        access: Access,
+    ) -> Result<DeviceWindow> {
+        let s = self.s();
+        s.check_open()?;
+        let len = memory.len();
+        Self::window_len("register_device", len)?;
+        let window = {
+            let mut space = write(&s.windows);
+            let offset = space.alloc.allocate(len);
+            let w = DeviceWindow::new(memory, offset, access);
+            space.devices.insert(w.desc(), w.clone())?;
+            w
+        };
+        // The peer mirrors it as any window: what it is made of is this side's business.
+        let w = lock(&s.writer);
+        let sent = s.check_open().and_then(|_| {
+            s.send_header(
+                &w,
+                &Header::register(window.offset(), len, access),
+                "announcing a window",
+            )
+        });
+        drop(w);
+        if let Err(e) = sent {
+            write(&s.windows).devices.remove(window.offset());
+            return Err(e);
+        }
+        Ok(window)
+    }
+
     fn unregister(&self, offset: u64) -> Result<()> {
         let s = self.s();
-        if write(&s.windows).table.remove(offset).is_none() {
+        let removed = {
+            let mut space = write(&s.windows);
+            space.table.remove(offset).is_some() || space.devices.remove(offset).is_some()
+        };
+        if !removed {
             return Err(Error::invalid(
                 "unregister",
                 format!("no window of {} starts at offset {offset:#x}", s.local),
@@ -489,7 +623,13 @@ impl Endpoint for TcpEndpoint {
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
         Self::nonzero("write_to", len)?;
-        let src = self.local_range(local_off, len)?;
+        let src = match self.local_any(local_off, len)? {
+            Local::Host(v) => v,
+            Local::Device(m, at) => {
+                self.check_remote(remote_off, len, Access::WRITE)?;
+                return self.write_from_device(&*m, at, len, remote_off, flags);
+            }
+        };
         self.check_remote(remote_off, len, Access::WRITE)?;
         // SAFETY: `src` keeps the window mapped for `len` bytes during the call.
         unsafe { self.rma_write(remote_off, src.as_ptr(), len, flags.sync) }
@@ -503,7 +643,13 @@ impl Endpoint for TcpEndpoint {
         _flags: RmaFlags,
     ) -> Result<()> {
         Self::nonzero("read_from", len)?;
-        let dst = self.local_range(local_off, len)?;
+        let dst = match self.local_any(local_off, len)? {
+            Local::Host(v) => v,
+            Local::Device(m, at) => {
+                self.check_remote(remote_off, len, Access::READ)?;
+                return self.read_into_device(&*m, at, len, remote_off);
+            }
+        };
         self.check_remote(remote_off, len, Access::READ)?;
         // SAFETY: `dst` keeps the window mapped for `len` bytes until the call returns;
         // that local code may access window memory meanwhile is the window contract.
@@ -564,7 +710,16 @@ impl Endpoint for TcpEndpoint {
         let local = match local {
             Some((off, value)) => {
                 aligned("local", off)?;
-                Some((self.local_range(off, 8)?, value))
+                match self.local_any(off, 8)? {
+                    Local::Host(word) => Some((word, value)),
+                    Local::Device(m, at) => {
+                        if let Some((off, _)) = remote {
+                            aligned("remote", off)?;
+                            self.check_remote(off, 8, Access::WRITE)?;
+                        }
+                        return self.signal_device(&*m, at, value, remote);
+                    }
+                }
             }
             None => None,
         };
@@ -607,6 +762,12 @@ impl Endpoint for TcpEndpoint {
             backend: "tcp",
         })
     }
+}
+
+/// Local window bytes of either kind.
+enum Local {
+    Host(MemView),
+    Device(Arc<dyn DeviceMemory>, usize),
 }
 
 impl Drop for TcpEndpoint {

@@ -1,5 +1,6 @@
 //! Device windows in CUDA memory (the testkit's `cuda` feature): the device-window tests of
-//! the suite with GPU memory on both sides, over `shm` between threads of this process.
+//! the suite with GPU memory on both sides, over `shm` and `tcp` between threads of this
+//! process.
 //! Run on the GPU machine by `ci/device.sh`; elsewhere they say "skipped" (no driver, no
 //! device, or a build without the feature) and pass. Across processes, `accio bench
 //! device` measures and checks the same copies.
@@ -27,12 +28,16 @@ fn gpu(len: usize) -> Option<Arc<dyn DeviceMemory>> {
 }
 
 #[test]
-fn rma_with_gpu_windows_over_shm() {
+fn rma_with_gpu_windows_over_shm_and_tcp() {
     // Three staging chunks and a piece: both pinned chunks, reused.
-    device_window_rma(&Backend::shm(), gpu, 3 * CHUNK + 4099);
+    for b in [Backend::shm(), Backend::tcp()] {
+        device_window_rma(&b, gpu, 3 * CHUNK + 4099);
+    }
 }
 
 #[test]
-fn refusals_with_gpu_windows_over_shm() {
-    device_window_rejection(&Backend::shm(), gpu, 1 << 20);
+fn refusals_with_gpu_windows_over_shm_and_tcp() {
+    for b in [Backend::shm(), Backend::tcp()] {
+        device_window_rejection(&b, gpu, 1 << 20);
+    }
 }

@@ -183,6 +183,8 @@ pub enum FaultCode {
     OutOfWindow = 1,
     /// The covering window lacks the right in `value`.
     AccessDenied = 2,
+    /// The covering window is device memory, and its driver's copy failed.
+    Device = 3,
 }
 
 impl FaultCode {
@@ -191,6 +193,7 @@ impl FaultCode {
         match v {
             1 => Some(FaultCode::OutOfWindow),
             2 => Some(FaultCode::AccessDenied),
+            3 => Some(FaultCode::Device),
             _ => None,
         }
     }

@@ -36,10 +36,15 @@ use std::io;
 use std::net::TcpStream;
 use std::os::fd::{OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+use std::sync::{
+    Arc, Condvar, Mutex, MutexGuard, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard,
+};
 use std::time::Instant;
 
-use accio_core::{Access, Addr, Error, MemView, OffsetAllocator, Side, Window, WindowTable};
+use accio_core::{
+    Access, Addr, DeviceMemory, DeviceWindow, Error, MemView, OffsetAllocator, Side, Window,
+    WindowTable,
+};
 
 use crate::frame::{FaultCode, FrameReader, Header, Limits, ReadError, MAX_RMA};
 use crate::options::TcpOptions;
@@ -211,6 +216,14 @@ enum Reply {
         id: u64,
         view: MemView,
     },
+    /// Read data from a device window: `len` bytes at `at`, sent chunk by chunk as its
+    /// driver copies them off the device.
+    DeviceData {
+        id: u64,
+        memory: Arc<dyn DeviceMemory>,
+        at: usize,
+        len: usize,
+    },
     Fault(Header),
     Credit(u64),
 }
@@ -230,6 +243,8 @@ struct Replies {
 #[derive(Default)]
 pub(crate) struct LocalSpace {
     pub table: WindowTable<Window>,
+    /// Device windows, apart from host ones (whose memory the threads address directly).
+    pub devices: WindowTable<DeviceWindow>,
     pub alloc: OffsetAllocator,
 }
 
@@ -415,6 +430,39 @@ impl Shared {
             .map_err(|e| self.fail_send(e, during))
     }
 
+    /// Sends a read's data from device memory: the frame's header, then `len` bytes at
+    /// `at` of `m` as its driver copies them off the device, chunk by chunk. The header
+    /// has promised them all: a device copy that fails part-way ends the connection.
+    pub(crate) fn send_device_data(
+        &self,
+        w: &MutexGuard<'_, u64>,
+        id: u64,
+        m: &dyn DeviceMemory,
+        at: usize,
+        len: usize,
+    ) -> Result<(), Error> {
+        let during = "sending read data from device memory";
+        self.send_header(w, &Header::read_data(id, len), during)?;
+        let mut sent = None;
+        let r = m.drain(at, len, &mut |chunk| {
+            sys::send_all(self.fd, chunk).map_err(|e| {
+                let err = self.fail_send(e, during);
+                sent = Some(err);
+                Error::invalid("rma", "the connection failed")
+            })
+        });
+        match (sent, r) {
+            (Some(e), _) => Err(e),
+            (None, Ok(())) => Ok(()),
+            (None, Err(e)) => {
+                let cause = format!("a device copy for the peer's read failed: {e}");
+                self.set_gone(Gone::protocol(cause.clone()));
+                sys::shutdown(self.fd, libc::SHUT_RDWR);
+                Err(Error::protocol(&self.peer, cause))
+            }
+        }
+    }
+
     /// Sends a frame without payload.
     pub(crate) fn send_header(
         &self,
@@ -531,6 +579,16 @@ impl Shared {
                     len: f.len,
                     nearest: Some(*w),
                 },
+                FaultCode::Device => Error::io(
+                    "rma",
+                    format!(
+                        "{} bytes at {:#x} of {}'s window {w}",
+                        f.len, f.offset, self.peer
+                    ),
+                    io::Error::other(
+                        "the peer's device copy failed (its driver's error is on its side)",
+                    ),
+                ),
             },
         }
     }

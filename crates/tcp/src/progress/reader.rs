@@ -2,8 +2,9 @@
 //! it owes the peer for the responder.
 
 use std::sync::atomic::Ordering;
+use std::sync::Arc;
 
-use accio_core::{Access, ErrorKind, MemView, Side, WindowDesc};
+use accio_core::{Access, DeviceMemory, ErrorKind, MemView, Side, WindowDesc};
 
 use super::{
     credit_cost, lock, may_send, read, sub_view, wait, write, Fault, Gone, ReadState, Reply,
@@ -12,21 +13,87 @@ use super::{
 use crate::frame::{FaultCode, FrameReader, Header, Kind, FLAG_ACK};
 use crate::sys::FdSource;
 
+/// Local window bytes the peer addresses: host memory, or bytes of a device window.
+enum Target {
+    Host(MemView),
+    Device(Arc<dyn DeviceMemory>, usize),
+}
+
 impl Shared {
     /// The local window memory `offset + len` with right `need`, as the peer addresses
     /// it; a refusal as the fault code to report.
-    fn find_local(&self, offset: u64, len: u64, need: Access) -> Result<MemView, FaultCode> {
+    fn find_local(&self, offset: u64, len: u64, need: Access) -> Result<Target, FaultCode> {
         let space = read(&self.windows);
+        let code = |e: accio_core::Error| match e.kind() {
+            ErrorKind::AccessDenied => FaultCode::AccessDenied,
+            _ => FaultCode::OutOfWindow,
+        };
         match space
             .table
             .find(offset, len, need, Side::Local, &self.local)
         {
-            Ok((d, w)) => {
-                sub_view(w, offset - d.offset, len as usize).ok_or(FaultCode::OutOfWindow)
+            Ok((d, w)) => sub_view(w, offset - d.offset, len as usize)
+                .map(Target::Host)
+                .ok_or(FaultCode::OutOfWindow),
+            Err(e) if e.kind() == ErrorKind::AccessDenied || space.devices.is_empty() => {
+                Err(code(e))
             }
-            Err(e) if e.kind() == ErrorKind::AccessDenied => Err(FaultCode::AccessDenied),
-            Err(_) => Err(FaultCode::OutOfWindow),
+            Err(_) => match space
+                .devices
+                .find(offset, len, need, Side::Local, &self.local)
+            {
+                Ok((d, w)) => Ok(Target::Device(
+                    w.memory().clone(),
+                    (offset - d.offset) as usize,
+                )),
+                Err(e) => Err(code(e)),
+            },
         }
+    }
+
+    /// Reads a write's `len`-byte payload into device memory `m` at `at`, the network
+    /// filling one pinned chunk while the driver copies the other to the device. A failed
+    /// device copy consumes the rest of the payload and answers a fault.
+    fn write_device(
+        &self,
+        rx: &mut FrameReader<FdSource>,
+        h: &Header,
+        m: &dyn DeviceMemory,
+        at: usize,
+    ) -> Result<(), Gone> {
+        let len = h.len as usize;
+        let mut got = 0usize;
+        let mut read_error = None;
+        let r = m.fill(at, len, &mut |chunk| {
+            // SAFETY: `chunk` is the driver's pinned memory, writable for its length
+            // during the call.
+            let r = unsafe { rx.read_payload_raw(chunk.as_mut_ptr(), chunk.len(), Kind::Write) };
+            match r {
+                Ok(()) => {
+                    got += chunk.len();
+                    Ok(())
+                }
+                Err(e) => {
+                    read_error = Some(e);
+                    Err(accio_core::Error::invalid("rma", "the connection failed"))
+                }
+            }
+        });
+        if let Some(e) = read_error {
+            return Err(Gone::from_read(e));
+        }
+        if r.is_err() {
+            rx.skip_payload((len - got) as u64, Kind::Write)
+                .map_err(Gone::from_read)?;
+            self.reply(Reply::Fault(Header::fault(
+                h.seq,
+                FaultCode::Device,
+                h.offset,
+                h.len,
+                Access::WRITE,
+            )));
+        }
+        Ok(())
     }
 
     /// Queues a reply for the responder. Waits while the queue is full (only a peer
@@ -56,7 +123,8 @@ impl Shared {
             Kind::Message => self.apply_message(rx, h.len as usize),
             Kind::Write => {
                 match self.find_local(h.offset, h.len, Access::WRITE) {
-                    Ok(view) => {
+                    Ok(Target::Device(m, at)) => self.write_device(rx, &h, &*m, at)?,
+                    Ok(Target::Host(view)) => {
                         // SAFETY: the view keeps the window mapped for its `len` bytes
                         // while the read writes there; the peer writing a window at any
                         // time is the window contract, and no reference to the bytes is
@@ -84,7 +152,13 @@ impl Shared {
             }
             Kind::ReadRequest => {
                 let r = match self.find_local(h.offset, h.len, Access::READ) {
-                    Ok(view) => Reply::Data { id: h.seq, view },
+                    Ok(Target::Host(view)) => Reply::Data { id: h.seq, view },
+                    Ok(Target::Device(memory, at)) => Reply::DeviceData {
+                        id: h.seq,
+                        memory,
+                        at,
+                        len: h.len as usize,
+                    },
                     Err(code) => {
                         Reply::Fault(Header::fault(h.seq, code, h.offset, h.len, Access::READ))
                     }
@@ -95,10 +169,21 @@ impl Shared {
             Kind::ReadData => self.apply_read_data(rx, &h),
             Kind::Signal => {
                 match self.find_local(h.offset, 8, Access::WRITE) {
-                    Ok(word) => {
+                    Ok(Target::Host(word)) => {
                         // Cannot fail: the decoder checked the alignment and windows are
                         // page aligned.
                         let _ = word.store_u64(0, h.value);
+                    }
+                    Ok(Target::Device(m, at)) => {
+                        if m.write(at, &h.value.to_le_bytes()).is_err() {
+                            self.reply(Reply::Fault(Header::fault(
+                                h.seq,
+                                FaultCode::Device,
+                                h.offset,
+                                8,
+                                Access::WRITE,
+                            )));
+                        }
                     }
                     Err(code) => self.reply(Reply::Fault(Header::fault(
                         h.seq,

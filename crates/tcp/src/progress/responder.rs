@@ -56,6 +56,12 @@ pub(crate) fn responder_main(shared: Arc<Shared>) {
             Reply::Credit(n) => {
                 shared.send_header(&w, &Header::credit(*n), "returning message credit")
             }
+            Reply::DeviceData {
+                id,
+                memory,
+                at,
+                len,
+            } => shared.send_device_data(&w, *id, &**memory, *at, *len),
             // SAFETY: the view keeps the window mapped for `view.len()` bytes.
             Reply::Data { id, view } => unsafe {
                 shared.send_locked(
