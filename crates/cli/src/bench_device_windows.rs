@@ -1,5 +1,5 @@
-//! `accio bench device`'s window figures: RMA into another process's device window over a
-//! transport, the path of `Endpoint::register_device`. A peer process (`accio
+//! `accio bench device`'s window figures: RMA into another process's device window over
+//! `shm` and over `tcp` on loopback, the path of `Endpoint::register_device`. A peer process (`accio
 //! __device-window-peer`) registers a device window and a host window of the size; this
 //! process times, pass by pass and interleaved, `write_to` from its host window into the
 //! peer's host window (`window_h2h`, the transport's own rate), from its host window into
@@ -100,15 +100,20 @@ pub(crate) fn run(
 ) -> anyhow::Result<()> {
     let exe = std::env::current_exe().context("finding the accio executable for the peer")?;
     for g in gpus {
-        for &size in sizes {
-            events(Event::Step(&format!(
-                "device windows: write_to into another process's GPU {} window, {} over shm",
+        for (&size, backend) in sizes
+            .iter()
+            .flat_map(|s| BACKENDS.iter().map(move |b| (s, *b)))
+        {
+            let what = format!(
+                "GPU {}'s device window of {} in another process, over {backend}",
                 g.ordinal,
                 accio_results::size::format_size(size)
+            );
+            events(Event::Step(&format!(
+                "device windows: write_to into {what}"
             )));
-            let figs = measure(&exe, g, size as usize, passes, rec).with_context(|| {
-                format!("device windows of {} bytes on GPU {}", size, g.ordinal)
-            })?;
+            let figs = measure(&exe, g, size as usize, passes, rec, backend)
+                .with_context(|| format!("measuring write_to into {what}"))?;
             for f in figs {
                 rec.push(f)?;
                 if let Some(f) = rec.report().figures.last() {
@@ -141,19 +146,26 @@ fn same_run(
         .map(|f| f.summary.median)
 }
 
+/// The transports measured: shm between processes, tcp on loopback.
+const BACKENDS: [&str; 2] = ["shm", "tcp"];
+
 fn measure(
     exe: &std::path::Path,
     g: &DeviceInfo,
     size: usize,
     passes: usize,
     rec: &Recorder,
+    backend: &str,
 ) -> anyhow::Result<Vec<Figure>> {
-    let addr = format!(
-        "shm://accio-device-windows-{}-{}",
-        std::process::id(),
-        g.ordinal
-    );
-    let listener = accio::listen(&addr)?;
+    let listener = accio::listen(&match backend {
+        "shm" => format!(
+            "shm://accio-device-windows-{}-{}",
+            std::process::id(),
+            g.ordinal
+        ),
+        _ => "tcp://127.0.0.1:0".into(),
+    })?;
+    let addr = listener.local_addr().to_string();
     let mut child = std::process::Command::new(exe)
         .args([
             PEER_SUBCOMMAND,
@@ -217,7 +229,7 @@ fn measure(
             f.param("gpu", g.pci_bus_id.as_str())
                 .param("memory", memory)
                 .param("size", size as u64)
-                .param("backend", "shm")
+                .param("backend", backend)
                 .param("gpu_name", g.name.as_str())
                 .method(METHOD)
         })
@@ -229,8 +241,12 @@ fn measure(
     let link = same_run(rec, g, names::H2D, "pinned", size);
     let (name, value) = match link {
         Some(l) if l < transport => ("host→device pinned copy, same run", l),
-        _ => (
+        _ if backend == "shm" => (
             "host window → peer host window over shm, same run",
+            transport,
+        ),
+        _ => (
+            "host window → peer host window over tcp, same run",
             transport,
         ),
     };

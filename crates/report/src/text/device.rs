@@ -10,17 +10,20 @@ use accio_results::size::format_size;
 use super::table::table_fit;
 use crate::doc::Table;
 
-/// The columns: metric, `memory` parameter, header.
-const COLUMNS: [(&str, &str, &str); 9] = [
-    (names::H2D, "pinned", "h2d pinned"),
-    (names::D2H, "pinned", "d2h pinned"),
-    (names::H2D, "pageable", "h2d pageable"),
-    (names::D2H, "pageable", "d2h pageable"),
-    (names::BIDIR, "pinned", "both ways"),
-    (names::D2D, "device", "d2d"),
-    (names::D2D_IPC, "device", "d2d ipc"),
-    (names::WINDOW_H2D, "host", "window h2d"),
-    (names::WINDOW_D2D, "device", "window d2d"),
+/// The columns: metric, `memory` parameter, `backend` parameter (empty for copies
+/// without one), header.
+const COLUMNS: [(&str, &str, &str, &str); 11] = [
+    (names::H2D, "pinned", "", "h2d pinned"),
+    (names::D2H, "pinned", "", "d2h pinned"),
+    (names::H2D, "pageable", "", "h2d pageable"),
+    (names::D2H, "pageable", "", "d2h pageable"),
+    (names::BIDIR, "pinned", "", "both ways"),
+    (names::D2D, "device", "", "d2d"),
+    (names::D2D_IPC, "device", "", "d2d ipc"),
+    (names::WINDOW_D2D, "device", "shm", "window d2d shm"),
+    (names::WINDOW_H2D, "host", "shm", "window h2d shm"),
+    (names::WINDOW_D2D, "device", "tcp", "window d2d tcp"),
+    (names::WINDOW_H2D, "host", "tcp", "window h2d tcp"),
 ];
 
 /// `median (share of the ceiling)`, or the median alone without a ceiling.
@@ -44,7 +47,7 @@ pub fn device_table(report: &Report) -> Option<Table> {
     let mut gpus: Vec<String> = figs.iter().map(|f| f.param_str("gpu")).collect();
     gpus.dedup();
     let mut headers = vec!["gpu", "size"];
-    headers.extend(COLUMNS.iter().map(|c| c.2));
+    headers.extend(COLUMNS.iter().map(|c| c.3));
     let numeric: Vec<&str> = headers[1..].to_vec();
     let mut t = Table::new(&headers, &numeric);
     for gpu in &gpus {
@@ -58,12 +61,13 @@ pub fn device_table(report: &Report) -> Option<Table> {
         sizes.dedup();
         for s in sizes {
             let mut row = vec![gpu.clone(), format_size(s)];
-            for (metric, memory, _) in COLUMNS {
+            for (metric, memory, backend, _) in COLUMNS {
                 row.push(
                     mine.iter()
                         .find(|f| {
                             f.metric == metric
                                 && f.param_str("memory") == memory
+                                && f.param_str("backend") == backend
                                 && f.param_u64("size") == Some(s)
                         })
                         .map_or_else(|| "-".into(), |f| cell(f)),
@@ -138,6 +142,16 @@ mod tests {
                 CeilingSource::Theoretical,
             ));
         r.figures.push(fig("d2d", "device", 4096, 1.5));
+        // Window figures fill the column of their transport only.
+        r.figures.push(
+            fig("window_d2d", "device", 512 << 20, 1800.0)
+                .param("backend", "tcp")
+                .ceiling(
+                    "device→device copy in one process, same run",
+                    2000.0,
+                    CeilingSource::Measured,
+                ),
+        );
         r.figures.push(
             Figure::new("device", "latency_h2d", Unit::Micros, vec![2.5])
                 .unwrap()
@@ -155,6 +169,18 @@ mod tests {
             lines[3].contains("512M") && lines[3].contains("50.0 (79%)"),
             "{text}"
         );
+        let header: Vec<&str> = lines[0].split("  ").filter(|c| !c.is_empty()).collect();
+        let row: Vec<&str> = lines[3].split("  ").filter(|c| !c.is_empty()).collect();
+        let at = header
+            .iter()
+            .position(|h| h.trim() == "window d2d tcp")
+            .unwrap();
+        assert_eq!(row[at].trim(), "1800 (90%)", "{text}");
+        let shm = header
+            .iter()
+            .position(|h| h.trim() == "window d2d shm")
+            .unwrap();
+        assert_eq!(row[shm].trim(), "-", "{text}");
         assert!(text.contains("latency h2d 2.50 us"), "{text}");
         assert!(
             text.contains("63.0 GB/s PCIe 5.0 x16 theoretical"),
