@@ -37,7 +37,7 @@ step "CUDA C reference (benches/peers/nvbw_ref.cu)" 120 bash -c \
     "set -o pipefail; nvcc -O2 -arch=native -o /tmp/nvbw_ref benches/peers/nvbw_ref.cu && /tmp/nvbw_ref 0 5 | tee '$out/nvbw_ref.jsonl'"
 
 # shellcheck disable=SC2086
-step "accio bench device" 150 "$accio" bench device --json "$out/accio-device.json" ${ACCIO_DEVICE_ARGS:-}
+step "accio bench device (with device windows over shm and tcp)" 240 "$accio" bench device --json "$out/accio-device.json" ${ACCIO_DEVICE_ARGS:-}
 
 step "PyTorch's copies (benches/peers/torch_copies.py)" 60 bash -c \
     "set -o pipefail; python3 benches/peers/torch_copies.py 5 | tee '$out/torch.jsonl'"
@@ -69,6 +69,13 @@ for (m, mem, size), f in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][2]
         print(f"{m:12} {mem or '':9} {size:>10} {f['summary']['median']:9.3f}  "
               f"(min {f['summary']['min']:.3f}, max {f['summary']['max']:.3f}) {f['unit']}"
               + (f"; {c['ratio']:.1%} of {c['name']} {c['value']:.1f}" if c.get("ratio") else ""))
+for f in acc:
+    p = f["params"]
+    if f["bench"] == "device" and p.get("gpu") == gpu0 and f["metric"].startswith("window_"):
+        c = f.get("ceiling") or {}
+        print(f"{f['metric']:12} {p.get('backend', ''):9} {p['size']:>10} {f['summary']['median']:9.3f}  "
+              f"(min {f['summary']['min']:.3f}, max {f['summary']['max']:.3f}) {f['unit']}"
+              + (f"; {c['ratio']:.1%} of {c['name']} {c['value']:.2f}" if c.get("ratio") else ""))
 print("vs ref: accio's rate / the reference's (latency: the reference's time / accio's); "
       "above 1 accio is faster. of ceiling: accio's share of its ceiling (PCIe link, memory).")
 PY
@@ -100,9 +107,9 @@ export accio out
 export -f mps
 step "merge: 8 producer processes from device memory, under MPS" 90 bash -c mps
 
-step "GPU tests, Rust (device memory, Producer::write_device)" 90 bash -c \
+step "GPU tests, Rust (device memory, device RMA and windows over shm and tcp, Producer::write_device)" 150 bash -c \
     "for t in '$dir'/tests/*; do echo \"-- \$t\"; \"\$t\" --test-threads 1 || exit 1; done"
-step "GPU tests, Python (CuPy and PyTorch arrays into Producer.write)" 90 env \
+step "GPU tests, Python (CuPy and PyTorch arrays into Producer.write and through vwrite_to/vread_from)" 120 env \
     PYTHONPATH="$dir/py" python3 -m pytest -q -p no:cacheprovider bindings/python/tests/test_cuda.py
 
 step "merge: the same shapes from host memory" 150 "$accio" bench merge \
