@@ -23,7 +23,12 @@ tests=$(cargo test --release --no-run \
 for l in sys.stdin:
     m = json.loads(l)
     if m.get("reason") == "compiler-artifact" and m.get("executable") and m["target"]["kind"] == ["test"]:
-        print(m["target"]["name"], m["executable"])')
+        # "path+file:///…/crates/merge#accio-merge@0.1.0"; "…/crates/accio#0.1.0" when the
+        # name is the folder name; older cargo: "accio-merge 0.1.0 (…)".
+        pid = m["package_id"]
+        url, _, frag = pid.partition("#")
+        pkg = frag.split("@")[0] if "@" in frag else url.rstrip("/").split("/")[-1] if frag else pid.split()[0]
+        print(pkg + "." + m["target"]["name"], m["executable"])')
 while read -r name exe; do
     strip -o "$dir/tests/$name" "$exe"
 done <<<"$tests"

@@ -45,6 +45,11 @@
 //! [`Endpoint`] contract of `accio-core`, whose docs specify every call. Each registers one
 //! [`Backend`] in [`REGISTRY`]; [`listen_with`] and [`connect_with`] carry [`Options`] to
 //! the backend the address selects, so callers configure a backend without naming its crate.
+//!
+//! GPU memory (the `cuda` feature): [`Endpoint::register_device`] with a
+//! [`device::DeviceBuffer`] makes a device window, which every RMA call reaches over `shm`
+//! (CUDA IPC) and `tcp` (pinned staging); [`device::DeviceRma`] makes any device memory the
+//! local side of `vwrite`/`vread` on every backend.
 
 use std::time::Duration;
 

@@ -22,7 +22,10 @@
 //! [`Access`] says what the *peer* may do. Offset 0 is never valid.
 //! [`Endpoint::register_view`] exposes memory the caller already has instead: the same
 //! memory may back windows on several endpoints, at once or in turn (a pool lent to many
-//! peers, faulted in once), and nothing is zeroed.
+//! peers, faulted in once), and nothing is zeroed. [`Endpoint::register_device`] exposes
+//! device memory (a GPU's, [`crate::DeviceMemory`]) in the same address space: a device
+//! window is an RMA target and source like any other, which the backend reaches through
+//! the device's driver.
 //!
 //! **RMA.** `write_to(local_off, len, remote_off)` copies `len` bytes from the local
 //! registered space to the peer's; `read_from` copies the other way; the `v` variants use
