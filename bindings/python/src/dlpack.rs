@@ -270,7 +270,7 @@ pub(crate) fn import_cuda(obj: &Bound<'_, PyAny>, what: &str) -> PyResult<Option
 }
 
 /// `kDLCUDA`.
-const DEVICE_CUDA: i32 = 2;
+pub(crate) const DEVICE_CUDA: i32 = 2;
 
 fn import_from(obj: &Bound<'_, PyAny>, what: &str, cuda: bool) -> PyResult<Option<Imported>> {
     if !obj.hasattr("__dlpack__")? {

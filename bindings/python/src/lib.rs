@@ -750,6 +750,57 @@ impl Endpoint {
         Ok(Window { inner: w })
     }
 
+    /// Registers GPU memory as a window the peer may access with `access`: a C-contiguous
+    /// CUDA array (CuPy, PyTorch: `__cuda_array_interface__` or DLPack), whose memory the
+    /// window uses in place and keeps alive, or an int, a length of fresh device memory on
+    /// GPU `gpu`. Every RMA call reaches it, from the peer and from here, through the
+    /// driver (the `cuda` build). Returns a DeviceWindow, whose `__dlpack__` lets
+    /// `torch.from_dlpack(w)` or `cupy.from_dlpack(w)` view the memory without a copy.
+    #[pyo3(signature = (memory, access="rw", gpu=0))]
+    fn register_device(
+        &self,
+        py: Python<'_>,
+        memory: &Bound<'_, PyAny>,
+        access: &str,
+        gpu: u32,
+    ) -> PyResult<DeviceWindow> {
+        let a = parse_access(access)?;
+        let ep = self.ep()?;
+        let mem: Arc<dyn accio::DeviceMemory> = if let Ok(len) = memory.extract::<Int>() {
+            let len = len.usize("register_device", "memory")?;
+            Arc::new(guarded(py, || {
+                Ok(accio::device::DeviceBuffer::alloc(gpu, len)?)
+            })?)
+        } else {
+            let Some(block) = cuda_block(
+                memory,
+                "Endpoint.register_device",
+                a.contains(Access::WRITE),
+            )?
+            else {
+                return Err(PyTypeError::new_err(
+                    "Endpoint.register_device: memory must be a CUDA array or a length (an int); \
+                     host memory is registered with register_view or register",
+                ));
+            };
+            let Some(range) = block.range else {
+                return Err(invalid_arg("Endpoint.register_device: the array is empty"));
+            };
+            // The peer may reach it as soon as it learns the offset: what was queued on
+            // the array's GPU is done first.
+            guarded(py, || Ok(accio::device::synchronize(range.ordinal())?))?;
+            Arc::new(accio_device::ForeignMemory::new(
+                range,
+                Keep {
+                    _block: block,
+                    _array: memory.clone().unbind(),
+                },
+            ))
+        };
+        let w = guarded(py, || Ok(ep.register_device(mem, a)?))?;
+        Ok(DeviceWindow { inner: w })
+    }
+
     /// Withdraws a window: a Window, or its offset (`Window.offset`).
     fn unregister(&self, py: Python<'_>, window: &Bound<'_, PyAny>) -> PyResult<()> {
         let off = window_offset(window)?;
@@ -920,6 +971,9 @@ fn window_offset(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
     if let Ok(w) = obj.cast::<Window>() {
         return Ok(w.get().inner.offset());
     }
+    if let Ok(w) = obj.cast::<DeviceWindow>() {
+        return Ok(w.get().inner.offset());
+    }
     match obj.extract::<Int>() {
         Ok(i) => i.u64("unregister", "window"),
         Err(_) => Err(PyTypeError::new_err(format!(
@@ -929,6 +983,107 @@ fn window_offset(obj: &Bound<'_, PyAny>) -> PyResult<u64> {
                 .map(|n| n.to_string())
                 .unwrap_or_default()
         ))),
+    }
+}
+
+/// What keeps a CUDA array registered as a window alive: the array object (and the DLPack
+/// tensor taken from it, handed back when this drops).
+struct Keep {
+    _block: cuda::DeviceBlock,
+    _array: Py<PyAny>,
+}
+
+// SAFETY: the Python object is only dropped (pyo3 defers that to a thread holding the
+// GIL), and the DLPack tensor is handed back under the GIL (`Imported`'s drop).
+unsafe impl Send for Keep {}
+// SAFETY: nothing is reached through a shared reference.
+unsafe impl Sync for Keep {}
+
+/// A registered window of GPU memory (`Endpoint.register_device`): the peer reaches it by
+/// RMA at `offset` as any window; this process views it with `torch.from_dlpack(w)` or
+/// `cupy.from_dlpack(w)` (no copy), or copies in and out with RMA. The memory lives as long
+/// as the DeviceWindow, its endpoint's registration, or any view of it.
+#[pyclass(module = "accio", frozen)]
+struct DeviceWindow {
+    inner: accio::DeviceWindow,
+}
+
+#[pymethods]
+impl DeviceWindow {
+    /// Offset of the window in its endpoint's registered address space.
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.inner.offset()
+    }
+
+    /// Rights the peer has on the window ("r", "w", "rw", "none").
+    #[getter]
+    fn access(&self) -> &'static str {
+        access_text(self.inner.access())
+    }
+
+    /// The GPU the memory is on.
+    #[getter]
+    fn gpu(&self) -> u32 {
+        self.inner.memory().device()
+    }
+
+    fn __len__(&self) -> usize {
+        self.inner.len()
+    }
+
+    /// Exports the memory as a DLPack capsule of unsigned bytes on its GPU (`kDLCUDA`):
+    /// a view, no copy. RMA calls into it are complete when they return, so any `stream`
+    /// may read it at once.
+    #[pyo3(signature = (*, stream=None, max_version=None, dl_device=None, copy=None))]
+    fn __dlpack__(
+        slf: &Bound<'_, Self>,
+        stream: Option<&Bound<'_, PyAny>>,
+        max_version: Option<(u32, u32)>,
+        dl_device: Option<(i32, i32)>,
+        copy: Option<bool>,
+    ) -> PyResult<Py<PyAny>> {
+        let w = &slf.get().inner;
+        let device = (dlpack::DEVICE_CUDA, w.memory().device() as i32);
+        let req = dlpack::Request::check(
+            "DeviceWindow",
+            device,
+            false,
+            stream,
+            max_version,
+            dl_device,
+            copy,
+        )?;
+        // SAFETY: the memory stays allocated as long as the DeviceWindow lives, which the
+        // capsule keeps alive.
+        unsafe {
+            dlpack::capsule(
+                slf.py(),
+                req,
+                slf.clone().into_any().unbind(),
+                w.memory().address() as *mut c_void,
+                w.len(),
+                device,
+            )
+        }
+    }
+
+    /// Where the memory is, for DLPack: `(2, gpu)`, CUDA device memory (`kDLCUDA`).
+    fn __dlpack_device__(&self, py: Python<'_>) -> PyResult<Py<PyAny>> {
+        dlpack::device_tuple(
+            py,
+            (dlpack::DEVICE_CUDA, self.inner.memory().device() as i32),
+        )
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "<accio.DeviceWindow offset={:#x} len={} access={} gpu={}>",
+            self.inner.offset(),
+            self.inner.len(),
+            access_text(self.inner.access()),
+            self.inner.memory().device()
+        )
     }
 }
 
@@ -1785,6 +1940,7 @@ fn _accio(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<Listener>()?;
     m.add_class::<Endpoint>()?;
     m.add_class::<Window>()?;
+    m.add_class::<DeviceWindow>()?;
     m.add_class::<Merger>()?;
     m.add_class::<Producer>()?;
     m.add_class::<ProducerBuffer>()?;

@@ -64,6 +64,20 @@ def test_rma_with_an_object_that_claims_device_memory_is_refused_and_moves_nothi
     assert (host == np.arange(4096, dtype=np.uint8)).all()
 
 
+def test_register_device_without_gpu_memory_says_why(shm_addr):
+    a, b, _lst = connected_pair(shm_addr)
+    host = np.arange(4096, dtype=np.uint8)
+    with pytest.raises(TypeError, match="must be a CUDA array or a length"):
+        b.register_device(host)
+    with pytest.raises(TypeError) as e:
+        b.register_device(FakeCudaArray(host))
+    assert "not CUDA device memory" in str(e.value) or "no CUDA" in str(e.value) \
+        or "without the cuda feature" in str(e.value), str(e.value)
+    if not GPU_HERE:
+        with pytest.raises(accio.Unsupported, match="no CUDA|without the cuda feature"):
+            b.register_device(4096)
+
+
 def _gpu_modules():
     mods = []
     for name in ("cupy", "torch"):
@@ -81,6 +95,7 @@ def _gpu_modules():
 
 
 GPU = _gpu_modules()
+GPU_HERE = bool(GPU)
 
 
 @pytest.mark.skipif(not GPU, reason="no CUDA device with CuPy or PyTorch")
@@ -178,3 +193,44 @@ def test_cuda_arrays_go_to_and_come_from_a_peer_window(lib, scheme, shm_addr):
     # A read-only array is not written into.
     with pytest.raises(TypeError, match="read-only"):
         a.vread_from(ReadOnlyView(dst), win.offset)
+
+
+@pytest.mark.skipif(not GPU, reason="no CUDA device with CuPy or PyTorch")
+@pytest.mark.parametrize("lib", GPU)
+@pytest.mark.parametrize("scheme", ["shm", "tcp"])
+def test_device_windows_take_rma_and_export_dlpack(lib, scheme, shm_addr):
+    a, b, _lst = connected_pair(shm_addr if scheme == "shm" else "tcp://127.0.0.1:0")
+    n = (5 << 20) + 3
+    want = (np.arange(n, dtype=np.uint64) * 2654435761 % 251).astype(np.uint8)
+    if lib == "cupy":
+        import cupy as xp
+
+        arr = xp.zeros(n, dtype=xp.uint8)
+        host = xp.asnumpy
+        view = xp.from_dlpack
+    else:
+        import torch
+
+        arr = torch.zeros(n, dtype=torch.uint8, device="cuda")
+        host = lambda t: t.cpu().numpy()  # noqa: E731
+        view = torch.from_dlpack
+    # An array of the caller's, registered in place.
+    w = b.register_device(arr, "rw")
+    assert len(w) == n and w.access == "rw" and w.__dlpack_device__() == (2, w.gpu)
+    a.vwrite_to(want, w.offset, sync=True)
+    assert (host(arr) == want).all()
+    back = np.zeros(n, dtype=np.uint8)
+    a.vread_from(back, w.offset + 0)
+    assert (back == want).all()
+    # Fresh device memory, seen through DLPack without a copy.
+    f = b.register_device(n, "rw", gpu=w.gpu)
+    a.vwrite_to(want[::-1].copy(), f.offset, sync=True)
+    assert (host(view(f)) == want[::-1]).all()
+    # A read-only window refuses the peer's writes; the bytes stay.
+    r = b.register_device(n, "r", gpu=w.gpu)
+    with pytest.raises(accio.AccessDenied):
+        a.vwrite_to(want, r.offset)
+    assert (host(view(r)) == 0).all()
+    b.unregister(w)
+    with pytest.raises(accio.OutOfWindow):
+        a.vwrite_to(want[:8], w.offset)

@@ -107,14 +107,19 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
 pub struct DeviceShare {
     /// The device's ordinal on the node.
     pub device: u32,
-    /// The driver's handle (`cuIpcGetMemHandle`'s 64 bytes).
+    /// The driver's handle of the allocation the memory lies in (`cuIpcGetMemHandle`'s 64
+    /// bytes).
     pub handle: [u8; 64],
+    /// Where the memory starts in that allocation, in bytes (an array of PyTorch's or
+    /// CuPy's memory pool lies inside a larger allocation).
+    pub offset: u64,
 }
 
 impl fmt::Debug for DeviceShare {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("DeviceShare")
             .field("device", &self.device)
+            .field("offset", &self.offset)
             .finish_non_exhaustive()
     }
 }

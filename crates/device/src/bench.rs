@@ -112,7 +112,7 @@ impl IpcPeerArgs {
 /// seconds (the subcommand prints them on one line: `secs S1 S2 ...`).
 pub fn ipc_peer_main(a: &IpcPeerArgs) -> Result<Vec<f64>> {
     let handle = decode_handle(&a.handle)?;
-    let target = crate::PeerMemory::open(a.gpu, &handle, a.size)?;
+    let target = crate::PeerMemory::open(a.gpu, &handle, 0, a.size)?;
     let src = crate::DeviceBuffer::alloc(a.gpu, a.size)?;
     src.write(0, &vec![PEER_BYTE; a.size])?;
     let dst = target

@@ -234,6 +234,31 @@ impl DeviceBuffer {
     }
 }
 
+/// What another process opens `range` by: the CUDA IPC handle of the allocation it lies
+/// in (`cuIpcGetMemHandle` takes an allocation's start) and where in it the range starts.
+pub(crate) fn ipc_share(range: &DeviceRange) -> Result<([u8; 64], u64)> {
+    no_panic(|| {
+        let ctx = Context::retain(range.ordinal)?;
+        let start: u64 = attribute(
+            range.ptr,
+            sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
+        )
+        .map_err(|r| Error::Driver {
+            call: "cuPointerGetAttribute",
+            name: format!("{r:?}"),
+            code: r as u32,
+        })?;
+        let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
+        // SAFETY: `start` is the start of the allocation the driver says `range` lies in;
+        // `h` a valid out-pointer.
+        check("cuIpcGetMemHandle", unsafe {
+            sys::cuIpcGetMemHandle(&mut h, start)
+        })?;
+        drop(ctx);
+        Ok((h.reserved.map(|c| c as u8), range.ptr - start))
+    })
+}
+
 impl Drop for DeviceBuffer {
     fn drop(&mut self) {
         let _ = no_panic(|| {
@@ -249,6 +274,8 @@ impl Drop for DeviceBuffer {
 /// closed on drop.
 pub struct PeerMemory {
     ctx: Context,
+    /// Where the driver mapped the allocation (what closing it takes).
+    base: sys::CUdeviceptr,
     range: DeviceRange,
 }
 
@@ -270,7 +297,7 @@ impl PeerMemory {
     /// Opens the allocation behind `handle` (from [`DeviceBuffer::ipc_handle`] in another
     /// process) on GPU `ordinal`, expecting at least `len` bytes: a smaller allocation is
     /// refused, so that no copy through it runs past what the peer allocated.
-    pub fn open(ordinal: u32, handle: &[u8; 64], len: usize) -> Result<PeerMemory> {
+    pub fn open(ordinal: u32, handle: &[u8; 64], offset: u64, len: usize) -> Result<PeerMemory> {
         no_panic(|| {
             let ctx = Context::retain(ordinal)?;
             let h = sys::CUipcMemHandle_st {
@@ -285,7 +312,12 @@ impl PeerMemory {
             })?;
             let peer = PeerMemory {
                 ctx,
-                range: DeviceRange { ordinal, ptr, len },
+                base: ptr,
+                range: DeviceRange {
+                    ordinal,
+                    ptr: ptr.wrapping_add(offset),
+                    len,
+                },
             };
             let size: usize = attribute(
                 ptr,
@@ -296,9 +328,10 @@ impl PeerMemory {
                 name: format!("{r:?}"),
                 code: r as u32,
             })?;
-            if size < len {
+            if (size as u64) < offset.saturating_add(len as u64) {
                 return Err(Error::Argument(format!(
-                    "the peer's device allocation holds {size} bytes, fewer than the {len} expected"
+                    "the peer's device allocation holds {size} bytes, fewer than the {len} \
+                     expected at byte {offset}"
                 )));
             }
             Ok(peer)
@@ -317,7 +350,7 @@ impl Drop for PeerMemory {
             self.ctx.make_current()?;
             // SAFETY: opened in `open`, closed once.
             check("cuIpcCloseMemHandle", unsafe {
-                sys::cuIpcCloseMemHandle(self.range.ptr)
+                sys::cuIpcCloseMemHandle(self.base)
             })
         });
     }

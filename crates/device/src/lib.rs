@@ -58,7 +58,7 @@ mod memory;
 mod memory;
 
 pub use memory::{DeviceBuffer, PeerMemory, Stager, CHUNK};
-pub use window::{open_shared, KIND};
+pub use window::{open_shared, ForeignMemory, KIND};
 
 mod window;
 

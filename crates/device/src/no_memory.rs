@@ -13,6 +13,10 @@ pub(crate) fn device_range(_ptr: u64, _len: usize) -> Result<DeviceRange> {
     Err(Error::NotBuilt)
 }
 
+pub(crate) fn ipc_share(_range: &DeviceRange) -> Result<([u8; 64], u64)> {
+    Err(Error::NotBuilt)
+}
+
 pub(crate) fn timed_copies(
     _dst: &DeviceRange,
     _src: &DeviceRange,
@@ -79,7 +83,7 @@ pub struct PeerMemory {
 
 impl PeerMemory {
     /// Answers [`Error::NotBuilt`].
-    pub fn open(_ordinal: u32, _handle: &[u8; 64], _len: usize) -> Result<PeerMemory> {
+    pub fn open(_ordinal: u32, _handle: &[u8; 64], _offset: u64, _len: usize) -> Result<PeerMemory> {
         Err(Error::NotBuilt)
     }
 

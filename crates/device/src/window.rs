@@ -165,8 +165,60 @@ impl Shareable for DeviceBuffer {
     fn share_memory(&self) -> accio_core::Result<DeviceShare> {
         let device = self.range().ordinal();
         self.ipc_handle()
-            .map(|handle| DeviceShare { device, handle })
+            .map(|handle| DeviceShare {
+                device,
+                handle,
+                offset: 0,
+            })
             .map_err(|e| core_error("share", &format!("GPU {device} memory"), e))
+    }
+}
+
+impl Shareable for ForeignMemory {
+    fn share_memory(&self) -> accio_core::Result<DeviceShare> {
+        let r = self.range;
+        crate::memory::ipc_share(&r)
+            .map(|(handle, offset)| DeviceShare {
+                device: r.ordinal(),
+                handle,
+                offset,
+            })
+            .map_err(|e| core_error("share", &format!("GPU {} memory", r.ordinal()), e))
+    }
+}
+
+/// Device memory this process has from elsewhere (a CuPy or PyTorch array, a pointer a C
+/// program allocated), as the memory of a window: the range the driver vouched for
+/// ([`crate::device_range`]) and whatever keeps the memory allocated (the array object),
+/// held as long as the window is. Peers in other processes open it through CUDA IPC, as
+/// the allocation it lies in and its place there.
+pub struct ForeignMemory {
+    range: DeviceRange,
+    _owner: Box<dyn std::any::Any + Send + Sync>,
+}
+
+impl std::fmt::Debug for ForeignMemory {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ForeignMemory")
+            .field("range", &self.range)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ForeignMemory {
+    /// `range`, kept allocated by `owner` (dropped with the last holder of this memory).
+    /// Nothing else frees the memory meanwhile: that is the caller's promise (a copy into
+    /// freed device memory is the driver's error, or another allocation's bytes).
+    pub fn new(range: DeviceRange, owner: impl std::any::Any + Send + Sync) -> ForeignMemory {
+        ForeignMemory {
+            range,
+            _owner: Box::new(owner),
+        }
+    }
+
+    /// The memory.
+    pub fn range(&self) -> DeviceRange {
+        self.range
     }
 }
 
@@ -181,6 +233,7 @@ impl Shareable for PeerMemory {
 
 device_memory!(DeviceBuffer);
 device_memory!(PeerMemory);
+device_memory!(ForeignMemory);
 
 /// Opens `len` bytes of another process's device memory from what its
 /// [`DeviceMemory::share`] gave (CUDA IPC), as the memory of a peer's window.
@@ -191,7 +244,7 @@ device_memory!(PeerMemory);
 /// memory since freed).
 pub fn open_shared(share: &DeviceShare, len: usize) -> accio_core::Result<Arc<dyn DeviceMemory>> {
     let what = format!("{len} bytes of a peer's GPU {} memory", share.device);
-    let m = PeerMemory::open(share.device, &share.handle, len)
+    let m = PeerMemory::open(share.device, &share.handle, share.offset, len)
         .map_err(|e| core_error("cuIpcOpenMemHandle", &what, e))?;
     Ok(Arc::new(m))
 }

@@ -159,6 +159,9 @@ class Endpoint:
     def read_from(self, local_offset: int, length: int, remote_offset: int, sync: bool = False) -> None:
         """Copies ``length`` bytes at the peer's ``remote_offset`` to ``local_offset``
         (registered-space offsets, as in ``write_to``)."""
+    def register_device(self, memory: Any, access: str = "rw", gpu: int = 0) -> "DeviceWindow":
+        """Registers GPU memory as a window (the ``cuda`` build): a C-contiguous CUDA
+        array, used in place and kept alive, or a length of fresh memory on GPU ``gpu``."""
     def vwrite_to(self, buffer: Any, remote_offset: int, sync: bool = False) -> None:
         """Copies any contiguous buffer (NumPy array, bytes) to the peer's
         ``remote_offset`` straight from its memory; with the ``cuda`` build also a
@@ -181,6 +184,30 @@ class Endpoint:
         """Closes the connection; the peer's calls raise PeerGone."""
     def __enter__(self) -> Endpoint: ...
     def __exit__(self, *args: object) -> bool: ...
+
+class DeviceWindow:
+    """A registered window of GPU memory (``Endpoint.register_device``): the peer reaches
+    it by RMA at ``offset``; ``torch.from_dlpack(w)`` / ``cupy.from_dlpack(w)`` view it."""
+
+    @property
+    def offset(self) -> int:
+        """Offset of the window in its endpoint's registered address space."""
+    @property
+    def access(self) -> str:
+        """The peer's rights ("r", "w", "rw", "none")."""
+    @property
+    def gpu(self) -> int:
+        """The GPU the memory is on."""
+    def __len__(self) -> int: ...
+    def __dlpack__(
+        self,
+        *,
+        stream: Any = None,
+        max_version: Optional[Tuple[int, int]] = None,
+        dl_device: Optional[Tuple[int, int]] = None,
+        copy: Optional[bool] = None,
+    ) -> Any: ...
+    def __dlpack_device__(self) -> Tuple[int, int]: ...
 
 class Window:
     """Registered memory, exposing the buffer protocol (writable bytes):

@@ -30,8 +30,8 @@ use super::ShmEndpoint;
 use crate::link::Entry;
 
 /// Bytes of a device record's payload: token (16), pid (4), has-share (4), device (4),
-/// reserved (4), handle (64).
-pub(super) const DEVICE_RECORD: usize = 96;
+/// reserved (4), handle (64), offset in the handle's allocation (8).
+pub(super) const DEVICE_RECORD: usize = 104;
 
 /// What the peer sent of one of its device windows.
 #[derive(Clone, Copy, Debug)]
@@ -50,6 +50,7 @@ impl DeviceRecord {
             share: (u32_at(20) != 0).then(|| DeviceShare {
                 device: u32_at(24),
                 handle: b[32..96].try_into().expect("64 bytes"),
+                offset: u64::from_le_bytes(b[96..104].try_into().expect("8 bytes")),
             }),
         }
     }
@@ -62,6 +63,7 @@ impl DeviceRecord {
             b[20..24].copy_from_slice(&1u32.to_le_bytes());
             b[24..28].copy_from_slice(&s.device.to_le_bytes());
             b[32..96].copy_from_slice(&s.handle);
+            b[96..104].copy_from_slice(&s.offset.to_le_bytes());
         }
         b
     }
