@@ -488,6 +488,26 @@ enum accio_status accio_window_register(const struct accio_endpoint *endpoint,
                                         uint32_t access,
                                         struct accio_window **out);
 
+// Registers `len` bytes of CUDA device memory at device address `data` (a `CUdeviceptr`,
+// or a pointer from `cudaMalloc`, anywhere inside its allocation) on `endpoint` as a
+// window the peer may access with `access` (`ACCIO_ACCESS_*`), and stores the window's
+// offset in `*offset` (send it to the peer; withdraw it with `accio_endpoint_unregister`).
+// Every RMA call reaches it, from the peer and from here, through the driver: over shm
+// the peer process opens it through CUDA IPC, over tcp it is staged through pinned
+// memory. The address is checked with the driver first: host memory, memory of no
+// allocation, or a range past its allocation fail with `ACCIO_INVALID_ARGUMENT`, a library
+// built without CUDA or a machine without driver or GPU with `ACCIO_UNSUPPORTED`; `mpi`
+// answers `ACCIO_UNSUPPORTED`.
+//
+// # Safety
+// `endpoint` is a live endpoint; `offset` is writable. The memory stays allocated until
+// the window is withdrawn and the endpoint destroyed (a peer may copy into it until then).
+enum accio_status accio_window_register_device(const struct accio_endpoint *endpoint,
+                                               uint64_t data,
+                                               size_t len,
+                                               uint32_t access,
+                                               uint64_t *offset);
+
 // Registers `len` bytes of a region, from byte `start`, on `endpoint` as a window the peer
 // may access with `access` (`ACCIO_ACCESS_*`), and stores its handle in `*out`: the
 // peer's RMA reads and writes the region's memory itself, nothing is copied or zeroed.

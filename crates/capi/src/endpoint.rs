@@ -750,6 +750,43 @@ pub unsafe extern "C" fn accio_window_register(
     })
 }
 
+/// Registers `len` bytes of CUDA device memory at device address `data` (a `CUdeviceptr`,
+/// or a pointer from `cudaMalloc`, anywhere inside its allocation) on `endpoint` as a
+/// window the peer may access with `access` (`ACCIO_ACCESS_*`), and stores the window's
+/// offset in `*offset` (send it to the peer; withdraw it with `accio_endpoint_unregister`).
+/// Every RMA call reaches it, from the peer and from here, through the driver: over shm
+/// the peer process opens it through CUDA IPC, over tcp it is staged through pinned
+/// memory. The address is checked with the driver first: host memory, memory of no
+/// allocation, or a range past its allocation fail with `ACCIO_INVALID_ARGUMENT`, a library
+/// built without CUDA or a machine without driver or GPU with `ACCIO_UNSUPPORTED`; `mpi`
+/// answers `ACCIO_UNSUPPORTED`.
+///
+/// # Safety
+/// `endpoint` is a live endpoint; `offset` is writable. The memory stays allocated until
+/// the window is withdrawn and the endpoint destroyed (a peer may copy into it until then).
+#[no_mangle]
+pub unsafe extern "C" fn accio_window_register_device(
+    endpoint: *const accio_endpoint,
+    data: u64,
+    len: usize,
+    access: u32,
+    offset: *mut u64,
+) -> accio_status {
+    const OP: &str = "accio_window_register_device";
+    guard(OP, || {
+        need(OP, "offset", offset)?;
+        // SAFETY: the caller's contract.
+        let e = unsafe { obj::<EndpointObj>(OP, endpoint)? };
+        let access = access_bits(OP, access)?;
+        let range = device_range(OP, data, len)?;
+        // The caller keeps the memory allocated: nothing to hold here.
+        let memory = Arc::new(accio_device::ForeignMemory::new(range, ()));
+        let w = e.ep.register_device(memory, access)?;
+        // SAFETY: offset checked non-NULL above; writable by contract.
+        unsafe { put(OP, "offset", offset, w.offset()) }
+    })
+}
+
 /// Registers `len` bytes of a region, from byte `start`, on `endpoint` as a window the peer
 /// may access with `access` (`ACCIO_ACCESS_*`), and stores its handle in `*out`: the
 /// peer's RMA reads and writes the region's memory itself, nothing is copied or zeroed.

@@ -650,6 +650,18 @@ fn huge_lengths_on_an_endpoint_fail_cleanly_and_send_nothing() {
                     "{e}"
                 );
             }
+            let mut off = 0u64;
+            let s = accio_window_register_device(c, data as u64, 64, 3, &mut off);
+            assert!(
+                s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
+                "{s:?}: {}",
+                last_error()
+            );
+            assert!(
+                last_error().starts_with("accio_window_register_device: "),
+                "{}",
+                last_error()
+            );
             // Nothing was sent: the first message the peer gets is the next real one.
             assert_eq!(accio_endpoint_send(c, b"after".as_ptr(), 5), ACCIO_OK);
             let mut n = 0usize;

@@ -83,7 +83,12 @@ pub struct PeerMemory {
 
 impl PeerMemory {
     /// Answers [`Error::NotBuilt`].
-    pub fn open(_ordinal: u32, _handle: &[u8; 64], _offset: u64, _len: usize) -> Result<PeerMemory> {
+    pub fn open(
+        _ordinal: u32,
+        _handle: &[u8; 64],
+        _offset: u64,
+        _len: usize,
+    ) -> Result<PeerMemory> {
         Err(Error::NotBuilt)
     }
 
