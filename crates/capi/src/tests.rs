@@ -569,6 +569,26 @@ fn lengths_past_isize_max_or_the_address_space_are_refused_not_sliced() {
     assert!(f.message.contains("ends past the end"), "{}", f.message);
 }
 
+/// Asserts the status and message of host memory given as device memory: unsupported
+/// without a driver or GPU (the message names which), an invalid argument on a GPU machine
+/// (the driver does not know the address); the message starts with `prefix`.
+#[track_caller]
+fn assert_not_device_memory(s: accio_status, prefix: &str) {
+    assert!(
+        s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
+        "{s:?}: {}",
+        last_error()
+    );
+    let e = last_error();
+    assert!(
+        e.starts_with(prefix)
+            && (e.contains("no CUDA")
+                || e.contains("built without")
+                || e.contains("not CUDA device memory")),
+        "{e}"
+    );
+}
+
 /// Every entry that takes a pointer and a length, over shm and tcp: SIZE_MAX and huge
 /// lengths fail with ACCIO_INVALID_ARGUMENT (before: SIGSEGV in accio_endpoint_send over
 /// shm), nothing is sent, and the connection still works afterwards.
@@ -636,32 +656,11 @@ fn huge_lengths_on_an_endpoint_fail_cleanly_and_send_nothing() {
                 } else {
                     accio_endpoint_vread_device(c, data as u64, 64, 4096, 0)
                 };
-                assert!(
-                    s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
-                    "{s:?}: {}",
-                    last_error()
-                );
-                let e = last_error();
-                assert!(
-                    e.starts_with(&format!("{op}: "))
-                        && (e.contains("no CUDA")
-                            || e.contains("built without")
-                            || e.contains("not CUDA device memory")),
-                    "{e}"
-                );
+                assert_not_device_memory(s, &format!("{op}: "));
             }
             let mut off = 0u64;
             let s = accio_window_register_device(c, data as u64, 64, 3, &mut off);
-            assert!(
-                s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
-                "{s:?}: {}",
-                last_error()
-            );
-            assert!(
-                last_error().starts_with("accio_window_register_device: "),
-                "{}",
-                last_error()
-            );
+            assert_not_device_memory(s, "accio_window_register_device: ");
             // Nothing was sent: the first message the peer gets is the next real one.
             assert_eq!(accio_endpoint_send(c, b"after".as_ptr(), 5), ACCIO_OK);
             let mut n = 0usize;
@@ -740,19 +739,7 @@ fn huge_lengths_on_a_producer_and_a_reader_fail_cleanly() {
         // Host memory given as device memory: refused with the cause (no driver or GPU
         // here: unsupported; on a GPU machine the driver does not know the address).
         let s = accio_producer_write_device(p, b.as_ptr() as u64, b.len(), ptr::null_mut());
-        assert!(
-            s == ACCIO_UNSUPPORTED || s == ACCIO_INVALID_ARGUMENT,
-            "{s:?}: {}",
-            last_error()
-        );
-        let e = last_error();
-        assert!(
-            e.starts_with("block from device memory: ")
-                && (e.contains("no CUDA")
-                    || e.contains("built without")
-                    || e.contains("not CUDA device memory")),
-            "{e}"
-        );
+        assert_not_device_memory(s, "block from device memory: ");
         assert_eq!(accio_producer_finish(p, ptr::null_mut()), ACCIO_OK);
         assert_eq!(accio_merger_close(m, ptr::null_mut()), ACCIO_OK);
 

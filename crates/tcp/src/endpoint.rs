@@ -218,6 +218,19 @@ impl TcpEndpoint {
         m.write(at, &value.to_le_bytes())
     }
 
+    /// Tells the peer of a new window. The notice goes out before `register` returns, so
+    /// anything the caller sends about the window afterwards reaches the peer after it.
+    fn announce(&self, offset: u64, len: usize, access: Access) -> Result<()> {
+        let s = self.s();
+        let w = lock(&s.writer);
+        s.check_open()?;
+        s.send_header(
+            &w,
+            &Header::register(offset, len, access),
+            "announcing a window",
+        )
+    }
+
     /// Windows hold 1 byte up to the largest RMA a frame can carry.
     fn window_len(op: &'static str, len: usize) -> Result<()> {
         if len == 0 {
@@ -553,18 +566,7 @@ impl Endpoint for TcpEndpoint {
             space.table.insert(w.desc(), w.clone())?;
             w
         };
-        // The notice goes out before `register` returns, so anything the caller sends
-        // about the window afterwards reaches the peer after it.
-        let w = lock(&s.writer);
-        let sent = s.check_open().and_then(|_| {
-            s.send_header(
-                &w,
-                &Header::register(window.offset(), len, access),
-                "announcing a window",
-            )
-        });
-        drop(w);
-        if let Err(e) = sent {
+        if let Err(e) = self.announce(window.offset(), len, access) {
             write(&s.windows).table.remove(window.offset());
             return Err(e);
         }
@@ -588,16 +590,7 @@ impl Endpoint for TcpEndpoint {
             w
         };
         // The peer mirrors it as any window: what it is made of is this side's business.
-        let w = lock(&s.writer);
-        let sent = s.check_open().and_then(|_| {
-            s.send_header(
-                &w,
-                &Header::register(window.offset(), len, access),
-                "announcing a window",
-            )
-        });
-        drop(w);
-        if let Err(e) = sent {
+        if let Err(e) = self.announce(window.offset(), len, access) {
             write(&s.windows).devices.remove(window.offset());
             return Err(e);
         }
