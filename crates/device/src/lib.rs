@@ -26,7 +26,12 @@
 //!   handle), [`PeerMemory`] (another process's, opened by that handle), [`device_range`]
 //!   (any device pointer, checked with the driver into a [`DeviceRange`]), and [`Stager`]
 //!   (two pinned chunks between device memory and any host memory, the copy engine on one
-//!   while the CPU copies the other): what `Producer::write_device` in `accio-merge` uses.
+//!   while the CPU copies the other, or a transport sends from or receives into the other:
+//!   [`Stager::drain`], [`Stager::fill`]): what `Producer::write_device` in `accio-merge`
+//!   and `accio::device::DeviceRma` use; [`with_stager`] lends one from a pool.
+//! - Device windows: [`DeviceBuffer`], [`PeerMemory`] and [`ForeignMemory`] (memory of
+//!   another library's array) are `accio_core::DeviceMemory`, the memory behind
+//!   `Endpoint::register_device`; [`open_shared`] opens a peer's from its CUDA IPC share.
 //!
 //! ```
 //! match accio_device::devices() {
