@@ -752,9 +752,9 @@ impl Endpoint {
 
     /// Registers GPU memory as a window the peer may access with `access`: a C-contiguous
     /// CUDA array (CuPy, PyTorch: `__cuda_array_interface__` or DLPack), whose memory the
-    /// window uses in place and keeps alive, or an int, a length of fresh device memory on
-    /// GPU `gpu`. Every RMA call reaches it, from the peer and from here, through the
-    /// driver (the `cuda` build). Returns a DeviceWindow, whose `__dlpack__` lets
+    /// window uses in place and keeps alive, or an int, a length of fresh zeroed device
+    /// memory on GPU `gpu`. Every RMA call reaches it, from the peer and from here, through
+    /// the driver (the `cuda` build). Returns a DeviceWindow, whose `__dlpack__` lets
     /// `torch.from_dlpack(w)` or `cupy.from_dlpack(w)` view the memory without a copy.
     #[pyo3(signature = (memory, access="rw", gpu=0))]
     fn register_device(
@@ -769,7 +769,7 @@ impl Endpoint {
         let mem: Arc<dyn accio::DeviceMemory> = if let Ok(len) = memory.extract::<Int>() {
             let len = len.usize("register_device", "memory")?;
             Arc::new(guarded(py, || {
-                Ok(accio::device::DeviceBuffer::alloc(gpu, len)?)
+                Ok(accio::device::DeviceBuffer::zeroed(gpu, len)?)
             })?)
         } else {
             let Some(block) = cuda_block(

@@ -158,6 +158,19 @@ impl DeviceBuffer {
         })
     }
 
+    /// Allocates `len` bytes (at least 1) on GPU `ordinal`, set to zero (`cuMemsetD8`):
+    /// fresh memory for a window, which shows nothing of earlier allocations.
+    pub fn zeroed(ordinal: u32, len: usize) -> Result<DeviceBuffer> {
+        let b = DeviceBuffer::alloc(ordinal, len)?;
+        no_panic(|| {
+            b.ctx.make_current()?;
+            // SAFETY: `b.ptr` holds `len` bytes of this process's device memory; the
+            // synchronous memset is complete on return.
+            check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(b.ptr, 0, len) })
+        })?;
+        Ok(b)
+    }
+
     /// The whole buffer as a range.
     pub fn range(&self) -> DeviceRange {
         DeviceRange {

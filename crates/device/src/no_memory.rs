@@ -44,6 +44,11 @@ impl DeviceBuffer {
         Err(Error::NotBuilt)
     }
 
+    /// Answers [`Error::NotBuilt`].
+    pub fn zeroed(_ordinal: u32, _len: usize) -> Result<DeviceBuffer> {
+        Err(Error::NotBuilt)
+    }
+
     /// The whole buffer as a range.
     pub fn range(&self) -> DeviceRange {
         NONE

@@ -161,7 +161,8 @@ class Endpoint:
         (registered-space offsets, as in ``write_to``)."""
     def register_device(self, memory: Any, access: str = "rw", gpu: int = 0) -> "DeviceWindow":
         """Registers GPU memory as a window (the ``cuda`` build): a C-contiguous CUDA
-        array, used in place and kept alive, or a length of fresh memory on GPU ``gpu``."""
+        array, used in place and kept alive, or a length of fresh zeroed memory on GPU
+        ``gpu``."""
     def vwrite_to(self, buffer: Any, remote_offset: int, sync: bool = False) -> None:
         """Copies any contiguous buffer (NumPy array, bytes) to the peer's
         ``remote_offset`` straight from its memory; with the ``cuda`` build also a
