@@ -65,11 +65,22 @@ impl ShmEndpoint {
 
     /// After the host path of an RMA failed with `e`: a refusal may concern a device
     /// window, which [`ShmEndpoint::device_rma`] reaches (or refuses with the precise
-    /// error); other errors stand.
-    fn or_device(&self, e: Error, op: Rma<'_>, len: usize, remote_off: u64) -> Result<()> {
+    /// error); other errors stand. Kept out of line: the RMA calls' hot paths stay as
+    /// small as they were without device windows.
+    #[cold]
+    #[inline(never)]
+    fn or_device(
+        &self,
+        e: Error,
+        op: Rma<'_>,
+        len: usize,
+        remote_off: u64,
+        flags: RmaFlags,
+    ) -> Result<()> {
         match e.kind() {
             ErrorKind::OutOfWindow | ErrorKind::AccessDenied => {
-                self.device_rma(op, len, remote_off)
+                self.device_rma(op, len, remote_off)?;
+                self.finish_rma(flags)
             }
             _ => Err(e),
         }
@@ -77,6 +88,8 @@ impl ShmEndpoint {
 
     /// `fence_signal` with a target its host path did not find: both targets are checked
     /// in windows of either kind before either is stored.
+    #[cold]
+    #[inline(never)]
     fn device_fence_signal(
         &self,
         local: Option<(u64, u64)>,
@@ -333,14 +346,15 @@ impl Endpoint for ShmEndpoint {
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        self.with_both(local_off, remote_off, len, Access::WRITE, |src, dst| {
+        match self.with_both(local_off, remote_off, len, Access::WRITE, |src, dst| {
             // SAFETY: both ranges were checked against their windows, which stay mapped
             // during the call; they are different mappings (ours and the peer's), so they
             // do not overlap.
             unsafe { copy_into_peer(dst, src, len, flags) }
-        })
-        .or_else(|e| self.or_device(e, Rma::WriteTo { local_off }, len, remote_off))?;
-        self.finish_rma(flags)
+        }) {
+            Ok(()) => self.finish_rma(flags),
+            Err(e) => self.or_device(e, Rma::WriteTo { local_off }, len, remote_off, flags),
+        }
     }
 
     fn read_from(
@@ -351,36 +365,39 @@ impl Endpoint for ShmEndpoint {
         flags: RmaFlags,
     ) -> Result<()> {
         self.check_not_gone()?;
-        self.with_both(local_off, remote_off, len, Access::READ, |dst, src| {
+        match self.with_both(local_off, remote_off, len, Access::READ, |dst, src| {
             // SAFETY: as in write_to, with the roles swapped.
             unsafe { copy_bytes(dst, src, len) }
-        })
-        .or_else(|e| self.or_device(e, Rma::ReadFrom { local_off }, len, remote_off))?;
-        self.finish_rma(flags)
+        }) {
+            Ok(()) => self.finish_rma(flags),
+            Err(e) => self.or_device(e, Rma::ReadFrom { local_off }, len, remote_off, flags),
+        }
     }
 
     fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
-        self.with_peer(remote_off, src.len(), Access::WRITE, |dst| {
+        match self.with_peer(remote_off, src.len(), Access::WRITE, |dst| {
             // SAFETY: `dst` covers src.len() checked bytes of a peer mapping; `src` is a
             // Rust slice of caller memory, which is never a peer window mapping of this
             // endpoint.
             unsafe { copy_into_peer(dst, src.as_ptr(), src.len(), flags) }
-        })
-        .or_else(|e| self.or_device(e, Rma::VWrite(src), src.len(), remote_off))?;
-        self.finish_rma(flags)
+        }) {
+            Ok(()) => self.finish_rma(flags),
+            Err(e) => self.or_device(e, Rma::VWrite(src), src.len(), remote_off, flags),
+        }
     }
 
     fn vread_from(&self, dst: &mut [u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
         self.check_not_gone()?;
         let len = dst.len();
         let out = dst.as_mut_ptr();
-        self.with_peer(remote_off, len, Access::READ, |src| {
+        match self.with_peer(remote_off, len, Access::READ, |src| {
             // SAFETY: as in vwrite_to.
             unsafe { copy_bytes(out, src, len) }
-        })
-        .or_else(|e| self.or_device(e, Rma::VRead(out), len, remote_off))?;
-        self.finish_rma(flags)
+        }) {
+            Ok(()) => self.finish_rma(flags),
+            Err(e) => self.or_device(e, Rma::VRead(out), len, remote_off, flags),
+        }
     }
 
     fn check_remote(&self, remote_off: u64, len: usize, need: Access) -> Result<()> {
