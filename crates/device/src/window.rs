@@ -1,7 +1,7 @@
 //! CUDA memory as the memory of a window ([`accio_core::DeviceMemory`]): a
-//! [`DeviceBuffer`] of this process, or a peer's allocation opened through CUDA IPC
-//! ([`open_shared`]), which `Endpoint::register_device` exposes and the `shm` backend
-//! opens. Copies to and from host memory go through the pinned [`Stager`] pipeline (any
+//! [`DeviceBuffer`] of this process, another library's array ([`ForeignMemory`]), or a
+//! peer's allocation opened through CUDA IPC ([`open_shared`]), which
+//! `Endpoint::register_device` exposes and the `shm` backend opens. Copies to and from host memory go through the pinned [`Stager`] pipeline (any
 //! host memory: a peer's mapped window too); device→device copies run on the copy engine.
 
 use std::sync::Arc;
@@ -43,15 +43,20 @@ fn part(
     })
 }
 
+/// What errors call `range`.
+fn what(range: &DeviceRange) -> String {
+    format!("{} bytes of GPU {} memory", range.len(), range.ordinal())
+}
+
+/// Runs `f` with a pooled stager of `range`'s GPU; its error as accio-core's, naming `op`.
 fn run(
     op: &'static str,
     range: &DeviceRange,
     f: impl FnOnce(&mut Stager) -> Result<()>,
 ) -> accio_core::Result<()> {
-    let what = format!("{} bytes of GPU {} memory", range.len(), range.ordinal());
     with_stager(range.ordinal(), f)
         .and_then(|r| r)
-        .map_err(|e| core_error(op, &what, e))
+        .map_err(|e| core_error(op, &what(range), e))
 }
 
 /// [`run`] for a pipeline whose host side (a transport) may fail: its error comes back
@@ -61,11 +66,10 @@ fn staged(
     range: &DeviceRange,
     f: impl FnOnce(&mut Stager) -> std::result::Result<(), Staged<accio_core::Error>>,
 ) -> accio_core::Result<()> {
-    let what = format!("{} bytes of GPU {} memory", range.len(), range.ordinal());
     match with_stager(range.ordinal(), f) {
         Ok(Ok(())) => Ok(()),
         Ok(Err(Staged::Host(e))) => Err(e),
-        Ok(Err(Staged::Device(e))) | Err(e) => Err(core_error(op, &what, e)),
+        Ok(Err(Staged::Device(e))) | Err(e) => Err(core_error(op, &what(range), e)),
     }
 }
 
