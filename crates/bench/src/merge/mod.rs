@@ -40,7 +40,8 @@
 //!   `merger_write_gbps`, the rate while writing), `merger_idle_share` (backing off
 //!   between empty polling rounds), and from Linux schedstat `merger_on_cpu_share` and
 //!   `merger_runqueue_share` (runnable but waiting for a CPU: with more producers than
-//!   cores, the scheduler gives the merger one share among P + 1). Writing at the
+//!   cores, the scheduler gives the merger one share among P + 1; null for runs under
+//!   200 ms, which the counters' tick-by-tick updates would skew). Writing at the
 //!   ceiling's rate but for 70% of the time points at CPU share; writing all the time
 //!   at a lower rate points at the file system.
 //! - **`producer_nice`**: the producers' CPU priority (`--producer-nice`, default 0).

@@ -751,10 +751,15 @@ impl MergeBench {
         // The progress thread's scheduler counters while the producers ran (it is gone
         // once close returns).
         let (before, sched_before) = before;
+        // A running thread's counters are brought up to date at scheduler ticks (1 to 10
+        // ms): over a window shorter than SCHED_WINDOW they could be off by more than 5%
+        // (a test's short run, on a loaded machine, read 142% on a CPU), so none is
+        // reported.
+        let ns = t0.elapsed().as_nanos() as f64;
         let sched = merger_sched()
             .zip(sched_before)
+            .filter(|_| ns >= SCHED_WINDOW.as_nanos() as f64)
             .map(|((run, wait), (run0, wait0))| {
-                let ns = t0.elapsed().as_nanos() as f64;
                 (
                     run.saturating_sub(run0) as f64 / ns,
                     wait.saturating_sub(wait0) as f64 / ns,
@@ -868,6 +873,10 @@ fn wait_warm(merger: &Merger, p: usize, cancel: &AtomicBool) {
 
 /// A merged file more than this much larger than its data is worth a warning.
 const FILE_OVERHEAD_WARN: f64 = 0.02;
+
+/// The shortest run whose merger thread's scheduler shares are reported: 20 ticks of a
+/// 100 Hz kernel, so that one tick of lag in the counters is at most 5%.
+const SCHED_WINDOW: Duration = Duration::from_millis(200);
 
 struct RunResult {
     /// The write mode the merger used (`Auto` resolved).
