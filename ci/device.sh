@@ -41,18 +41,22 @@ step "accio bench device (with device windows over shm and tcp)" 240 "$accio" be
 
 step "PyTorch's copies (benches/peers/torch_copies.py)" 60 bash -c \
     "set -o pipefail; python3 benches/peers/torch_copies.py 5 | tee '$out/torch.jsonl'"
+step "CuPy's copies (benches/peers/cupy_copies.py)" 60 bash -c \
+    "set -o pipefail; python3 benches/peers/cupy_copies.py 5 | tee '$out/cupy.jsonl'"
 
 echo "== side by side (GPU 0)"
-python3 - "$out/accio-device.json" "$out/nvbw_ref.jsonl" "$out/torch.jsonl" <<'PY' || failed+=("table")
+python3 - "$out/accio-device.json" "$out/nvbw_ref.jsonl" "$out/torch.jsonl" "$out/cupy.jsonl" <<'PY' || failed+=("table")
 import json, os, sys
 acc = json.load(open(sys.argv[1]))["figures"] if os.path.exists(sys.argv[1]) else []
 def lines(p):
     return [json.loads(l) for l in open(p) if l.startswith("{")] if os.path.exists(p) else []
-ref, torch = lines(sys.argv[2]), {(r["metric"], r["memory"], r["size"]): r for r in lines(sys.argv[3])}
+ref = lines(sys.argv[2])
+torch = {(r["metric"], r["memory"], r["size"]): r for r in lines(sys.argv[3])}
+cupy = {(r["metric"], r["memory"], r["size"]): r for r in lines(sys.argv[4])}
 gpu0 = acc[0]["params"]["gpu"] if acc else None
 mine = {(f["metric"], f["params"].get("memory"), f["params"]["size"]): f
         for f in acc if f["bench"] == "device" and f["params"].get("gpu") == gpu0}
-print(f"{'metric':12} {'memory':9} {'size':>10} {'accio':>9} {'ref':>9} {'vs ref':>7} {'torch':>9} {'of ceiling':>10}")
+print(f"{'metric':12} {'memory':9} {'size':>10} {'accio':>9} {'ref':>9} {'vs ref':>7} {'torch':>9} {'cupy':>9} {'of ceiling':>10}")
 for r in ref:
     f = mine.get((r["metric"], r["memory"], r["size"]))
     if f is None:
@@ -60,9 +64,11 @@ for r in ref:
     a, b = f["summary"]["median"], r["value"]
     ratio = b / a if r["unit"] == "us" else a / b  # > 1: accio better
     t = torch.get((r["metric"], r["memory"], r["size"]))
+    q = cupy.get((r["metric"], r["memory"], r["size"]))
     c = (f.get("ceiling") or {}).get("ratio")
     print(f"{r['metric']:12} {r['memory']:9} {r['size']:>10} {a:9.3f} {b:9.3f} {ratio:7.3f} "
-          f"{'' if t is None else format(t['value'], '9.3f'):>9} {'' if c is None else f'{c:10.1%}'}  {r['unit']}")
+          f"{'' if t is None else format(t['value'], '9.3f'):>9} "
+          f"{'' if q is None else format(q['value'], '9.3f'):>9} {'' if c is None else f'{c:10.1%}'}  {r['unit']}")
 for (m, mem, size), f in sorted(mine.items(), key=lambda kv: (kv[0][0], kv[0][2])):
     if m in ("d2d_ipc", "latency_flag"):
         c = f.get("ceiling") or {}
