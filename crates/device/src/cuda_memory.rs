@@ -164,9 +164,13 @@ impl DeviceBuffer {
         let b = DeviceBuffer::alloc(ordinal, len)?;
         no_panic(|| {
             b.ctx.make_current()?;
-            // SAFETY: `b.ptr` holds `len` bytes of this process's device memory; the
-            // synchronous memset is complete on return.
-            check("cuMemsetD8", unsafe { sys::cuMemsetD8_v2(b.ptr, 0, len) })
+            // SAFETY: `b.ptr` holds `len` bytes of this process's device memory. A memset
+            // of device memory may return before it ran (on the legacy stream, which the
+            // stagers' non-blocking streams do not wait for): it is waited for here.
+            unsafe {
+                check("cuMemsetD8", sys::cuMemsetD8_v2(b.ptr, 0, len))?;
+                check("cuCtxSynchronize", sys::cuCtxSynchronize())
+            }
         })?;
         Ok(b)
     }
@@ -200,19 +204,31 @@ impl DeviceBuffer {
         Ok(())
     }
 
-    /// Copies `src` to byte `at` of the buffer (synchronous `cuMemcpyHtoD`).
+    /// Copies `src` to byte `at` of the buffer (`cuMemcpyHtoD`, then the legacy stream
+    /// waited for: the bytes are on the device when it returns).
     pub fn write(&self, at: usize, src: &[u8]) -> Result<()> {
         self.check(at, src.len(), "a write")?;
         no_panic(|| {
             self.ctx.make_current()?;
-            // SAFETY: bounds checked above; `src` is readable host memory for the call.
-            check("cuMemcpyHtoD", unsafe {
-                sys::cuMemcpyHtoD_v2(
-                    self.ptr + at as u64,
-                    src.as_ptr() as *const c_void,
-                    src.len(),
+            // SAFETY: bounds checked above; `src` is readable host memory for the call. A
+            // copy from pageable memory may return once its bytes are staged, before they
+            // reach the device (on the legacy stream, which the stagers' non-blocking
+            // streams do not wait for): the stream is waited for, so the bytes are there
+            // for any later copy.
+            unsafe {
+                check(
+                    "cuMemcpyHtoD",
+                    sys::cuMemcpyHtoD_v2(
+                        self.ptr + at as u64,
+                        src.as_ptr() as *const c_void,
+                        src.len(),
+                    ),
+                )?;
+                check(
+                    "cuStreamSynchronize",
+                    sys::cuStreamSynchronize(std::ptr::null_mut()),
                 )
-            })
+            }
         })
     }
 
