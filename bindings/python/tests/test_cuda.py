@@ -140,6 +140,14 @@ def test_cuda_arrays_reach_the_file_unchanged(lib, shm_addr, tmp_path):
     assert got == want
 
 
+def announce(owner, peer, w):
+    """Tells `peer` of `owner`'s window `w` by a message, as programs do: a peer is sure to
+    see a window (over tcp, its mirror of the owner's windows) once it got a message sent
+    after the registration."""
+    owner.send(w.offset.to_bytes(8, "little"))
+    assert int.from_bytes(peer.recv(timeout=10), "little") == w.offset
+
+
 class ReadOnlyView:
     """A real CUDA array, offered through __cuda_array_interface__ as read-only."""
 
@@ -157,6 +165,7 @@ def test_cuda_arrays_go_to_and_come_from_a_peer_window(lib, scheme, shm_addr):
     a, b, _lst = connected_pair(shm_addr if scheme == "shm" else "tcp://127.0.0.1:0")
     n = (9 << 20) + 4099  # three staging chunks and a piece
     win = b.register(n + 8192, "rw")
+    announce(b, a, win)
     view = np.frombuffer(win, dtype=np.uint8)
     view[:] = 5
     want = (np.arange(n, dtype=np.uint64) * 2654435761 % 251).astype(np.uint8)
@@ -216,6 +225,7 @@ def test_device_windows_take_rma_and_export_dlpack(lib, scheme, shm_addr):
         view = torch.from_dlpack
     # An array of the caller's, registered in place.
     w = b.register_device(arr, "rw")
+    announce(b, a, w)
     assert len(w) == n and w.access == "rw" and w.__dlpack_device__() == (2, w.gpu)
     a.vwrite_to(want, w.offset, sync=True)
     assert (host(arr) == want).all()
@@ -224,13 +234,18 @@ def test_device_windows_take_rma_and_export_dlpack(lib, scheme, shm_addr):
     assert (back == want).all()
     # Fresh device memory, seen through DLPack without a copy.
     f = b.register_device(n, "rw", gpu=w.gpu)
+    announce(b, a, f)
     a.vwrite_to(want[::-1].copy(), f.offset, sync=True)
     assert (host(view(f)) == want[::-1]).all()
     # A read-only window refuses the peer's writes; the bytes stay.
     r = b.register_device(n, "r", gpu=w.gpu)
+    announce(b, a, r)
     with pytest.raises(accio.AccessDenied):
         a.vwrite_to(want, r.offset)
     assert (host(view(r)) == 0).all()
     b.unregister(w)
+    # A peer learns of a withdrawal no later than a message sent after it.
+    b.send(b"withdrawn")
+    assert a.recv(timeout=10) == b"withdrawn"
     with pytest.raises(accio.OutOfWindow):
         a.vwrite_to(want[:8], w.offset)
