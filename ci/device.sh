@@ -86,6 +86,17 @@ print("vs ref: accio's rate / the reference's (latency: the reference's time / a
       "above 1 accio is faster. of ceiling: accio's share of its ceiling (PCIe link, memory).")
 PY
 
+# The matrix of two ranks with GPUs as endpoints (item 5): host and GPU memory of each
+# rank, write_to between them over shm and tcp.
+step "accio bench matrix: 2 ranks, GPUs as endpoints" 120 bash -c \
+    "set -o pipefail; '$accio' run -n 2 '$accio' bench matrix --reps 3 --sizes 8,4M --json '$out/matrix.json' > '$out/matrix.md' && python3 -c '
+import json, sys
+for f in json.load(open(sys.argv[1]))[\"figures\"]:
+    if f[\"metric\"] == \"device_bw\":
+        p = f[\"params\"]
+        print(p[\"src\"], \"->\", p[\"dst\"], p[\"backend\"], p[\"size\"], round(f[\"summary\"][\"median\"], 3), \"GB/s\")
+' '$out/matrix.json'"
+
 kept=/dev/shm/accio-device-merge.accio
 rm -f "$kept"
 # Threads share one CUDA context; processes have one each, which the GPU time-slices

@@ -3,13 +3,19 @@
 //! result model (the report draws them as heat maps), with the transport rule's choice per
 //! pair, its reason, and the figure that supports it.
 //!
+//! Where both ranks of a pair have a GPU (`--features cuda`, the driver and a device), the
+//! pair's GPU memory is an endpoint too: `write_to` from a host or device window into the
+//! other rank's device window, and from a device window into its host window, over every
+//! backend that serves device windows (`device_bw`, rows and columns `rN … gpu0`).
+//!
 //! Run as the program of a world: `accio run -n 4 accio bench matrix` or
 //! `mpirun -n 4 accio bench matrix` (built with `--features mpi`). Pairs are measured one
 //! after another; rank 0 gathers the figures and prints the tables.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use accio::Endpoint;
+use accio::{Access, Endpoint, RmaFlags};
 use accio_results::metric::matrix as m;
 use accio_results::model::{Figure, Recorder, Unit};
 use accio_world::World;
@@ -64,6 +70,11 @@ const WAIT: Duration = Duration::from_secs(3600);
 struct Cell {
     src: usize,
     dst: usize,
+    /// Which memory of `src` and of `dst`: host (empty) or the GPU (`gpu0`).
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    src_mem: String,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    dst_mem: String,
     scheme: String,
     size: u64,
     metric: String,
@@ -215,6 +226,8 @@ fn measure_pair(
                             None => out.push(Cell {
                                 src,
                                 dst,
+                                src_mem: String::new(),
+                                dst_mem: String::new(),
                                 scheme: scheme.clone(),
                                 size,
                                 metric: metric.into(),
@@ -226,12 +239,128 @@ fn measure_pair(
             }
         }
     }
+    gpu_pairs(eps, (x, y), me, sizes, reps, out)
+}
+
+/// The GPU every rank measures (the driver's first).
+const GPU: u32 = 0;
+
+/// The pair's GPU figures (see the module docs) over every backend in `eps` that serves
+/// device windows, at the largest size: each side first says whether it has a GPU, then
+/// per backend whether it registered its windows, so that both go on or skip together.
+fn gpu_pairs(
+    eps: &[(String, Box<dyn Endpoint>)],
+    (x, y): (usize, usize),
+    me: usize,
+    sizes: &[u64],
+    reps: usize,
+    out: &mut Vec<Cell>,
+) -> anyhow::Result<()> {
+    let Some((_, first)) = eps.first() else {
+        return Ok(());
+    };
+    let size = sizes.iter().copied().max().unwrap_or(0) as usize;
+    let mine = size > 0 && accio_device::available().is_ok();
+    if !agree(&**first, mine)? {
+        return Ok(());
+    }
+    for (scheme, ep) in eps {
+        let windows = (|| -> accio::Result<_> {
+            let dev = Arc::new(accio_device::DeviceBuffer::zeroed(GPU, size).map_err(|e| {
+                accio::Error::io(
+                    "cuMemAlloc",
+                    "the matrix's GPU window",
+                    std::io::Error::other(e.to_string()),
+                )
+            })?);
+            let dw = ep.register_device(dev, Access::READ_WRITE)?;
+            let hw = ep.register(size, Access::READ_WRITE)?;
+            Ok((dw, hw))
+        })();
+        if let Err(e) = &windows {
+            eprintln!("matrix: rank {me}: no GPU window over {scheme}: {e}");
+        }
+        if !agree(&**ep, windows.is_ok())? {
+            continue;
+        }
+        let (dw, hw) = windows.expect("agreed: registered");
+        ep.send(&[dw.offset(), hw.offset()].map(u64::to_le_bytes).concat())?;
+        let mut buf = Vec::new();
+        recv(&**ep, &mut buf)?;
+        let [peer_dev, peer_host] = [0, 8].map(|i| {
+            buf.get(i..i + 8)
+                .map_or(0, |b| u64::from_le_bytes(b.try_into().expect("8 bytes")))
+        });
+        // (from, to, local window, peer window): host → GPU, GPU → GPU, GPU → host.
+        let kinds = [
+            ("", "gpu0", hw.offset(), peer_dev),
+            ("gpu0", "gpu0", dw.offset(), peer_dev),
+            ("gpu0", "", dw.offset(), peer_host),
+        ];
+        let copies = ((1usize << 30) / size.max(1)).clamp(4, 64);
+        for (src, dst) in [(x, y), (y, x)] {
+            let sending = me == src;
+            for &(src_mem, dst_mem, from, to) in &kinds {
+                let mut samples = Vec::new();
+                for rep in 0..=reps {
+                    if sending {
+                        let t = Instant::now();
+                        for _ in 0..copies {
+                            ep.write_to(from, size, to, RmaFlags::SYNC)
+                                .with_context(|| {
+                                    format!("{src}{src_mem} -> {dst}{dst_mem} over {scheme}")
+                                })?;
+                        }
+                        let s = t.elapsed().as_secs_f64();
+                        if rep > 0 {
+                            samples.push((copies * size) as f64 / s / 1e9);
+                        }
+                        ep.send(b"k")?;
+                    } else {
+                        recv_idle(&**ep, &mut buf, TIMEOUT)?;
+                    }
+                }
+                if sending {
+                    out.push(Cell {
+                        src,
+                        dst,
+                        src_mem: src_mem.into(),
+                        dst_mem: dst_mem.into(),
+                        scheme: scheme.clone(),
+                        size: size as u64,
+                        metric: m::DEVICE_BW.into(),
+                        samples,
+                    });
+                }
+            }
+        }
+        // The peer's last write into these windows came before its last "k".
+        ep.unregister(dw.offset())?;
+        ep.unregister(hw.offset())?;
+    }
     Ok(())
+}
+
+/// Tells the peer `mine` and learns its answer: whether both say yes.
+fn agree(ep: &dyn Endpoint, mine: bool) -> anyhow::Result<bool> {
+    ep.send(&[u8::from(mine)])?;
+    let mut buf = Vec::new();
+    recv(ep, &mut buf)?;
+    Ok(mine && buf.first() == Some(&1))
 }
 
 fn label(w: &World, r: usize) -> String {
     let t = &w.table()[r];
     format!("r{r} {} [{}]", t.node.host, t.cpus)
+}
+
+/// The label of memory `mem` (host: empty) of rank `r`.
+fn mem_label(w: &World, r: usize, mem: &str) -> String {
+    if mem.is_empty() {
+        label(w, r)
+    } else {
+        format!("{} {mem}", label(w, r))
+    }
 }
 
 /// Runs the bench as one rank of the world.
@@ -301,12 +430,17 @@ pub fn run(args: MatrixArgs, rec: &mut Recorder) -> anyhow::Result<()> {
             Unit::GBps
         };
         if let Some(f) = Figure::new(m::BENCH, &c.metric, unit, c.samples.clone()) {
+            let method = if c.metric == m::DEVICE_BW {
+                "write_to (SYNC) between registered windows, host or GPU memory (CUDA IPC over shm, pinned staging over tcp), one pair at a time"
+            } else {
+                "ping-pong (latency: half the median round trip) and bursts acknowledged by the receiver (bandwidth), one pair at a time"
+            };
             rec.push(
-                f.param("src", label(&w, c.src))
-                    .param("dst", label(&w, c.dst))
+                f.param("src", mem_label(&w, c.src, &c.src_mem))
+                    .param("dst", mem_label(&w, c.dst, &c.dst_mem))
                     .param("backend", c.scheme.as_str())
                     .param("size", c.size)
-                    .method("ping-pong (latency: half the median round trip) and bursts acknowledged by the receiver (bandwidth), one pair at a time"),
+                    .method(method),
             )?;
         }
     }
@@ -531,11 +665,45 @@ mod tests {
         Cell {
             src,
             dst,
+            src_mem: String::new(),
+            dst_mem: String::new(),
             scheme: scheme.into(),
             size: 1 << 21,
             metric: m::STREAM_BW.into(),
             samples: vec![gbps],
         }
+    }
+
+    /// GPU figures stand beside the host ones and never decide a pair's backend; host
+    /// cells travel without memory fields, as before GPUs were endpoints.
+    #[test]
+    fn gpu_cells_do_not_decide_the_choice_and_host_cells_keep_their_form() {
+        let gpu = |src, dst, scheme: &str, gbps| Cell {
+            src_mem: "gpu0".into(),
+            dst_mem: "gpu0".into(),
+            metric: m::DEVICE_BW.into(),
+            ..cell(src, dst, scheme, gbps)
+        };
+        let cells = [
+            cell(0, 1, "shm", 4.0),
+            cell(1, 0, "shm", 4.0),
+            cell(0, 1, "tcp", 2.0),
+            cell(1, 0, "tcp", 2.0),
+            gpu(0, 1, "tcp", 900.0),
+            gpu(1, 0, "tcp", 900.0),
+        ];
+        let r = ranked(&cells, 0, 1, 1 << 21);
+        assert_eq!(r[0].scheme, "shm");
+        assert_eq!(r[0].bw, [4.0, 4.0]);
+        let host = serde_json::to_string(&cells[0]).unwrap();
+        assert!(!host.contains("_mem"), "{host}");
+        let back: Cell = serde_json::from_str(&host).unwrap();
+        assert!(back.src_mem.is_empty() && back.dst_mem.is_empty());
+        let g: Cell = serde_json::from_str(&serde_json::to_string(&cells[4]).unwrap()).unwrap();
+        assert_eq!(
+            (g.src_mem.as_str(), g.metric.as_str()),
+            ("gpu0", m::DEVICE_BW)
+        );
     }
 
     #[test]

@@ -44,6 +44,9 @@ pub mod matrix {
     pub const LATENCY: &str = "latency";
     /// Streaming bandwidth from `src` to `dst`, counted when `dst` acknowledged, GB/s.
     pub const STREAM_BW: &str = "stream_bw";
+    /// `write_to` (SYNC) from a window of `src` into a window of `dst` where either is GPU
+    /// memory (a label ending in `gpuN`): device windows across ranks, GB/s.
+    pub const DEVICE_BW: &str = "device_bw";
 }
 
 /// The coalescing bench: small-item rates with and without the communication cache.
