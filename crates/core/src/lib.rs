@@ -36,6 +36,6 @@ pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
 pub use memory::{huge_pages, reopen, HugePages, MemView, Region, RemoteMap, Window, PAGE};
 pub use patience::ListenerWait;
-pub use registry::{OffsetAllocator, WindowTable, FIRST_OFFSET};
+pub use registry::{find_either, EitherWindow, OffsetAllocator, WindowTable, FIRST_OFFSET};
 pub use spin::Spin;
 pub use types::{Access, Capabilities, Mark, Progress, RmaFlags};

@@ -139,6 +139,51 @@ impl<T> WindowTable<T> {
     }
 }
 
+/// A window found by [`find_either`]: in its first table or in its second.
+#[derive(Debug)]
+pub enum EitherWindow<'a, A, B> {
+    /// In the first table.
+    First(&'a WindowDesc, &'a A),
+    /// In the second table.
+    Second(&'a WindowDesc, &'a B),
+}
+
+/// The window covering `[offset, offset + len)` with rights `need` in `first` or, failing
+/// that, in `second`: two tables of one address space kept apart (host windows, which the
+/// fast paths address directly, and device windows). The error is the one
+/// [`WindowTable::find`] would give over both tables together: the nearest window of
+/// either kind names the miss.
+pub fn find_either<'a, A, B>(
+    first: &'a WindowTable<A>,
+    second: &'a WindowTable<B>,
+    offset: u64,
+    len: u64,
+    need: Access,
+    side: Side,
+    endpoint: &dyn std::fmt::Display,
+) -> Result<EitherWindow<'a, A, B>> {
+    match first.find(offset, len, need, side, endpoint) {
+        Ok((d, v)) => return Ok(EitherWindow::First(d, v)),
+        Err(e) if second.is_empty() => return Err(e),
+        Err(_) => {}
+    }
+    if let Ok((d, v)) = second.find(offset, len, need, side, endpoint) {
+        return Ok(EitherWindow::Second(d, v));
+    }
+    let mut all = WindowTable::default();
+    for d in first
+        .iter()
+        .map(|(d, _)| *d)
+        .chain(second.iter().map(|(d, _)| *d))
+    {
+        // The tables share one offset allocator: their windows never overlap.
+        let _ = all.insert(d, ());
+    }
+    Err(all
+        .find(offset, len, need, side, endpoint)
+        .expect_err("neither table covers the range"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -154,6 +199,28 @@ mod tests {
         t.insert(d(0x10000, 0x1000, Access::READ_WRITE), 1).unwrap();
         t.insert(d(0x20000, 0x2000, Access::READ), 2).unwrap();
         t
+    }
+
+    #[test]
+    fn either_table_serves_and_a_miss_names_the_nearest_window_of_both() {
+        let host = table();
+        let mut dev: WindowTable<&str> = WindowTable::default();
+        let d = WindowDesc {
+            offset: 0x30000,
+            len: 0x1000,
+            access: Access::WRITE,
+        };
+        dev.insert(d, "gpu").unwrap();
+        let f = find_either(&host, &dev, 0x10010, 8, Access::READ, Side::Remote, &"p").unwrap();
+        assert!(matches!(f, EitherWindow::First(w, 1) if w.offset == 0x10000));
+        let f = find_either(&host, &dev, 0x30010, 8, Access::WRITE, Side::Remote, &"p").unwrap();
+        assert!(matches!(f, EitherWindow::Second(w, &"gpu") if w.offset == 0x30000));
+        let e =
+            find_either(&host, &dev, 0x30ff8, 16, Access::WRITE, Side::Remote, &"p").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::OutOfWindow);
+        assert!(e.to_string().contains("0x30000..0x31000"), "{e}");
+        let e = find_either(&host, &dev, 0x30010, 8, Access::READ, Side::Remote, &"p").unwrap_err();
+        assert_eq!(e.kind(), ErrorKind::AccessDenied);
     }
 
     #[test]

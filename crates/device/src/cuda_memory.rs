@@ -72,6 +72,13 @@ fn attribute<T: Default>(
     }
 }
 
+/// [`attribute`], a failure as the driver error it is (for pointers the driver gave us).
+fn checked_attribute<T: Default>(ptr: u64, a: sys::CUpointer_attribute) -> Result<T> {
+    attribute(ptr, a).map_err(|r| {
+        check("cuPointerGetAttribute", r).expect_err("attribute failed with this result")
+    })
+}
+
 /// Checks with the driver that `[ptr, ptr + len)` is device memory inside one allocation;
 /// see [`crate::device_range`].
 pub(crate) fn device_range(ptr: u64, len: usize) -> Result<DeviceRange> {
@@ -268,15 +275,10 @@ impl DeviceBuffer {
 pub(crate) fn ipc_share(range: &DeviceRange) -> Result<([u8; 64], u64)> {
     no_panic(|| {
         let ctx = Context::retain(range.ordinal)?;
-        let start: u64 = attribute(
+        let start: u64 = checked_attribute(
             range.ptr,
             sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_START_ADDR,
-        )
-        .map_err(|r| Error::Driver {
-            call: "cuPointerGetAttribute",
-            name: format!("{r:?}"),
-            code: r as u32,
-        })?;
+        )?;
         let mut h = sys::CUipcMemHandle_st { reserved: [0; 64] };
         // SAFETY: `start` is the start of the allocation the driver says `range` lies in;
         // `h` a valid out-pointer.
@@ -323,9 +325,10 @@ impl std::fmt::Debug for PeerMemory {
 }
 
 impl PeerMemory {
-    /// Opens the allocation behind `handle` (from [`DeviceBuffer::ipc_handle`] in another
-    /// process) on GPU `ordinal`, expecting at least `len` bytes: a smaller allocation is
-    /// refused, so that no copy through it runs past what the peer allocated.
+    /// Opens the allocation behind `handle` (from [`DeviceBuffer::ipc_handle`] or an
+    /// `accio_core::DeviceShare` in another process) on GPU `ordinal`, as the `len` bytes
+    /// from byte `offset` of it: an allocation smaller than `offset + len` is refused, so
+    /// that no copy through it runs past what the peer allocated.
     pub fn open(ordinal: u32, handle: &[u8; 64], offset: u64, len: usize) -> Result<PeerMemory> {
         no_panic(|| {
             let ctx = Context::retain(ordinal)?;
@@ -348,15 +351,10 @@ impl PeerMemory {
                     len,
                 },
             };
-            let size: usize = attribute(
+            let size: usize = checked_attribute(
                 ptr,
                 sys::CUpointer_attribute::CU_POINTER_ATTRIBUTE_RANGE_SIZE,
-            )
-            .map_err(|r| Error::Driver {
-                call: "cuPointerGetAttribute",
-                name: format!("{r:?}"),
-                code: r as u32,
-            })?;
+            )?;
             if (size as u64) < offset.saturating_add(len as u64) {
                 return Err(Error::Argument(format!(
                     "the peer's device allocation holds {size} bytes, fewer than the {len} \

@@ -10,8 +10,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use accio_core::{
-    Access, Addr, Capabilities, DeviceMemory, DeviceWindow, Endpoint, Error, Mark, MemView,
-    Progress, Region, RemoteMap, Result, RmaFlags, Side, Window, WindowTable, PAGE,
+    find_either, Access, Addr, Capabilities, DeviceMemory, DeviceWindow, EitherWindow, Endpoint,
+    Error, Mark, MemView, Progress, Region, RemoteMap, Result, RmaFlags, Side, Window, PAGE,
 };
 
 use crate::frame::{Header, Hello, MAX_RMA};
@@ -129,30 +129,22 @@ impl TcpEndpoint {
         };
         let s = self.s();
         let space = read(&s.windows);
-        if space.devices.is_empty() {
-            return Err(err);
-        }
-        match space
-            .devices
-            .find(offset, len as u64, Access::NONE, Side::Local, &s.local)
-        {
-            Ok((d, w)) => Ok(Local::Device(
+        let need = Access::NONE;
+        match find_either(
+            &space.table,
+            &space.devices,
+            offset,
+            len as u64,
+            need,
+            Side::Local,
+            &s.local,
+        )? {
+            EitherWindow::Second(d, w) => Ok(Local::Device(
                 w.memory().clone(),
                 (offset - d.offset) as usize,
             )),
-            // The nearest window of either kind names the miss.
-            Err(_) => {
-                let mut all = WindowTable::default();
-                for (d, _) in space.table.iter() {
-                    let _ = all.insert(*d, ());
-                }
-                for (d, _) in space.devices.iter() {
-                    let _ = all.insert(*d, ());
-                }
-                Err(all
-                    .find(offset, len as u64, Access::NONE, Side::Local, &s.local)
-                    .expect_err("no window covers it"))
-            }
+            // A host window that `local_range` refused.
+            EitherWindow::First(..) => Err(err),
         }
     }
 

@@ -21,8 +21,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex, Weak};
 
 use accio_core::{
-    copy_bytes, Access, DeviceMemory, DeviceShare, DeviceWindow, Error, MemView, Result, Side,
-    WindowDesc, WindowTable,
+    copy_bytes, find_either, Access, DeviceMemory, DeviceShare, DeviceWindow, EitherWindow, Error,
+    MemView, Result, Side, WindowDesc, WindowTable,
 };
 
 use super::windows::{CTL_DEVICE, CTL_RECORD};
@@ -206,36 +206,33 @@ impl ShmEndpoint {
     /// Bytes `offset..+len` of our windows, of either kind.
     fn local_any(&self, offset: u64, len: usize) -> Result<Found> {
         let space = self.local.read().expect("local windows lock");
-        let need = Access::NONE;
-        if let Ok((d, w)) = space
-            .table
-            .find(offset, len as u64, need, Side::Local, &self.addr)
-        {
-            let at = (offset - d.offset) as usize;
-            let view = w.window.view();
-            let keep = MemView::sub(view.region().clone(), view.start() + at, len)
-                .expect("inside the window");
-            return Ok(Found {
-                place: Place::Host(keep.as_ptr()),
-                _keep: Some(keep),
-            });
-        }
-        if let Ok((d, w)) = space
-            .devices
-            .find(offset, len as u64, need, Side::Local, &self.addr)
-        {
-            return Ok(Found {
-                place: Place::Device(w.window.memory().clone(), (offset - d.offset) as usize),
-                _keep: None,
-            });
-        }
-        let all = union(
-            space.table.iter().map(|(d, _)| *d),
-            space.devices.iter().map(|(d, _)| *d),
-        );
-        Err(all
-            .find(offset, len as u64, need, Side::Local, &self.addr)
-            .expect_err("no window covers it"))
+        let (need, side) = (Access::NONE, Side::Local);
+        Ok(
+            match find_either(
+                &space.table,
+                &space.devices,
+                offset,
+                len as u64,
+                need,
+                side,
+                &self.addr,
+            )? {
+                EitherWindow::First(d, w) => {
+                    let at = (offset - d.offset) as usize;
+                    let view = w.window.view();
+                    let keep = MemView::sub(view.region().clone(), view.start() + at, len)
+                        .expect("inside the window");
+                    Found {
+                        place: Place::Host(keep.as_ptr()),
+                        _keep: Some(keep),
+                    }
+                }
+                EitherWindow::Second(d, w) => Found {
+                    place: Place::Device(w.window.memory().clone(), (offset - d.offset) as usize),
+                    _keep: None,
+                },
+            },
+        )
     }
 
     /// Bytes `offset..+len` of the peer's windows, of either kind, checked for `need`.
@@ -474,17 +471,4 @@ fn copy(dst: &Place, src: &Place, len: usize) -> Result<()> {
         }
         (Place::Device(d, at), Place::Device(s, src_at)) => d.copy_from(*at, &**s, *src_at, len),
     }
-}
-
-/// One table of the descriptors of both kinds of window, for the errors of a range that
-/// neither kind covers.
-fn union(
-    a: impl Iterator<Item = WindowDesc>,
-    b: impl Iterator<Item = WindowDesc>,
-) -> WindowTable<()> {
-    let mut all = WindowTable::default();
-    for d in a.chain(b) {
-        let _ = all.insert(d, ());
-    }
-    all
 }

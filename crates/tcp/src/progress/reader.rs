@@ -4,7 +4,9 @@
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
-use accio_core::{Access, DeviceMemory, ErrorKind, MemView, Side, WindowDesc};
+use accio_core::{
+    find_either, Access, DeviceMemory, EitherWindow, ErrorKind, MemView, Side, WindowDesc,
+};
 
 use super::{
     credit_cost, lock, may_send, read, sub_view, wait, write, Fault, Gone, ReadState, Reply,
@@ -28,26 +30,24 @@ impl Shared {
             ErrorKind::AccessDenied => FaultCode::AccessDenied,
             _ => FaultCode::OutOfWindow,
         };
-        match space
-            .table
-            .find(offset, len, need, Side::Local, &self.local)
-        {
-            Ok((d, w)) => sub_view(w, offset - d.offset, len as usize)
+        let side = Side::Local;
+        match find_either(
+            &space.table,
+            &space.devices,
+            offset,
+            len,
+            need,
+            side,
+            &self.local,
+        ) {
+            Ok(EitherWindow::First(d, w)) => sub_view(w, offset - d.offset, len as usize)
                 .map(Target::Host)
                 .ok_or(FaultCode::OutOfWindow),
-            Err(e) if e.kind() == ErrorKind::AccessDenied || space.devices.is_empty() => {
-                Err(code(e))
-            }
-            Err(_) => match space
-                .devices
-                .find(offset, len, need, Side::Local, &self.local)
-            {
-                Ok((d, w)) => Ok(Target::Device(
-                    w.memory().clone(),
-                    (offset - d.offset) as usize,
-                )),
-                Err(e) => Err(code(e)),
-            },
+            Ok(EitherWindow::Second(d, w)) => Ok(Target::Device(
+                w.memory().clone(),
+                (offset - d.offset) as usize,
+            )),
+            Err(e) => Err(code(e)),
         }
     }
 
