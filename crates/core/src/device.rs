@@ -92,13 +92,39 @@ pub trait DeviceMemory: Send + Sync + fmt::Debug {
     }
 
     /// Copies `len` bytes at `src_at` of `src` to byte `at`: on the device where `src` is
-    /// of the same kind, through host memory otherwise.
-    fn copy_from(&self, at: usize, src: &dyn DeviceMemory, src_at: usize, len: usize)
-        -> Result<()>;
+    /// of the same kind (implementations that can), through host memory otherwise (the
+    /// default: [`copy_through_host`]).
+    fn copy_from(
+        &self,
+        at: usize,
+        src: &dyn DeviceMemory,
+        src_at: usize,
+        len: usize,
+    ) -> Result<()> {
+        copy_through_host(self, at, src, src_at, len)
+    }
 
     /// What another process of this node opens this memory by (a CUDA IPC handle), or an
     /// error saying why it cannot be shared.
     fn share(&self) -> Result<DeviceShare>;
+}
+
+/// Copies `len` bytes at `src_at` of `src` to byte `at` of `dst` through host memory, a
+/// chunk at a time as `src` drains them ([`DeviceMemory::drain`]): between two kinds of
+/// device memory, never a whole-buffer bounce.
+pub fn copy_through_host<D: DeviceMemory + ?Sized>(
+    dst: &D,
+    at: usize,
+    src: &dyn DeviceMemory,
+    src_at: usize,
+    len: usize,
+) -> Result<()> {
+    let mut done = 0;
+    src.drain(src_at, len, &mut |chunk| {
+        dst.write(at + done, chunk)?;
+        done += chunk.len();
+        Ok(())
+    })
 }
 
 /// How another process opens a [`DeviceMemory`] ([`DeviceMemory::share`]): the device and

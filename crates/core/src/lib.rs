@@ -31,7 +31,7 @@ mod types;
 pub use addr::Addr;
 pub use backend::{Backend, BackendOptions, ConnectFn, ListenFn, Options};
 pub use copy::{copy_bytes, copy_slice, copy_streaming};
-pub use device::{DeviceMemory, DeviceShare, DeviceWindow, DEVICE_CHUNK};
+pub use device::{copy_through_host, DeviceMemory, DeviceShare, DeviceWindow, DEVICE_CHUNK};
 pub use endpoint::{Endpoint, Listener};
 pub use error::{Error, ErrorKind, Result, Side, WindowDesc};
 pub use memory::{huge_pages, reopen, HugePages, MemView, Region, RemoteMap, Window, PAGE};

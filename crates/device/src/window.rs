@@ -141,9 +141,7 @@ macro_rules! device_memory {
                 let r = self.range();
                 let dst = part("device copy", &r, at, len)?;
                 if src.kind() != KIND {
-                    let mut bounce = vec![0u8; len];
-                    src.read(src_at, &mut bounce)?;
-                    return DeviceMemory::write(self, at, &bounce);
+                    return accio_core::copy_through_host(self, at, src, src_at, len);
                 }
                 let from = DeviceRange {
                     ordinal: src.device(),

@@ -73,18 +73,6 @@ impl DeviceMemory for HostBackedDevice {
         Ok(())
     }
 
-    fn copy_from(
-        &self,
-        at: usize,
-        src: &dyn DeviceMemory,
-        src_at: usize,
-        len: usize,
-    ) -> accio::Result<()> {
-        let mut bounce = vec![0u8; len];
-        src.read(src_at, &mut bounce)?;
-        self.write(at, &bounce)
-    }
-
     fn share(&self) -> accio::Result<DeviceShare> {
         Err(Error::invalid(
             "share",
