@@ -12,6 +12,10 @@
 //!   window table in attached memory; the initiator checks every range against its copy and
 //!   re-reads the peer's table (`MPI_Get`) only when a check fails, so a correct RMA costs
 //!   no extra round trip and a bad one fails before any byte moves.
+//! - **Device windows** (`register_device`) are served by their owner's CPU, as messages
+//!   on tags of their own: MPI libraries without CUDA support cannot put into GPU memory
+//!   (see `imp::endpoint::device`). A call with a peer device window returns once the owner
+//!   answered.
 //! - **`fence_signal`** flushes every earlier RMA to the peer (`MPI_Win_flush`), then
 //!   stores the values: the peer that sees the value sees the data.
 //! - **`map_remote`** is unsupported (windows are private memory).

@@ -65,6 +65,12 @@ impl SendQueue {
     /// first unfinished request stops the scan (later ones rarely finish first).
     pub(crate) fn reap(&mut self) -> Result<()> {
         crate::imp::count_poll();
+        self.reap_quiet()
+    }
+
+    /// As [`reap`](Self::reap), without counting as the application's poll of MPI: for
+    /// the progress thread's own work (see `imp::app_polled`).
+    pub(crate) fn reap_quiet(&mut self) -> Result<()> {
         let mut done = 0;
         let mut err = Ok(());
         for (req, _) in self.pending.iter_mut() {
@@ -116,18 +122,61 @@ impl SendQueue {
         Ok(())
     }
 
+    /// Posts one message of `head` followed by `len` bytes from `body` (copied: `body`
+    /// need live only for the call), whole on `tag`, whatever its length: for the device
+    /// protocol's messages, whose receiver takes them whole (see `imp::device`).
+    ///
+    /// # Safety
+    /// `body` must be readable for `len` bytes.
+    pub(crate) unsafe fn post_joined(
+        &mut self,
+        head: &[u8],
+        body: *const u8,
+        len: usize,
+        dest: c_int,
+        tag: c_int,
+    ) -> Result<()> {
+        let mut copy = self.buffer(head.len() + len);
+        copy.extend_from_slice(head);
+        // SAFETY: the caller's promise; the buffer has room for `len` more bytes.
+        unsafe {
+            std::ptr::copy_nonoverlapping(body, copy.as_mut_ptr().add(head.len()), len);
+            copy.set_len(head.len() + len);
+        }
+        self.post_owned(copy, dest, tag)
+    }
+
+    /// Posts `msg`, whole, on `tag`.
+    pub(crate) fn post_owned(&mut self, msg: Vec<u8>, dest: c_int, tag: c_int) -> Result<()> {
+        let req = isend(&msg, dest, tag)?;
+        self.bytes += msg.len();
+        self.pending.push((req, msg));
+        Ok(())
+    }
+
+    /// How many sends are in flight.
+    pub(crate) fn in_flight(&self) -> usize {
+        self.pending.len()
+    }
+
     /// A buffer holding a copy of `msg`: a pooled one when one is large enough.
     fn buffer_with(&mut self, msg: &[u8]) -> Vec<u8> {
-        if msg.len() >= POOLED {
-            if let Some(i) = self.pool.iter().position(|b| b.capacity() >= msg.len()) {
+        let mut b = self.buffer(msg.len());
+        b.extend_from_slice(msg);
+        b
+    }
+
+    /// An empty buffer with room for `len` bytes: a pooled one when one is large enough.
+    pub(crate) fn buffer(&mut self, len: usize) -> Vec<u8> {
+        if len >= POOLED {
+            if let Some(i) = self.pool.iter().position(|b| b.capacity() >= len) {
                 let mut b = self.pool.swap_remove(i);
                 self.pooled_bytes -= b.capacity();
                 b.clear();
-                b.extend_from_slice(msg);
                 return b;
             }
         }
-        msg.to_vec()
+        Vec::with_capacity(len)
     }
 }
 

@@ -81,6 +81,74 @@ impl DeviceMemory for HostBackedDevice {
     }
 }
 
+/// Device memory whose driver fails every copy into it (and reads zeros).
+#[derive(Debug)]
+struct Failing(usize);
+
+impl DeviceMemory for Failing {
+    fn len(&self) -> usize {
+        self.0
+    }
+    fn kind(&self) -> &'static str {
+        "failing test"
+    }
+    fn device(&self) -> u32 {
+        0
+    }
+    fn address(&self) -> u64 {
+        0
+    }
+    fn read(&self, _: usize, dst: &mut [u8]) -> accio::Result<()> {
+        dst.fill(0);
+        Ok(())
+    }
+    fn write(&self, _: usize, _: &[u8]) -> accio::Result<()> {
+        Err(Error::invalid("device write", "the test driver fails"))
+    }
+    fn copy_from(&self, _: usize, _: &dyn DeviceMemory, _: usize, _: usize) -> accio::Result<()> {
+        Err(Error::invalid("device copy", "the test driver fails"))
+    }
+    fn share(&self) -> accio::Result<DeviceShare> {
+        Err(Error::invalid("share", "test memory"))
+    }
+}
+
+/// For backends where the target's CPU copies into its device windows (tcp, mpi): a
+/// device copy that fails at the target is a refused write for the initiator (an I/O
+/// error naming the window), the rest of its payload is consumed, and the connection goes
+/// on.
+pub fn device_copy_failure(b: &Backend) {
+    let b = b.clone();
+    guarded(
+        "device_copy_failure",
+        secs(60),
+        Isolation::Shared,
+        move || {
+            let (x, y) = b.pair();
+            let (x, y) = (&*x, &*y);
+            let len = 9 << 20;
+            let w = share(y, x, Arc::new(Failing(len)), Access::READ_WRITE);
+            let e = expect_err(
+                x.vwrite_to(&vec![7u8; len], w.offset(), RmaFlags::SYNC),
+                ErrorKind::Io,
+                "a write the target's driver fails",
+            );
+            expect_text(&e, &["device copy failed"], "a failed device copy");
+            send_u64s(x, &[1]);
+            assert_eq!(recv_u64s(y), [1], "a message after the failed write");
+            let mut back = vec![1u8; 4096];
+            ok(
+                x.vread_from(&mut back, w.offset(), RmaFlags::SYNC),
+                "vread_from after the failed write",
+            );
+            assert!(
+                back.iter().all(|&b| b == 0),
+                "the failing driver reads zeros"
+            );
+        },
+    );
+}
+
 fn secs(s: u64) -> Duration {
     Duration::from_secs(s)
 }

@@ -59,7 +59,9 @@ pub use connection::{
     connect_waits_for_a_late_listener, listen_twice_is_addr_in_use, local_and_peer_addrs,
     sixty_four_concurrent_endpoints,
 };
-pub use device::{device_window_rejection, device_window_rma, DeviceMaker, HostBackedDevice};
+pub use device::{
+    device_copy_failure, device_window_rejection, device_window_rma, DeviceMaker, HostBackedDevice,
+};
 pub use gone::{calls_after_peer_close_fail, calls_after_peer_exit_fail};
 pub use messages::{
     concurrent_senders_and_receivers, message_order_and_integrity,

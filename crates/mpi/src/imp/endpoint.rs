@@ -1,9 +1,14 @@
 //! The endpoint: messages on the connection's tags, RMA through the dynamic window,
-//! the published window table, close and its grave.
+//! the published window table, close and its grave; [`device`] serves device windows.
+
+mod device;
+
+pub(super) use device::serve;
 
 use super::*;
 use crate::recvq::{parts, RecvQueue};
 use crate::sendq::isend;
+use device::{DeviceServer, Initiator, DEVICE_FLAG};
 
 // ---- endpoint -------------------------------------------------------------------------
 
@@ -14,9 +19,15 @@ pub(super) struct Table {
 }
 
 impl Table {
-    fn publish(&self, windows: &WindowTable<(Window, u64)>) -> Result<()> {
+    /// Publishes the host windows and, marked [`DEVICE_FLAG`] and with no address, the
+    /// device windows.
+    fn publish(
+        &self,
+        windows: &WindowTable<(Window, u64)>,
+        devices: &WindowTable<DeviceWindow>,
+    ) -> Result<()> {
         let max = (TABLE_BYTES - TABLE_HEADER) / 32;
-        if windows.len() > max {
+        if windows.len() + devices.len() > max {
             return Err(Error::invalid(
                 "register",
                 format!("more than {max} windows on one mpi endpoint"),
@@ -30,14 +41,20 @@ impl Table {
             ptr::write_volatile(base, seq + 1);
             std::sync::atomic::fence(Ordering::SeqCst);
             let mut e = base.add(TABLE_HEADER / 8);
-            for (d, (_, addr)) in windows.iter() {
+            let host = windows
+                .iter()
+                .map(|(d, (_, addr))| (d, d.access.bits() as u64, *addr));
+            let device = devices
+                .iter()
+                .map(|(d, _)| (d, d.access.bits() as u64 | DEVICE_FLAG, 0));
+            for (d, rights, addr) in host.chain(device) {
                 ptr::write_volatile(e, d.offset);
                 ptr::write_volatile(e.add(1), d.len);
-                ptr::write_volatile(e.add(2), d.access.bits() as u64);
-                ptr::write_volatile(e.add(3), *addr);
+                ptr::write_volatile(e.add(2), rights);
+                ptr::write_volatile(e.add(3), addr);
                 e = e.add(4);
             }
-            ptr::write_volatile(base.add(1), windows.len() as u64);
+            ptr::write_volatile(base.add(1), (windows.len() + devices.len()) as u64);
             std::sync::atomic::fence(Ordering::SeqCst);
             ptr::write_volatile(base, seq + 2);
         }
@@ -45,8 +62,16 @@ impl Table {
     }
 }
 
-/// An endpoint's own windows (with each one's MPI address), its offset allocator, and the
-/// memory it attached.
+/// Where a window of the peer is: at an MPI address (host memory, reached with one-sided
+/// RMA), or in device memory its owner serves (see [`device`]).
+#[derive(Clone, Copy, Debug)]
+enum Target {
+    Host(u64),
+    Device,
+}
+
+/// An endpoint's own host windows (with each one's MPI address), its offset allocator
+/// (device windows take their offsets from it too), and the memory it attached.
 type Own = (
     WindowTable<(Window, u64)>,
     OffsetAllocator,
@@ -64,7 +89,7 @@ pub(super) struct MpiEndpoint {
     pub(super) peer_table: u64,
     pub(super) refused: bool,
     windows: Mutex<Own>,
-    peer_windows: Mutex<WindowTable<u64>>,
+    peer_windows: Mutex<WindowTable<Target>>,
     send_lock: Mutex<SendQueue>,
     /// The receive lock, holding the posted receive and the messages a waiting `send`
     /// received (see `drain`).
@@ -76,6 +101,10 @@ pub(super) struct MpiEndpoint {
     /// In [`coarse_us`] microseconds.
     close_probe_at: AtomicU64,
     issued: AtomicU64,
+    /// This endpoint's device windows and the service of the peer's requests for them.
+    server: Arc<DeviceServer>,
+    /// Requests for the peer's device windows.
+    dev: Mutex<Initiator>,
 }
 
 // SAFETY: MPI request handles are opaque and used under `send_lock`; MPI allows any thread
@@ -111,6 +140,7 @@ impl MpiEndpoint {
             unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
             "MPI_Get_address",
         )?;
+        let addr_of_local = local.clone();
         Ok(MpiEndpoint {
             m,
             peer,
@@ -136,6 +166,8 @@ impl MpiEndpoint {
             peer_closed: AtomicBool::new(false),
             close_probe_at: AtomicU64::new(0),
             issued: AtomicU64::new(0),
+            server: Arc::new(DeviceServer::new(peer, tx, rx, addr_of_local)),
+            dev: Mutex::new(Initiator::default()),
         })
     }
 
@@ -310,7 +342,12 @@ impl MpiEndpoint {
                     len: e[1],
                     access: Access::from_bits(e[2] as u8).unwrap_or(Access::NONE),
                 };
-                t.insert(desc, e[3])?;
+                let target = if e[2] & DEVICE_FLAG != 0 {
+                    Target::Device
+                } else {
+                    Target::Host(e[3])
+                };
+                t.insert(desc, target)?;
             }
             *lock(&self.peer_windows) = t;
             return Ok(());
@@ -341,8 +378,9 @@ impl MpiEndpoint {
         self.flush()
     }
 
-    /// The peer's address (MPI displacement) for `[off, off+len)` with rights `need`.
-    fn remote(&self, off: u64, len: usize, need: Access) -> Result<u64> {
+    /// Where the peer's `[off, off+len)` with rights `need` is: its MPI address
+    /// (displacement), or in a device window.
+    fn remote(&self, off: u64, len: usize, need: Access) -> Result<Target> {
         // The peer sets our stale word (before its unregister returns) when it withdrew a
         // window: re-read its table before trusting the copy.
         // SAFETY: the stale word lies in this endpoint's table view, 8-aligned.
@@ -351,9 +389,12 @@ impl MpiEndpoint {
             stale.store(0, Ordering::Release);
             self.refresh_peer()?;
         }
-        let find = |t: &WindowTable<u64>| {
+        let find = |t: &WindowTable<Target>| {
             t.find(off, len as u64, need, Side::Remote, &self.peer_addr)
-                .map(|(d, a)| a + (off - d.offset))
+                .map(|(d, t)| match *t {
+                    Target::Host(a) => Target::Host(a + (off - d.offset)),
+                    Target::Device => Target::Device,
+                })
         };
         if let Ok(a) = find(&lock(&self.peer_windows)) {
             return Ok(a);
@@ -447,7 +488,7 @@ impl MpiEndpoint {
         let win = Window::new(view, off, access);
         w.0.insert(win.desc(), (win.clone(), a as u64))?;
         w.2.push(region);
-        self.table.publish(&w.0)?;
+        self.table.publish(&w.0, &lock(&self.server.windows))?;
         Ok(win)
     }
 }
@@ -608,18 +649,45 @@ impl Endpoint for MpiEndpoint {
         self.register_region(Arc::clone(view.region()), view.clone(), access)
     }
 
+    fn register_device(
+        &self,
+        memory: Arc<dyn DeviceMemory>,
+        access: Access,
+    ) -> Result<DeviceWindow> {
+        if memory.is_empty() {
+            return Err(Error::invalid(
+                "register_device",
+                "a window needs at least one byte",
+            ));
+        }
+        let mut w = lock(&self.windows);
+        let mut d = lock(&self.server.windows);
+        let offset = w.1.allocate(memory.len());
+        let win = DeviceWindow::new(memory, offset, access);
+        d.insert(win.desc(), win.clone())?;
+        if let Err(e) = self.table.publish(&w.0, &d) {
+            d.remove(win.offset());
+            return Err(e);
+        }
+        drop((w, d));
+        self.server.enroll();
+        Ok(win)
+    }
+
     fn unregister(&self, offset: u64) -> Result<()> {
         let mut w = lock(&self.windows);
+        let mut d = lock(&self.server.windows);
         // The memory stays attached (the peer may have RMA in flight) until the endpoint
         // closes; only the published table forgets it, so later peer RMA is refused.
-        w.0.remove(offset).ok_or_else(|| {
-            Error::invalid(
+        // A device window is gone for the peer's requests at once (its owner serves them).
+        if w.0.remove(offset).is_none() && d.remove(offset).is_none() {
+            return Err(Error::invalid(
                 "unregister",
                 format!("no window starts at offset {offset:#x} of {}", self.local),
-            )
-        })?;
-        self.table.publish(&w.0)?;
-        drop(w);
+            ));
+        }
+        self.table.publish(&w.0, &d)?;
+        drop((w, d));
         if self.peer_table != 0 && !self.peer_closed.load(Ordering::Acquire) {
             // Tell the peer its copy of our table is stale, before any later message.
             let one = 1u64.to_ne_bytes();
@@ -630,8 +698,15 @@ impl Endpoint for MpiEndpoint {
     }
 
     fn write_to(&self, local_off: u64, len: usize, remote_off: u64, flags: RmaFlags) -> Result<()> {
-        let src = self.local_ptr(local_off, len)?;
-        let disp = self.remote(remote_off, len, Access::WRITE)?;
+        let src = match self.local_ptr(local_off, len) {
+            Ok(p) => p,
+            Err(e) => return self.write_from_device(e, local_off, len, remote_off, flags),
+        };
+        let disp = match self.remote(remote_off, len, Access::WRITE)? {
+            Target::Host(d) => d,
+            // SAFETY: the range lies inside a local window, mapped for the call.
+            Target::Device => return unsafe { self.device_write(src, len, remote_off) },
+        };
         self.check_open()?;
         self.put(src, len, disp)?;
         self.complete_write(flags)
@@ -644,14 +719,27 @@ impl Endpoint for MpiEndpoint {
         remote_off: u64,
         _flags: RmaFlags,
     ) -> Result<()> {
-        let dst = self.local_ptr(local_off, len)?;
-        let disp = self.remote(remote_off, len, Access::READ)?;
+        let dst = match self.local_ptr(local_off, len) {
+            Ok(p) => p,
+            Err(e) => return self.read_into_device(e, local_off, len, remote_off),
+        };
+        let disp = match self.remote(remote_off, len, Access::READ)? {
+            Target::Host(d) => d,
+            // SAFETY: the range lies inside a local window, mapped for the call.
+            Target::Device => return unsafe { self.device_read(dst, len, remote_off) },
+        };
         self.check_open()?;
         self.get(dst, len, disp)
     }
 
     fn vwrite_to(&self, src: &[u8], remote_off: u64, flags: RmaFlags) -> Result<()> {
-        let disp = self.remote(remote_off, src.len(), Access::WRITE)?;
+        let disp = match self.remote(remote_off, src.len(), Access::WRITE)? {
+            Target::Host(d) => d,
+            Target::Device => {
+                // SAFETY: `src` is a live slice for the call.
+                return unsafe { self.device_write(src.as_ptr(), src.len(), remote_off) };
+            }
+        };
         self.check_open()?;
         self.put(src.as_ptr(), src.len(), disp)?;
         // `src` is borrowed only for this call: at least local completion before returning.
@@ -659,7 +747,13 @@ impl Endpoint for MpiEndpoint {
     }
 
     fn vread_from(&self, dst: &mut [u8], remote_off: u64, _flags: RmaFlags) -> Result<()> {
-        let disp = self.remote(remote_off, dst.len(), Access::READ)?;
+        let disp = match self.remote(remote_off, dst.len(), Access::READ)? {
+            Target::Host(d) => d,
+            Target::Device => {
+                // SAFETY: `dst` is borrowed exclusively for the call.
+                return unsafe { self.device_read(dst.as_mut_ptr(), dst.len(), remote_off) };
+            }
+        };
         self.check_open()?;
         self.get(dst.as_mut_ptr(), dst.len(), disp)
     }
@@ -688,26 +782,43 @@ impl Endpoint for MpiEndpoint {
             }
         }
         let lp = local
-            .map(|(off, v)| self.local_ptr(off, 8).map(|p| (p, v)))
+            .map(|(off, v)| match self.local_ptr(off, 8) {
+                Ok(p) => Ok((Ok(p), v)),
+                Err(e) => self.local_device(e, off, 8).map(|d| (Err(d), v)),
+            })
             .transpose()?;
         let rp = remote
-            .map(|(off, v)| self.remote(off, 8, Access::WRITE).map(|d| (d, v)))
+            .map(|(off, v)| self.remote(off, 8, Access::WRITE).map(|t| (t, off, v)))
             .transpose()?;
         self.check_open()?;
-        // Every earlier RMA completes at the peer before either value is stored.
+        // Every earlier RMA completes at the peer before either value is stored (writes
+        // into the peer's device windows complete before they return).
         self.flush()?;
-        if let Some((p, v)) = lp {
-            // SAFETY: `p` is 8-aligned (window bases are page aligned, the offset is 8-aligned)
-            // and inside a local window.
-            unsafe { (*p.cast::<std::sync::atomic::AtomicU64>()).store(v, Ordering::Release) };
+        match lp {
+            // SAFETY: `p` is 8-aligned (window bases are page aligned, the offset is
+            // 8-aligned) and inside a local window.
+            Some((Ok(p), v)) => unsafe {
+                (*p.cast::<std::sync::atomic::AtomicU64>()).store(v, Ordering::Release)
+            },
+            Some((Err((m, at)), v)) => m.write(at, &v.to_le_bytes())?,
+            None => {}
         }
-        if let Some((d, v)) = rp {
-            let val = v.to_ne_bytes();
-            self.put(val.as_ptr(), 8, d)?;
-            // Completed at the peer, not only locally: an MPI library may hold a put in its
-            // queue until the next MPI call, and the caller's next step may be a wait on
-            // plain memory (`wait_u64`) that makes none; `val` also lives on this frame.
-            self.flush()?;
+        match rp {
+            Some((Target::Host(d), _, v)) => {
+                let val = v.to_ne_bytes();
+                self.put(val.as_ptr(), 8, d)?;
+                // Completed at the peer, not only locally: an MPI library may hold a put in
+                // its queue until the next MPI call, and the caller's next step may be a
+                // wait on plain memory (`wait_u64`) that makes none; `val` also lives on
+                // this frame.
+                self.flush()?;
+            }
+            Some((Target::Device, off, v)) => {
+                let val = v.to_le_bytes();
+                // SAFETY: `val` lives on this frame for the call.
+                unsafe { self.device_write(val.as_ptr(), 8, off) }?;
+            }
+            None => {}
         }
         Ok(())
     }
@@ -734,6 +845,7 @@ impl Drop for MpiEndpoint {
             // MPI may still read.
             q.abandon();
         }
+        lock(&self.dev).abandon();
         if !self.refused {
             let _ = send_blocking(&[], self.peer, self.tx + KIND_CLOSE);
         }

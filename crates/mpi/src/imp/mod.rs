@@ -1,6 +1,7 @@
 //! The backend proper (feature `mpi`): MPI through `mpi::ffi`. This file holds the
 //! process-wide state (initialization, the progress thread, the window arena, probes);
-//! [`conn`] listens and connects, [`endpoint`] is the endpoint itself.
+//! [`conn`] listens and connects, [`endpoint`] is the endpoint itself (and serves its
+//! device windows).
 
 mod conn;
 mod endpoint;
@@ -16,8 +17,9 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use accio_core::{
-    Access, Addr, Capabilities, Endpoint, Error, Listener, Mark, MemView, OffsetAllocator,
-    Progress, Region, RemoteMap, Result, RmaFlags, Side, Window, WindowDesc, WindowTable, PAGE,
+    find_either, Access, Addr, Capabilities, DeviceMemory, DeviceWindow, EitherWindow, Endpoint,
+    Error, Listener, Mark, MemView, OffsetAllocator, Progress, Region, RemoteMap, Result, RmaFlags,
+    Side, Window, WindowDesc, WindowTable, PAGE,
 };
 use mpi::ffi;
 
@@ -32,7 +34,11 @@ const KIND_CLOSE: c_int = 1;
 const KIND_SETUP: c_int = 2;
 /// The second part of a long message (see `recvq`).
 const KIND_TAIL: c_int = 3;
-const KINDS: c_int = 4;
+/// Requests for a device window, from the initiator to the window's owner (see `device`).
+const KIND_DEV: c_int = 4;
+/// The owner's replies to them.
+const KIND_DEV_REPLY: c_int = 5;
+const KINDS: c_int = 6;
 /// Ports at or above this name the connecting end of a connection (never listened on).
 const EPHEMERAL: u32 = 1 << 31;
 /// MPI counts are `int`: larger transfers go in pieces of this size.
@@ -312,8 +318,9 @@ pub(crate) fn mpi() -> Result<&'static Mpi> {
 /// while this process makes MPI calls, and a rank waiting for a `fence_signal` on plain
 /// memory (`wait_u64`) makes none. Every `ACCIO_MPI_PROGRESS_US` (default 50; 0 turns the
 /// thread off) it probes for a message, which drives MPI's progress engine without
-/// consuming anything. The price is that thread's wake-ups; while application threads poll
-/// for messages themselves, it only checks every 20 intervals that they still do.
+/// consuming anything, and serves requests for device windows (see [`endpoint::serve`]).
+/// The price is that thread's wake-ups; while application threads poll for messages
+/// themselves, it only checks every 20 intervals that they still do.
 fn start_progress() {
     let us: u64 = std::env::var("ACCIO_MPI_PROGRESS_US")
         .ok()
@@ -355,6 +362,7 @@ fn start_progress() {
                 if rc != 0 || done != 0 {
                     return;
                 }
+                endpoint::serve();
                 std::thread::sleep(Duration::from_micros(us));
             }
         });
@@ -396,7 +404,8 @@ static POLLS: AtomicU64 = AtomicU64::new(0);
 /// still moves it.
 ///
 /// Every poll also routes connection requests, at most once a millisecond (see
-/// [`pump_soon`]).
+/// [`pump_soon`]), and serves requests for this process's device windows (see
+/// [`endpoint::serve`]).
 pub(crate) fn count_poll() {
     POLLS.store(
         POLLS.load(Ordering::Relaxed).wrapping_add(1),
@@ -406,6 +415,7 @@ pub(crate) fn count_poll() {
         // An error here is the probe's; the next poll, or the listener, probes again.
         let _ = pump_soon(m);
     }
+    endpoint::serve();
 }
 
 /// Whether application threads polled MPI since the caller last asked (`seen` holds the
@@ -466,6 +476,16 @@ pub(crate) fn try_take_at(
     at: usize,
 ) -> Result<Option<usize>> {
     count_poll();
+    let Some((mut msg, n)) = probe(src, tag)? else {
+        return Ok(None);
+    };
+    receive(&mut msg, n, buf, at)?;
+    Ok(Some(n))
+}
+
+/// A message from `src` with `tag`, matched (`MPI_Improbe`) but not received yet, and its
+/// length; the caller receives it with [`receive`].
+fn probe(src: c_int, tag: c_int) -> Result<Option<(ffi::MPI_Message, usize)>> {
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
     let mut st = MaybeUninit::<ffi::MPI_Status>::uninit();
@@ -488,13 +508,18 @@ pub(crate) fn try_take_at(
     }
     let mut count: c_int = 0;
     // SAFETY: a matched message's status and handle were written by MPI_Improbe.
-    let (mut msg, st) = unsafe { (msg.assume_init(), st.assume_init()) };
+    let (msg, st) = unsafe { (msg.assume_init(), st.assume_init()) };
     check(
         // SAFETY: `st` is the status of the matched message.
         unsafe { ffi::MPI_Get_count(&st, byte(), &mut count) },
         "MPI_Get_count",
     )?;
-    let n = count.max(0) as usize;
+    Ok(Some((msg, count.max(0) as usize)))
+}
+
+/// Receives a message [`probe`] matched, `n` bytes long, after the first `at` bytes of
+/// `buf` (which it keeps).
+fn receive(msg: &mut ffi::MPI_Message, n: usize, buf: &mut Vec<u8>, at: usize) -> Result<()> {
     buf.truncate(at);
     buf.reserve(n);
     check(
@@ -503,9 +528,9 @@ pub(crate) fn try_take_at(
         unsafe {
             ffi::MPI_Mrecv(
                 buf.as_mut_ptr().add(at).cast(),
-                count,
+                n as c_int,
                 byte(),
-                &mut msg,
+                msg,
                 ffi::RSMPI_STATUS_IGNORE,
             )
         },
@@ -513,7 +538,7 @@ pub(crate) fn try_take_at(
     )?;
     // SAFETY: the first `at` bytes were there, MPI_Mrecv wrote the next `n`.
     unsafe { buf.set_len(at + n) };
-    Ok(Some(n))
+    Ok(())
 }
 
 fn send_blocking(buf: &[u8], dest: c_int, tag: c_int) -> Result<()> {

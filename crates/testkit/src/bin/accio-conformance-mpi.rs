@@ -12,10 +12,30 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
-use accio::{Access, RmaFlags};
-use accio_testkit::{Backend, TESTS};
+use accio::{Access, DeviceMemory, RmaFlags};
+use accio_testkit::{
+    device_copy_failure, device_window_rejection, device_window_rma, Backend, HostBackedDevice,
+    TESTS,
+};
+
+/// Device windows, with host memory behind the device-memory trait (the mpi backend's
+/// owner-served path is the same for CUDA memory).
+const DEVICE_TESTS: &[(&str, fn(&Backend))] = &[
+    ("device_window_rma", |b| {
+        device_window_rma(b, HostBackedDevice::maker, 64 << 10)
+    }),
+    ("device_window_rma_chunks", |b| {
+        // Past two staging chunks, so writes and reads keep several in flight.
+        device_window_rma(b, HostBackedDevice::maker, 9 << 20)
+    }),
+    ("device_window_rejection", |b| {
+        device_window_rejection(b, HostBackedDevice::maker, 4 << 10)
+    }),
+    ("device_copy_failure", device_copy_failure),
+];
 
 /// Suite tests that cannot run on `mpi`, and why.
 const SKIPPED: &[(&str, &str)] = &[
@@ -105,10 +125,56 @@ fn pair() -> Result<(), String> {
     {
         return Err(format!("rank {rank}: vread_from data differs"));
     }
+    device_pair(&*ep, rank)?;
     ep.send(b"done").map_err(e)?;
     ep.recv_timeout(&mut m, Some(t)).map_err(e)?;
     accio::mpi::allgather(&[1]).map_err(|e| e.to_string())?;
-    println!("rank {rank}: pair ok (messages 0 B..4 MiB, 4 MiB write + fence_signal, read)");
+    println!(
+        "rank {rank}: pair ok (messages 0 B..4 MiB, 4 MiB write + fence_signal, read, \
+         9 MiB into and out of the peer's device window)"
+    );
+    Ok(())
+}
+
+/// Each rank writes 9 MiB (three staging chunks) into the other's device window and reads
+/// them back, then checks its own device memory. Rank 1 first sleeps, making no MPI call,
+/// so its progress thread serves rank 0's requests; then each serves the other's while it
+/// waits for its own answers.
+fn device_pair(ep: &dyn accio::Endpoint, rank: usize) -> Result<(), String> {
+    let e = |e: accio::Error| e.to_string();
+    let t = Some(Duration::from_secs(10));
+    let len = 9 << 20;
+    let mine = Arc::new(HostBackedDevice::new(len));
+    let w = ep
+        .register_device(mine.clone(), Access::READ_WRITE)
+        .map_err(e)?;
+    ep.send(&w.offset().to_le_bytes()).map_err(e)?;
+    let mut m = Vec::new();
+    ep.recv_timeout(&mut m, t).map_err(e)?;
+    let remote = u64::from_le_bytes(m[..8].try_into().map_err(|_| "short offset message")?);
+    let stream = |r: usize| -> Vec<u8> { (0..len).map(|i| (i * 13 + r * 101) as u8).collect() };
+    let data = stream(rank);
+    if rank == 1 {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    ep.vwrite_to(&data, remote, RmaFlags::SYNC).map_err(e)?;
+    let mut back = vec![0u8; len];
+    ep.vread_from(&mut back, remote, RmaFlags::SYNC)
+        .map_err(e)?;
+    if back != data {
+        return Err(format!(
+            "rank {rank}: the peer's device window read back differs"
+        ));
+    }
+    ep.send(b"written").map_err(e)?;
+    ep.recv_timeout(&mut m, t).map_err(e)?;
+    let mut got = vec![0u8; len];
+    mine.read(0, &mut got).map_err(e)?;
+    if got != stream(1 - rank) {
+        return Err(format!(
+            "rank {rank}: the peer's write into this device window differs"
+        ));
+    }
     Ok(())
 }
 
@@ -129,7 +195,7 @@ fn main() -> ExitCode {
     }
     let backend = Backend::new("mpi", fresh_mpi_addr);
     let (mut passed, mut failed, mut skipped) = (0, Vec::new(), 0);
-    for (name, test) in TESTS {
+    for (name, test) in TESTS.iter().chain(DEVICE_TESTS) {
         if !args.is_empty() && !args.iter().any(|a| a == name) {
             continue;
         }
