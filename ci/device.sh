@@ -100,7 +100,8 @@ for f in json.load(open(sys.argv[1]))[\"figures\"]:
 kept=/dev/shm/accio-device-merge.accio
 rm -f "$kept"
 # Threads share one CUDA context; processes have one each, which the GPU time-slices
-# without MPS: both placements, and two block sizes, to tell where the time goes.
+# without MPS: both placements, and two block sizes, to tell where the time goes. The
+# processes' exits (their contexts' teardown) come after the clock: `exit s` below.
 step "merge: 8 producers writing from device memory" 180 "$accio" bench merge \
     /dev/shm /tmp --source device --producers 8 --placement threads,processes --backend shm \
     --sizes 2M,16M --write-mode direct --reps 3 --keep "$kept" --json "$out/merge-device.json"
@@ -143,14 +144,15 @@ key = lambda f: (f["params"]["path"], f["params"]["placement"], f["params"]["buf
                  f["params"].get("write_mode"))
 hmap, mmap = {key(f): f for f in host}, {key(f): f for f in mps}
 print(f"{'path':9} {'producers':9} {'block':>5} {'mode':6} {'device GB/s (min-max)':23} "
-      f"{'MPS':>6} {'host':>6} {'fs ceiling':>10} {'dev/ceiling':>11}")
+      f"{'MPS':>6} {'host':>6} {'fs ceiling':>10} {'dev/ceiling':>11} {'exit s':>7}")
 for f in dev:
     s, c, h, m = f["summary"], f.get("ceiling") or {}, hmap.get(key(f)), mmap.get(key(f))
     g = lambda x: "" if x is None else format(x["summary"]["median"], ".3f")
     print(f"{f['params']['path']:9} {f['params']['placement']:9} "
           f"{f['params']['buffer_bytes'] >> 20:>4}M {f['params'].get('write_mode', ''):6} "
           f"{s['median']:6.3f} ({s['min']:.3f}-{s['max']:.3f})    {g(m):>6} {g(h):>6} "
-          f"{c.get('value', float('nan')):10.3f} {c.get('ratio', float('nan')):11.1%}")
+          f"{c.get('value', float('nan')):10.3f} {c.get('ratio', float('nan')):11.1%} "
+          f"{'' if f['params'].get('producer_exit_s') is None else format(f['params']['producer_exit_s'], '.3f'):>7}")
 PY
 
 if [ "${#failed[@]}" -gt 0 ]; then

@@ -706,6 +706,20 @@ impl Producer {
         self.write_device_kind(src, BlockKind::Raw)
     }
 
+    /// Makes the pinned staging of [`Producer::write_device`] for GPU `ordinal` now rather
+    /// than at the first block: a producer that times its blocks, or must not stall on its
+    /// first, pays the milliseconds of pinned allocation up front.
+    ///
+    /// # Errors
+    ///
+    /// [`MergeError::Device`] when there is no GPU code, driver or GPU.
+    pub fn prepare_device(&mut self, ordinal: u32) -> Result<()> {
+        if self.stager.as_ref().is_none_or(|s| s.ordinal() != ordinal) {
+            self.stager = Some(accio_device::Stager::new(ordinal)?);
+        }
+        Ok(())
+    }
+
     /// [`Producer::write_device`] with a block kind.
     pub fn write_device_kind(
         &mut self,

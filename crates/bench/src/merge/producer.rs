@@ -92,8 +92,9 @@ pub(super) fn set_nice(nice: i32) -> std::io::Result<()> {
 }
 
 /// The body of a producer process: connect, prepare the buffer (in GPU memory with
-/// [`ProducerConfig::device`]), say `ready`, wait for a line on stdin, write the blocks,
-/// finish, say `done BLOCKS BYTES INSERTED` (the blocks written by inserting pages).
+/// [`ProducerConfig::device`], and the pinned staging), say `ready`, wait for a line on
+/// stdin, write the blocks, finish, say `done BLOCKS BYTES INSERTED` (the blocks written
+/// by inserting pages).
 pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
     let mut p = Producer::connect_with(
         &cfg.addr,
@@ -107,6 +108,7 @@ pub fn producer_main(cfg: &ProducerConfig) -> accio_merge::Result<()> {
         Some(gpu) => {
             let b = accio_device::DeviceBuffer::alloc(gpu, cfg.size)?;
             b.write(0, &src)?;
+            p.prepare_device(gpu)?;
             Some(b)
         }
         None => None,

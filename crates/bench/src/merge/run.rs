@@ -361,6 +361,7 @@ impl MergeBench {
         let mut overhead = 0.0f64;
         let (mut writing, mut idle, mut sched) = (Vec::new(), Vec::new(), Vec::new());
         let mut inserted = Vec::new();
+        let mut exit_lag = Vec::new();
         let mut used = mode;
         let mut claim = "";
         for _ in 0..self.repeats {
@@ -385,6 +386,7 @@ impl MergeBench {
             idle.push(r.idle);
             sched.push(r.sched);
             inserted.push(r.inserted);
+            exit_lag.push(r.exit_lag);
             rss = rss.max(r.peak_rss);
             stats = Some(r.stats);
             overhead = r.file_overhead;
@@ -392,6 +394,7 @@ impl MergeBench {
         // Where the merger thread's time went, for the run with the median throughput.
         let mid = accio_results::stats::median_index(&samples).expect("at least one repeat");
         let (writing, idle, sched, inserted) = (writing[mid], idle[mid], sched[mid], inserted[mid]);
+        let exit_lag = exit_lag[mid];
         let write_gbps = samples[mid] / writing.max(f64::MIN_POSITIVE);
         let Some(fig) = self.figure("merge", info, p, f, sync, samples, ceiling.as_ref()) else {
             return Ok(());
@@ -401,7 +404,8 @@ impl MergeBench {
         let mut method = format!(
             "producers connect, prepare an S-byte buffer and get their first slots (untimed), \
              start together, write_block F times ({}), finish; timed until Merger::close \
-             returned (index written{})",
+             returned (index written{}); producer processes' exits come after the clock \
+             (producer_exit_s: from its stop to the last exit)",
             match (backend, used) {
                 ("shm", WriteMode::Direct) => {
                     "written in place: one copy into room of the output file, on tmpfs by \
@@ -451,6 +455,7 @@ impl MergeBench {
                 sched.map_or(Value::Null, |s| s.1.into()),
             )
             .param("naive_gbps", naive.map_or(Value::Null, Value::from))
+            .param("producer_exit_s", exit_lag.map_or(Value::Null, Value::from))
             .method(method);
         let detail = format!(
             "merge {}: {backend} {} {}, {p} producer(s): merger peak RSS {}; merger thread \
@@ -613,6 +618,14 @@ impl MergeBench {
                                 })
                                 .transpose()
                                 .map_err(|e: accio_device::Error| merr(e.into()));
+                            // Pinned staging before the clock, as a producer process makes
+                            // it before it says it is ready.
+                            let prod = prod.and_then(|mut p| {
+                                if let Some(gpu) = device {
+                                    p.prepare_device(gpu)?;
+                                }
+                                Ok(p)
+                            });
                             go.wait();
                             let (mut prod, on_device) = (prod.map_err(merr)?, on_device?);
                             for _ in 0..f {
@@ -713,18 +726,9 @@ impl MergeBench {
                     // Best effort: a producer that died is reported by its exit status.
                     let _ = k.0.stdin.as_mut().expect("piped").write_all(b"go\n");
                 }
-                for (i, k) in kids.iter_mut().enumerate() {
-                    // Cancellation returns at once; the guards kill the producers.
-                    let st = wait_child(&mut k.0, self.cancel)
-                        .map_err(io_err(format!("waiting for producer {i}")))?
-                        .ok_or(MergeBenchError::Interrupted)?;
-                    if !st.success() {
-                        return Err(MergeBenchError::Io {
-                            what: format!("producer process {i}"),
-                            source: std::io::Error::other(format!("exited with {st}")),
-                        });
-                    }
-                }
+                // A producer's work ends with its summary (every block committed and
+                // acknowledged); its exit, which with a GPU is its CUDA context's
+                // teardown, is waited for after the clock stops (`exit_lag`).
                 for (i, k) in kids.iter_mut().enumerate() {
                     let mut line = String::new();
                     let out = k.0.stdout.as_mut().expect("piped");
@@ -732,22 +736,26 @@ impl MergeBench {
                         .read_line(&mut line)
                         .map_err(io_err(format!("reading producer process {i}")))?;
                     // "done BLOCKS BYTES INSERTED"
-                    inserted += line
-                        .split_whitespace()
-                        .nth(3)
-                        .and_then(|n| n.parse::<u64>().ok())
-                        .ok_or_else(|| MergeBenchError::Io {
+                    let summary = line
+                        .strip_prefix("done ")
+                        .and_then(|l| l.split_whitespace().nth(2))
+                        .and_then(|n| n.parse::<u64>().ok());
+                    let Some(n) = summary else {
+                        // It failed or died: its exit status says how.
+                        exited(&mut k.0, i, self.cancel)?;
+                        return Err(MergeBenchError::Io {
                             what: format!("producer process {i}"),
                             source: std::io::Error::other(format!(
                                 "ended saying {:?}, not its summary",
                                 line.trim()
                             )),
-                        })?;
+                        });
+                    };
+                    inserted += n;
                 }
                 (t0, before, kids)
             }
         };
-        drop(spawned);
         // The progress thread's scheduler counters while the producers ran (it is gone
         // once close returns).
         let (before, sched_before) = before;
@@ -768,6 +776,16 @@ impl MergeBench {
         let summary = merger.close().map_err(merr("closing the merger"))?;
         let secs = t0.elapsed().as_secs_f64();
         let peak_rss = peak_rss();
+        let exit_lag = if spawned.is_empty() {
+            None
+        } else {
+            let stopped = Instant::now();
+            for (i, k) in spawned.into_iter().enumerate() {
+                let mut k = k;
+                exited(&mut k.0, i, self.cancel)?;
+            }
+            Some(stopped.elapsed().as_secs_f64())
+        };
         let want = p as u64 * f;
         if summary.sink.blocks != want
             || summary.sink.payload_bytes != want * self.buffer_bytes as u64
@@ -811,6 +829,27 @@ impl MergeBench {
                 / ns,
             sched,
             inserted,
+            exit_lag,
+        })
+    }
+}
+
+/// Waits for producer process `i` to exit, which it must do successfully.
+fn exited(
+    child: &mut std::process::Child,
+    i: usize,
+    cancel: &AtomicBool,
+) -> Result<(), MergeBenchError> {
+    // Cancellation returns at once; the guards kill the producers.
+    let st = wait_child(child, cancel)
+        .map_err(io_err(format!("waiting for producer {i}")))?
+        .ok_or(MergeBenchError::Interrupted)?;
+    if st.success() {
+        Ok(())
+    } else {
+        Err(MergeBenchError::Io {
+            what: format!("producer process {i}"),
+            source: std::io::Error::other(format!("exited with {st}")),
         })
     }
 }
@@ -897,4 +936,6 @@ struct RunResult {
     sched: Option<(f64, f64)>,
     /// Blocks the producers wrote in place by inserting pages (the rest: `pwrite`).
     inserted: u64,
+    /// Producer processes: seconds from the clock's stop to the last one's exit.
+    exit_lag: Option<f64>,
 }
