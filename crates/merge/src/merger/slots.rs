@@ -11,6 +11,10 @@ use super::{Event, WRITERS_PATIENCE};
 use crate::error::{MergeError, Result};
 use crate::wire::Msg;
 
+/// Most active producers whose blocks the merger checksums itself (see
+/// `Core::update_policy`).
+const MERGER_CHECKSUMS_FOR: usize = 1;
+
 /// One window lent to a connection.
 pub(super) struct SlotWin {
     pub(super) id: u32,
@@ -164,14 +168,18 @@ impl Core {
 
     /// Direct mode: how producers write ([`Msg::Policy`]), told to them when it changes.
     ///
-    /// Who checksums the blocks: the merger while the producers leave it a CPU of its own
-    /// (fewer of them than CPUs) and the sink reads blocks back cheaply (tmpfs): a
-    /// producer's only work per block is then its copy, and the checksum is read back from
-    /// the file on the other CPU (1 producer into /dev/shm, 12 interleaved runs: 0.91x the
-    /// single-stream ceiling, median, against 0.89). With as many producers as CPUs or
-    /// more, every CPU is busy and the producers checksum what they wrote, so that the
-    /// merger thread, which every grant passes through, stays free. Every commit says
-    /// whether it carries a checksum, so one in flight across the change is fine.
+    /// Who checksums the blocks: the merger while one producer writes, leaving it a CPU
+    /// of its own (fewer producers than CPUs), and the sink reads blocks back cheaply
+    /// (tmpfs): the producer's only work per block is then its copy, and the checksum is
+    /// read back from the file on the other CPU (1 producer into /dev/shm, 12 interleaved
+    /// runs: 0.91x the single-stream ceiling, median, against 0.89). Its one thread reads
+    /// back and checksums at about one producer's copy rate, so with more producers they
+    /// checksum what they wrote, even with CPUs to spare: 8 producer processes on a
+    /// 16-core Xeon, the merger checksumming, merged at 4.20 GB/s with its thread in
+    /// commits 94% of the time (4.47 GB/s), against a 16-stream ceiling of 31.5. With as
+    /// many producers as CPUs or more, every CPU is busy, and the merger thread, which
+    /// every grant passes through, must stay free. Every commit says whether it carries a
+    /// checksum, so one in flight across the change is fine.
     ///
     /// Whether other producers are connected (idle ones too): then, on tmpfs, producers
     /// insert their pages instead of taking turns on the inode lock (`crate::insert`).
@@ -180,7 +188,7 @@ impl Core {
         let Some(d) = self.direct.as_mut() else {
             return;
         };
-        let merger_checksums = d.reads_back && active < d.cpus;
+        let merger_checksums = d.reads_back && active <= MERGER_CHECKSUMS_FOR && active < d.cpus;
         let shared = active > 1;
         if (merger_checksums, shared) == (d.merger_checksums, d.shared) {
             return;
