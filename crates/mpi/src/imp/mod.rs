@@ -485,6 +485,7 @@ pub(crate) fn try_take_at(
 
 /// A message from `src` with `tag`, matched (`MPI_Improbe`) but not received yet, and its
 /// length; the caller receives it with [`receive`].
+#[inline]
 fn probe(src: c_int, tag: c_int) -> Result<Option<(ffi::MPI_Message, usize)>> {
     let mut flag: c_int = 0;
     let mut msg = MaybeUninit::<ffi::MPI_Message>::uninit();
@@ -519,6 +520,7 @@ fn probe(src: c_int, tag: c_int) -> Result<Option<(ffi::MPI_Message, usize)>> {
 
 /// Receives a message [`probe`] matched, `n` bytes long, after the first `at` bytes of
 /// `buf` (which it keeps).
+#[inline]
 fn receive(msg: &mut ffi::MPI_Message, n: usize, buf: &mut Vec<u8>, at: usize) -> Result<()> {
     buf.truncate(at);
     buf.reserve(n);

@@ -338,11 +338,18 @@ static SERVERS: Mutex<Vec<Weak<DeviceServer>>> = Mutex::new(Vec::new());
 static ENROLLED: AtomicUsize = AtomicUsize::new(0);
 
 /// Serves the requests that have arrived for this process's device windows (see the
-/// [module docs](self)); does nothing while another thread serves.
+/// [module docs](self)); does nothing while another thread serves. Every message poll
+/// calls it: without device windows it is one load.
+#[inline]
 pub(in crate::imp) fn serve() {
-    if ENROLLED.load(Ordering::Acquire) == 0 {
-        return;
+    if ENROLLED.load(Ordering::Relaxed) != 0 {
+        serve_enrolled();
     }
+}
+
+#[cold]
+#[inline(never)]
+fn serve_enrolled() {
     let mut list = match SERVERS.try_lock() {
         Ok(g) => g,
         Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner(),
