@@ -30,6 +30,7 @@
 //! both are collective: every rank must make one. Without the `mpi` feature every call
 //! fails with a clear error.
 
+pub mod device_wire;
 #[cfg(feature = "mpi")]
 mod imp;
 #[cfg(feature = "mpi")]

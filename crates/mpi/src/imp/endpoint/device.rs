@@ -30,15 +30,15 @@ use std::sync::Weak;
 use accio_core::DEVICE_CHUNK;
 
 use super::*;
+use crate::device_wire::{
+    oversized, parse_answer, Head, Owner, DEVICE_FAILED, DONE, HEADER, LAST, MAX_MESSAGE, OP_READ,
+    OP_WRITE, REFUSED,
+};
 use crate::imp::{probe, receive};
 
 /// Marks a device window in the rights word of the published table.
 pub(super) const DEVICE_FLAG: u64 = 1 << 8;
 
-/// Bytes of the header of a request and of an answer.
-const HEADER: usize = 32;
-/// The longest message of the protocol: a header and a chunk.
-const MAX_MESSAGE: usize = HEADER + DEVICE_CHUNK;
 /// Chunks of one write posted before the first is received.
 const WRITES_IN_FLIGHT: usize = 2;
 /// Read requests outstanding: the owner copies one chunk off the device while the other
@@ -46,89 +46,6 @@ const WRITES_IN_FLIGHT: usize = 2;
 const READS_IN_FLIGHT: usize = 2;
 /// Requests one call of [`serve`] takes from one peer before it lets others have a turn.
 const SERVE_BATCH: usize = 8;
-/// Longest failure text an answer carries.
-const MAX_REASON: usize = 512;
-
-const OP_WRITE: u32 = 1;
-const OP_READ: u32 = 2;
-/// A write's last chunk, answered.
-const LAST: u32 = 1;
-
-/// How a request ended, in an answer's `op` word.
-const DONE: u32 = 0;
-const REFUSED: u32 = 1;
-const DEVICE_FAILED: u32 = 2;
-const MALFORMED: u32 = 3;
-
-/// The header of a request (`op`: write or read; `flag`: [`LAST`]; `len`: the bytes to
-/// read, or the bytes that follow) and of an answer (`op`: how it ended; `len`: the bytes
-/// that follow, data or the failure's text). Little-endian.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct Head {
-    op: u32,
-    flag: u32,
-    seq: u64,
-    offset: u64,
-    len: u64,
-}
-
-impl Head {
-    fn encode(&self) -> [u8; HEADER] {
-        let mut b = [0u8; HEADER];
-        b[0..4].copy_from_slice(&self.op.to_le_bytes());
-        b[4..8].copy_from_slice(&self.flag.to_le_bytes());
-        b[8..16].copy_from_slice(&self.seq.to_le_bytes());
-        b[16..24].copy_from_slice(&self.offset.to_le_bytes());
-        b[24..32].copy_from_slice(&self.len.to_le_bytes());
-        b
-    }
-
-    /// The header `msg` starts with.
-    fn decode(msg: &[u8]) -> Option<Head> {
-        let b = msg.get(..HEADER)?;
-        let u32_at = |i: usize| u32::from_le_bytes(b[i..i + 4].try_into().expect("4 bytes"));
-        let u64_at = |i: usize| u64::from_le_bytes(b[i..i + 8].try_into().expect("8 bytes"));
-        Some(Head {
-            op: u32_at(0),
-            flag: u32_at(4),
-            seq: u64_at(8),
-            offset: u64_at(16),
-            len: u64_at(24),
-        })
-    }
-
-    /// Whether `msg`, which starts with this header, carries `len` bytes after it.
-    fn carries_len(&self, msg: &[u8]) -> bool {
-        self.len == (msg.len() - HEADER) as u64
-    }
-}
-
-/// An answer: `how` a request ended and what follows its header.
-fn answer(how: u32, seq: u64, offset: u64, body: &[u8]) -> Vec<u8> {
-    let mut v = Vec::with_capacity(HEADER + body.len());
-    v.extend_from_slice(
-        &Head {
-            op: how,
-            flag: 0,
-            seq,
-            offset,
-            len: body.len() as u64,
-        }
-        .encode(),
-    );
-    v.extend_from_slice(body);
-    v
-}
-
-/// A failure's text, cut to [`MAX_REASON`] bytes at a character boundary.
-fn reason(e: &dyn std::fmt::Display) -> Vec<u8> {
-    let s = e.to_string();
-    let mut end = s.len().min(MAX_REASON);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    s.as_bytes()[..end].to_vec()
-}
 
 /// Takes a matched message longer than the protocol allows without storing it (a receive
 /// into a shorter buffer consumes it with a truncation error, which is expected).
@@ -166,9 +83,7 @@ pub(in crate::imp) struct DeviceServer {
 struct Serving {
     /// Answers in flight.
     sends: SendQueue,
-    /// The write whose chunk failed, how and why: its later chunks are skipped, its last
-    /// one answered with the failure.
-    failed: Option<(u64, u32, Vec<u8>)>,
+    owner: Owner,
     buf: Vec<u8>,
 }
 
@@ -214,19 +129,12 @@ impl DeviceServer {
             };
             let reply = if n > MAX_MESSAGE {
                 discard(&mut msg);
-                Some(answer(
-                    MALFORMED,
-                    0,
-                    0,
-                    format!("a request of {n} bytes (the protocol's longest is {MAX_MESSAGE})")
-                        .as_bytes(),
-                ))
+                Some(oversized(n))
             } else {
-                let mut buf = std::mem::take(&mut st.buf);
-                receive(&mut msg, n, &mut buf, 0)?;
-                let reply = self.handle(&buf, &mut st);
-                st.buf = buf;
-                reply
+                let Serving { sends, owner, buf } = &mut *st;
+                receive(&mut msg, n, buf, 0)?;
+                let find = |off, len, need| self.find(off, len, need);
+                owner.handle(buf, &find, &mut |n| sends.buffer(n))
             };
             if let Some(r) = reply {
                 st.sends.post_owned(r, self.peer, self.answers)?;
@@ -235,91 +143,12 @@ impl DeviceServer {
         Ok(())
     }
 
-    /// Carries out one request; its answer, if it gets one now.
-    fn handle(&self, msg: &[u8], st: &mut Serving) -> Option<Vec<u8>> {
-        let Some(h) = Head::decode(msg) else {
-            return Some(answer(
-                MALFORMED,
-                0,
-                0,
-                format!("a request of {} bytes, shorter than its header", msg.len()).as_bytes(),
-            ));
-        };
-        match h.op {
-            OP_WRITE if !h.carries_len(msg) => Some(answer(
-                MALFORMED,
-                h.seq,
-                h.offset,
-                format!(
-                    "a write of {} bytes that carries {}",
-                    h.len,
-                    msg.len() - HEADER
-                )
-                .as_bytes(),
-            )),
-            OP_WRITE => {
-                if st.failed.as_ref().is_some_and(|f| f.0 != h.seq) {
-                    // A failed write whose last chunk never came: its initiator gave up.
-                    st.failed = None;
-                }
-                if st.failed.is_none() {
-                    if let Err(f) = self.write(h.offset, &msg[HEADER..]) {
-                        st.failed = Some((h.seq, f.0, f.1));
-                    }
-                }
-                if h.flag & LAST == 0 {
-                    return None;
-                }
-                Some(match st.failed.take() {
-                    Some((_, how, why)) => answer(how, h.seq, h.offset, &why),
-                    None => answer(DONE, h.seq, h.offset, &[]),
-                })
-            }
-            OP_READ => Some(self.read(&h, &mut st.sends)),
-            op => Some(answer(
-                MALFORMED,
-                h.seq,
-                h.offset,
-                format!("an unknown request {op}").as_bytes(),
-            )),
-        }
-    }
-
     /// The memory under `[offset, offset + len)` with rights `need`, and where the range
     /// starts in it.
     fn find(&self, offset: u64, len: u64, need: Access) -> Result<(Arc<dyn DeviceMemory>, usize)> {
         let t = lock(&self.windows);
         let (d, w) = t.find(offset, len, need, Side::Local, &self.local)?;
         Ok((Arc::clone(w.memory()), (offset - d.offset) as usize))
-    }
-
-    fn write(&self, offset: u64, data: &[u8]) -> std::result::Result<(), (u32, Vec<u8>)> {
-        let (m, at) = self
-            .find(offset, data.len() as u64, Access::WRITE)
-            .map_err(|e| (REFUSED, reason(&e)))?;
-        m.write(at, data).map_err(|e| (DEVICE_FAILED, reason(&e)))
-    }
-
-    fn read(&self, h: &Head, sends: &mut SendQueue) -> Vec<u8> {
-        if h.len > DEVICE_CHUNK as u64 {
-            let why = format!(
-                "a read of {} bytes (at most {DEVICE_CHUNK} per request)",
-                h.len
-            );
-            return answer(MALFORMED, h.seq, h.offset, why.as_bytes());
-        }
-        let (m, at) = match self.find(h.offset, h.len, Access::READ) {
-            Ok(found) => found,
-            Err(e) => return answer(REFUSED, h.seq, h.offset, &reason(&e)),
-        };
-        let n = h.len as usize;
-        let mut v = sends.buffer(HEADER + n);
-        v.extend_from_slice(&Head { op: DONE, ..*h }.encode());
-        v.resize(HEADER + n, 0);
-        match m.read(at, &mut v[HEADER..]) {
-            Ok(()) => v,
-            Err(e) => answer(DEVICE_FAILED, h.seq, h.offset, &reason(&e)),
-        }
     }
 }
 
@@ -511,18 +340,7 @@ impl MpiEndpoint {
                     return Err(self.broken(format!("an answer of {n} bytes")));
                 }
                 receive(&mut msg, n, &mut g.answer, 0)?;
-                return match Head::decode(&g.answer) {
-                    Some(h) if h.seq == seq && h.carries_len(&g.answer) => Ok(h),
-                    Some(h) if h.seq == seq => Err(self.broken(format!(
-                        "an answer of {n} bytes whose header says {} follow",
-                        h.len
-                    ))),
-                    Some(h) => Err(self.broken(format!(
-                        "it answered request {} when request {seq} was due",
-                        h.seq
-                    ))),
-                    None => Err(self.broken(format!("an answer of {n} bytes that does not parse"))),
-                };
+                return parse_answer(&g.answer, seq).map_err(|why| self.broken(why));
             }
             self.check_open_soon()?;
             b.wait();
