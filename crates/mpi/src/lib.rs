@@ -14,7 +14,7 @@
 //!   no extra round trip and a bad one fails before any byte moves.
 //! - **Device windows** (`register_device`) are served by their owner's CPU, as messages
 //!   on tags of their own: MPI libraries without CUDA support cannot put into GPU memory
-//!   (see `imp::endpoint::device`). A call with a peer device window returns once the owner
+//!   (see [`device_wire`]). A call with a peer device window returns once the owner
 //!   answered.
 //! - **`fence_signal`** flushes every earlier RMA to the peer (`MPI_Win_flush`), then
 //!   stores the values: the peer that sees the value sees the data.

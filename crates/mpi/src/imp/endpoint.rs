@@ -70,6 +70,13 @@ enum Target {
     Device,
 }
 
+/// A local signal word of `fence_signal`: in a host window, or at a byte of a device
+/// window's memory.
+enum Word {
+    Host(*mut u8),
+    Device(Arc<dyn DeviceMemory>, usize),
+}
+
 /// An endpoint's own host windows (with each one's MPI address), its offset allocator
 /// (device windows take their offsets from it too), and the memory it attached.
 type Own = (
@@ -140,7 +147,7 @@ impl MpiEndpoint {
             unsafe { ffi::MPI_Get_address(view.as_ptr().cast(), &mut a) },
             "MPI_Get_address",
         )?;
-        let addr_of_local = local.clone();
+        let server = Arc::new(DeviceServer::new(peer, tx, rx, local.clone()));
         Ok(MpiEndpoint {
             m,
             peer,
@@ -166,7 +173,7 @@ impl MpiEndpoint {
             peer_closed: AtomicBool::new(false),
             close_probe_at: AtomicU64::new(0),
             issued: AtomicU64::new(0),
-            server: Arc::new(DeviceServer::new(peer, tx, rx, addr_of_local)),
+            server,
             dev: Mutex::new(Initiator::default()),
         })
     }
@@ -234,9 +241,10 @@ impl MpiEndpoint {
     }
 
     /// Sends from the caller's buffer and waits until MPI is done with it. While it waits,
-    /// messages that arrive from the peer are received into [`Self::drained`]: a peer
-    /// blocked in the same kind of send to this rank then completes, so two ranks that send
-    /// large messages to each other at once do not wait for each other forever.
+    /// messages that arrive from the peer are received into the queue `recv` takes from
+    /// ([`Self::drain`]): a peer blocked in the same kind of send to this rank then
+    /// completes, so two ranks that send large messages to each other at once do not wait
+    /// for each other forever.
     fn send_direct(&self, msg: &[u8]) -> Result<()> {
         let (head, tail) = parts(msg.len());
         let mut reqs = [isend(&msg[head], self.peer, self.tx + KIND_MSG)?, unsafe {
@@ -783,8 +791,10 @@ impl Endpoint for MpiEndpoint {
         }
         let lp = local
             .map(|(off, v)| match self.local_ptr(off, 8) {
-                Ok(p) => Ok((Ok(p), v)),
-                Err(e) => self.local_device(e, off, 8).map(|d| (Err(d), v)),
+                Ok(p) => Ok((Word::Host(p), v)),
+                Err(e) => self
+                    .local_device(e, off, 8)
+                    .map(|(m, at)| (Word::Device(m, at), v)),
             })
             .transpose()?;
         let rp = remote
@@ -797,10 +807,10 @@ impl Endpoint for MpiEndpoint {
         match lp {
             // SAFETY: `p` is 8-aligned (window bases are page aligned, the offset is
             // 8-aligned) and inside a local window.
-            Some((Ok(p), v)) => unsafe {
+            Some((Word::Host(p), v)) => unsafe {
                 (*p.cast::<std::sync::atomic::AtomicU64>()).store(v, Ordering::Release)
             },
-            Some((Err((m, at)), v)) => m.write(at, &v.to_le_bytes())?,
+            Some((Word::Device(m, at), v)) => m.write(at, &v.to_le_bytes())?,
             None => {}
         }
         match rp {

@@ -17,6 +17,9 @@
 //! the owner's published table, which marks device windows ([`DEVICE_FLAG`]) so that the
 //! initiator knows which path a range takes before any byte moves.
 //!
+//! The messages, and what the owner does with each, are [`crate::device_wire`]'s (apart
+//! from MPI, so that they are unit-tested and fuzzed); this file moves them.
+//!
 //! Who serves: any thread of the owner's process that polls MPI (every message poll, see
 //! `count_poll`), the progress thread while none does, and an initiator waiting for its
 //! answer (so that two endpoints of one process serve each other). Serving never waits
