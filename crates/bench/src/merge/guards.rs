@@ -34,7 +34,7 @@ const CANCEL_POLL: Duration = Duration::from_millis(50);
 /// Waits for `child` to exit; `None` once `cancel` is set first (checked every 50 ms; the
 /// child is left running for its [`Kid`] guard to kill). The exit itself is seen at once:
 /// the wait sleeps in `poll` on a pidfd of the child (Linux 5.3), and where there is none,
-/// in 1 ms steps (the merge figure's clock runs until the last producer's exit is seen).
+/// in 1 ms steps (`producer_exit_s` times the exits after the merge figure's clock).
 pub(super) fn wait_child(child: &mut Child, cancel: &AtomicBool) -> io::Result<Option<ExitStatus>> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new descriptor or -1. The
     // child is ours and not yet reaped (only this function and the guard wait for it), so

@@ -780,8 +780,7 @@ impl MergeBench {
             None
         } else {
             let stopped = Instant::now();
-            for (i, k) in spawned.into_iter().enumerate() {
-                let mut k = k;
+            for (i, mut k) in spawned.into_iter().enumerate() {
                 exited(&mut k.0, i, self.cancel)?;
             }
             Some(stopped.elapsed().as_secs_f64())
