@@ -8,7 +8,7 @@ pub(super) use device::serve;
 use super::*;
 use crate::recvq::{parts, RecvQueue};
 use crate::sendq::isend;
-use device::{DeviceServer, Initiator, DEVICE_FLAG};
+use device::{DeviceServer, DEVICE_FLAG};
 
 // ---- endpoint -------------------------------------------------------------------------
 
@@ -108,10 +108,9 @@ pub(super) struct MpiEndpoint {
     /// In [`coarse_us`] microseconds.
     close_probe_at: AtomicU64,
     issued: AtomicU64,
-    /// This endpoint's device windows and the service of the peer's requests for them.
+    /// This endpoint's device windows, the service of the peer's requests for them, and
+    /// this side's requests for the peer's: one pointer here, off the hot paths' fields.
     server: Arc<DeviceServer>,
-    /// Requests for the peer's device windows.
-    dev: Mutex<Initiator>,
 }
 
 // SAFETY: MPI request handles are opaque and used under `send_lock`; MPI allows any thread
@@ -174,7 +173,6 @@ impl MpiEndpoint {
             close_probe_at: AtomicU64::new(0),
             issued: AtomicU64::new(0),
             server,
-            dev: Mutex::new(Initiator::default()),
         })
     }
 
@@ -855,7 +853,7 @@ impl Drop for MpiEndpoint {
             // MPI may still read.
             q.abandon();
         }
-        lock(&self.dev).abandon();
+        lock(&self.server.initiator).abandon();
         if !self.refused {
             let _ = send_blocking(&[], self.peer, self.tx + KIND_CLOSE);
         }

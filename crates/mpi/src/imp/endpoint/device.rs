@@ -69,7 +69,8 @@ fn discard(msg: &mut ffi::MPI_Message) {
 
 // ---- the owner's side -----------------------------------------------------------------
 
-/// An endpoint's device windows and the service of its peer's requests for them.
+/// An endpoint's device windows and the service of its peer's requests for them; and the
+/// endpoint's requests for the peer's ([`Initiator`]).
 pub(in crate::imp) struct DeviceServer {
     peer: c_int,
     /// The tag the peer's requests come on, and the one answers go on.
@@ -79,6 +80,8 @@ pub(in crate::imp) struct DeviceServer {
     pub(super) windows: Mutex<WindowTable<DeviceWindow>>,
     enrolled: AtomicBool,
     state: Mutex<Serving>,
+    /// The endpoint's own requests for the peer's device windows.
+    pub(super) initiator: Mutex<Initiator>,
 }
 
 /// What serving keeps between requests.
@@ -106,6 +109,7 @@ impl DeviceServer {
             windows: Mutex::new(WindowTable::default()),
             enrolled: AtomicBool::new(false),
             state: Mutex::new(Serving::default()),
+            initiator: Mutex::new(Initiator::default()),
         }
     }
 
@@ -228,7 +232,7 @@ impl MpiEndpoint {
         len: usize,
         remote_off: u64,
     ) -> Result<()> {
-        let mut g = lock(&self.dev);
+        let mut g = lock(&self.server.initiator);
         g.seq += 1;
         let seq = g.seq;
         let mut done = 0;
@@ -280,7 +284,7 @@ impl MpiEndpoint {
         len: usize,
         remote_off: u64,
     ) -> Result<()> {
-        let mut g = lock(&self.dev);
+        let mut g = lock(&self.server.initiator);
         let chunks = len.div_ceil(DEVICE_CHUNK).max(1);
         let first = g.seq + 1;
         g.seq += chunks as u64;
