@@ -69,7 +69,7 @@ impl SendQueue {
     }
 
     /// As [`reap`](Self::reap), without counting as the application's poll of MPI: for
-    /// the progress thread's own work (see `imp::app_polled`).
+    /// serving device windows, which the progress thread does too (see `imp::app_polled`).
     pub(crate) fn reap_quiet(&mut self) -> Result<()> {
         let mut done = 0;
         let mut err = Ok(());
@@ -124,7 +124,7 @@ impl SendQueue {
 
     /// Posts one message of `head` followed by `len` bytes from `body` (copied: `body`
     /// need live only for the call), whole on `tag`, whatever its length: for the device
-    /// protocol's messages, whose receiver takes them whole (see `imp::device`).
+    /// protocol's messages, whose receiver takes them whole (see `crate::device_wire`).
     ///
     /// # Safety
     /// `body` must be readable for `len` bytes.

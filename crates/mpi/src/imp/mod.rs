@@ -34,7 +34,8 @@ const KIND_CLOSE: c_int = 1;
 const KIND_SETUP: c_int = 2;
 /// The second part of a long message (see `recvq`).
 const KIND_TAIL: c_int = 3;
-/// Requests for a device window, from the initiator to the window's owner (see `device`).
+/// Requests for a device window, from the initiator to the window's owner (see
+/// `endpoint::device`).
 const KIND_DEV: c_int = 4;
 /// The owner's replies to them.
 const KIND_DEV_REPLY: c_int = 5;
