@@ -1,8 +1,9 @@
 //! CUDA memory as the memory of a window ([`accio_core::DeviceMemory`]): a
 //! [`DeviceBuffer`] of this process, another library's array ([`ForeignMemory`]), or a
 //! peer's allocation opened through CUDA IPC ([`open_shared`]), which
-//! `Endpoint::register_device` exposes and the `shm` backend opens. Copies to and from host memory go through the pinned [`Stager`] pipeline (any
-//! host memory: a peer's mapped window too); device→device copies run on the copy engine.
+//! `Endpoint::register_device` exposes and the `shm` backend opens. Copies to and from
+//! host memory go through the pinned [`Stager`] pipeline (any host memory: a peer's mapped
+//! window too); device→device copies run on the copy engine.
 
 use std::sync::Arc;
 
@@ -163,29 +164,27 @@ trait Shareable {
     fn share_memory(&self) -> accio_core::Result<DeviceShare>;
 }
 
+/// What another process opens `range` by ([`crate::memory::ipc_share`]): the handle of the
+/// allocation it lies in, and its place there.
+fn share_range(range: &DeviceRange) -> accio_core::Result<DeviceShare> {
+    crate::memory::ipc_share(range)
+        .map(|(handle, offset)| DeviceShare {
+            device: range.ordinal(),
+            handle,
+            offset,
+        })
+        .map_err(|e| core_error("share", &format!("GPU {} memory", range.ordinal()), e))
+}
+
 impl Shareable for DeviceBuffer {
     fn share_memory(&self) -> accio_core::Result<DeviceShare> {
-        let device = self.range().ordinal();
-        self.ipc_handle()
-            .map(|handle| DeviceShare {
-                device,
-                handle,
-                offset: 0,
-            })
-            .map_err(|e| core_error("share", &format!("GPU {device} memory"), e))
+        share_range(&self.range())
     }
 }
 
 impl Shareable for ForeignMemory {
     fn share_memory(&self) -> accio_core::Result<DeviceShare> {
-        let r = self.range;
-        crate::memory::ipc_share(&r)
-            .map(|(handle, offset)| DeviceShare {
-                device: r.ordinal(),
-                handle,
-                offset,
-            })
-            .map_err(|e| core_error("share", &format!("GPU {} memory", r.ordinal()), e))
+        share_range(&self.range)
     }
 }
 
