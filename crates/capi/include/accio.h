@@ -493,11 +493,11 @@ enum accio_status accio_window_register(const struct accio_endpoint *endpoint,
 // window the peer may access with `access` (`ACCIO_ACCESS_*`), and stores the window's
 // offset in `*offset` (send it to the peer; withdraw it with `accio_endpoint_unregister`).
 // Every RMA call reaches it, from the peer and from here, through the driver: over shm
-// the peer process opens it through CUDA IPC, over tcp it is staged through pinned
-// memory. The address is checked with the driver first: host memory, memory of no
-// allocation, or a range past its allocation fail with `ACCIO_INVALID_ARGUMENT`, a library
-// built without CUDA or a machine without driver or GPU with `ACCIO_UNSUPPORTED`; `mpi`
-// answers `ACCIO_UNSUPPORTED`.
+// the peer process opens it through CUDA IPC, over tcp and mpi it is staged through
+// pinned memory by this process. The address is checked with the driver first: host
+// memory, memory of no allocation, or a range past its allocation fail with
+// `ACCIO_INVALID_ARGUMENT`, a library built without CUDA or a machine without driver or
+// GPU with `ACCIO_UNSUPPORTED`.
 //
 // # Safety
 // `endpoint` is a live endpoint; `offset` is writable. The memory stays allocated until
