@@ -85,8 +85,50 @@ struct Context {
     _owner: Py<PyAny>,
 }
 
+/// The arguments a `__dlpack__` call was given.
+pub(crate) struct Asked<'a, 'py> {
+    pub stream: Option<&'a Bound<'py, PyAny>>,
+    pub max_version: Option<(u32, u32)>,
+    pub dl_device: Option<(i32, i32)>,
+    pub copy: Option<bool>,
+}
+
+/// Memory an object exports: `len` bytes at `ptr` on `device` (`(type, id)`).
+pub(crate) struct Exported {
+    pub ptr: *mut c_void,
+    pub len: usize,
+    pub device: (i32, i32),
+    pub read_only: bool,
+}
+
+/// `__dlpack__` of the object `owner`, called `what` in errors, whose memory is `mem`:
+/// the arguments checked ([`Request::check`]), then the capsule ([`capsule`]).
+///
+/// # Safety
+/// As for [`capsule`]: `mem` stays valid (and writable unless read-only) while `owner`
+/// lives.
+pub(crate) unsafe fn export(
+    owner: &Bound<'_, PyAny>,
+    what: &str,
+    mem: Exported,
+    asked: Asked<'_, '_>,
+) -> PyResult<Py<PyAny>> {
+    let req = Request::check(what, mem.device, mem.read_only, asked)?;
+    // SAFETY: the caller's promise.
+    unsafe {
+        capsule(
+            owner.py(),
+            req,
+            owner.clone().unbind(),
+            mem.ptr,
+            mem.len,
+            mem.device,
+        )
+    }
+}
+
 /// A `__dlpack__` request, checked: which capsule to make.
-pub(crate) struct Request {
+struct Request {
     versioned: bool,
     read_only: bool,
 }
@@ -96,15 +138,18 @@ impl Request {
     /// or not: a stream only for device memory, `dl_device` this device, no copy asked (the
     /// object exports its own memory); `max_version` of 1 or more gets a versioned capsule,
     /// which read-only memory needs (a legacy one cannot say so).
-    pub(crate) fn check(
+    fn check(
         what: &str,
         device: (i32, i32),
         read_only: bool,
-        stream: Option<&Bound<'_, PyAny>>,
-        max_version: Option<(u32, u32)>,
-        dl_device: Option<(i32, i32)>,
-        copy: Option<bool>,
+        asked: Asked<'_, '_>,
     ) -> PyResult<Request> {
+        let Asked {
+            stream,
+            max_version,
+            dl_device,
+            copy,
+        } = asked;
         if device.0 == DEVICE_CPU && stream.is_some_and(|s| !s.is_none()) {
             return Err(PyBufferError::new_err(format!(
                 "{what}.__dlpack__: stream must be None for host memory"
@@ -143,7 +188,7 @@ impl Request {
 /// # Safety
 /// The `len` bytes at `ptr` must stay valid (and writable unless the request said
 /// read-only) for as long as `owner` lives.
-pub(crate) unsafe fn capsule(
+unsafe fn capsule(
     py: Python<'_>,
     req: Request,
     owner: Py<PyAny>,

@@ -1044,28 +1044,21 @@ impl DeviceWindow {
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
         let w = &slf.get().inner;
-        let device = (dlpack::DEVICE_CUDA, w.memory().device() as i32);
-        let req = dlpack::Request::check(
-            "DeviceWindow",
-            device,
-            false,
+        let mem = dlpack::Exported {
+            ptr: w.memory().address() as *mut c_void,
+            len: w.len(),
+            device: (dlpack::DEVICE_CUDA, w.memory().device() as i32),
+            read_only: false,
+        };
+        let asked = dlpack::Asked {
             stream,
             max_version,
             dl_device,
             copy,
-        )?;
+        };
         // SAFETY: the memory stays allocated as long as the DeviceWindow lives, which the
         // capsule keeps alive.
-        unsafe {
-            dlpack::capsule(
-                slf.py(),
-                req,
-                slf.clone().into_any().unbind(),
-                w.memory().address() as *mut c_void,
-                w.len(),
-                device,
-            )
-        }
+        unsafe { dlpack::export(slf.as_any(), "DeviceWindow", mem, asked) }
     }
 
     /// Where the memory is, for DLPack: `(2, gpu)`, CUDA device memory (`kDLCUDA`).
@@ -1232,30 +1225,22 @@ impl Window {
         dl_device: Option<(i32, i32)>,
         copy: Option<bool>,
     ) -> PyResult<Py<PyAny>> {
-        let device = (dlpack::DEVICE_CPU, 0);
         let w = &slf.get().inner;
-        let read_only = !w.view().region().is_writable();
-        let req = dlpack::Request::check(
-            "Window",
-            device,
-            read_only,
+        let mem = dlpack::Exported {
+            ptr: w.as_ptr().cast(),
+            len: w.len(),
+            device: (dlpack::DEVICE_CPU, 0),
+            read_only: !w.view().region().is_writable(),
+        };
+        let asked = dlpack::Asked {
             stream,
             max_version,
             dl_device,
             copy,
-        )?;
+        };
         // SAFETY: the memory stays mapped as long as the Window lives, which the capsule
         // keeps alive; it is writable unless its region says otherwise.
-        unsafe {
-            dlpack::capsule(
-                slf.py(),
-                req,
-                slf.clone().into_any().unbind(),
-                w.as_ptr().cast(),
-                w.len(),
-                device,
-            )
-        }
+        unsafe { dlpack::export(slf.as_any(), "Window", mem, asked) }
     }
 
     /// Where the memory is, for DLPack: `(1, 0)`, host memory (`kDLCPU`).
