@@ -297,7 +297,8 @@ fn gpu_pairs(
             ("gpu0", "gpu0", dw.offset(), peer_dev),
             ("gpu0", "", dw.offset(), peer_host),
         ];
-        let copies = ((1usize << 30) / size.max(1)).clamp(4, 64);
+        // As many as `accio bench device`'s window figures time per pass.
+        let copies = accio_device::copy::copies_per_pass(size as u64).min(64) as usize;
         for (src, dst) in [(x, y), (y, x)] {
             let sending = me == src;
             for &(src_mem, dst_mem, from, to) in &kinds {
