@@ -1,6 +1,7 @@
 //! `accio bench device`'s window figures: RMA into another process's device window over
-//! `shm` and over `tcp` on loopback, the path of `Endpoint::register_device`. A peer process (`accio
-//! __device-window-peer`) registers a device window and a host window of the size; this
+//! `shm` and over `tcp` on loopback, the path of `Endpoint::register_device`. A peer
+//! process (`accio __device-window-peer`) registers a device window and a host window of
+//! the size; this
 //! process times, pass by pass and interleaved, `write_to` from its host window into the
 //! peer's host window (`window_h2h`, the transport's own rate), from its host window into
 //! the peer's device window (`window_h2d`), and from its device window into the peer's
@@ -89,7 +90,7 @@ pub fn run_peer(a: WindowPeerArgs) -> anyhow::Result<()> {
     }
 }
 
-/// The window figures of `gpus` at `sizes` over shm, recorded in `rec` beside the run's
+/// The window figures of `gpus` at `sizes` over each of [`BACKENDS`], recorded in `rec` beside the run's
 /// device figures.
 pub(crate) fn run(
     gpus: &[DeviceInfo],
@@ -177,6 +178,7 @@ fn measure(
         .args(["--size", &size.to_string()])
         .spawn()
         .with_context(|| format!("starting {}", exe.display()))?;
+    let copies = accio_device::copy::copies_per_pass(size as u64).min(64);
     let r = (|| {
         let ep = listener
             .accept(Some(TIMEOUT))
@@ -189,7 +191,6 @@ fn measure(
         let dw = ep.register_device(src, Access::NONE)?;
         let hw = ep.register(size, Access::NONE)?;
         hw.write_at(0, &content(size, 2))?;
-        let copies = accio_device::copy::copies_per_pass(size as u64).min(64);
         let kinds = [
             (names::WINDOW_H2H, hw.offset(), host_off),
             (names::WINDOW_H2D, hw.offset(), dev_off),
@@ -218,7 +219,7 @@ fn measure(
     let status = wait(&mut child);
     let secs = r?;
     status?;
-    let bytes = (size as u64 * accio_device::copy::copies_per_pass(size as u64).min(64)) as f64;
+    let bytes = (size as u64 * copies) as f64;
     let rate = |s: &[f64]| {
         s.iter()
             .map(|&t| bytes / t.max(1e-9) / 1e9)
