@@ -26,6 +26,8 @@ pub type DeviceMaker = fn(usize) -> Option<Arc<dyn DeviceMemory>>;
 #[derive(Debug)]
 pub struct HostBackedDevice {
     bytes: Mutex<Vec<u8>>,
+    /// Every copy into it fails, as a broken driver's would (it stays zeroed).
+    failing: bool,
 }
 
 impl HostBackedDevice {
@@ -33,6 +35,15 @@ impl HostBackedDevice {
     pub fn new(len: usize) -> HostBackedDevice {
         HostBackedDevice {
             bytes: Mutex::new(vec![0; len]),
+            failing: false,
+        }
+    }
+
+    /// `len` zeroed bytes whose driver fails every copy into them.
+    pub fn failing(len: usize) -> HostBackedDevice {
+        HostBackedDevice {
+            failing: true,
+            ..HostBackedDevice::new(len)
         }
     }
 
@@ -69,6 +80,9 @@ impl DeviceMemory for HostBackedDevice {
     }
 
     fn write(&self, at: usize, src: &[u8]) -> accio::Result<()> {
+        if self.failing {
+            return Err(Error::invalid("device write", "the test driver fails"));
+        }
         self.bytes()[at..at + src.len()].copy_from_slice(src);
         Ok(())
     }
@@ -78,38 +92,6 @@ impl DeviceMemory for HostBackedDevice {
             "share",
             "host-backed test memory serves peers in this process only",
         ))
-    }
-}
-
-/// Device memory whose driver fails every copy into it (and reads zeros).
-#[derive(Debug)]
-struct Failing(usize);
-
-impl DeviceMemory for Failing {
-    fn len(&self) -> usize {
-        self.0
-    }
-    fn kind(&self) -> &'static str {
-        "failing test"
-    }
-    fn device(&self) -> u32 {
-        0
-    }
-    fn address(&self) -> u64 {
-        0
-    }
-    fn read(&self, _: usize, dst: &mut [u8]) -> accio::Result<()> {
-        dst.fill(0);
-        Ok(())
-    }
-    fn write(&self, _: usize, _: &[u8]) -> accio::Result<()> {
-        Err(Error::invalid("device write", "the test driver fails"))
-    }
-    fn copy_from(&self, _: usize, _: &dyn DeviceMemory, _: usize, _: usize) -> accio::Result<()> {
-        Err(Error::invalid("device copy", "the test driver fails"))
-    }
-    fn share(&self) -> accio::Result<DeviceShare> {
-        Err(Error::invalid("share", "test memory"))
     }
 }
 
@@ -127,7 +109,12 @@ pub fn device_copy_failure(b: &Backend) {
             let (x, y) = b.pair();
             let (x, y) = (&*x, &*y);
             let len = 9 << 20;
-            let w = share(y, x, Arc::new(Failing(len)), Access::READ_WRITE);
+            let w = share(
+                y,
+                x,
+                Arc::new(HostBackedDevice::failing(len)),
+                Access::READ_WRITE,
+            );
             let e = expect_err(
                 x.vwrite_to(&vec![7u8; len], w.offset(), RmaFlags::SYNC),
                 ErrorKind::Io,
